@@ -1,0 +1,131 @@
+"""The Sandbox protocol (DESIGN §5). Backends: docker, bwrap, local.
+
+A sandbox is an isolated place where one task's workspace lives at `workspace` (default
+/root/.openclaw/workspace) and commands run. File access from the host never follows symlinks
+inside the sandbox. Paths given to read/write/list/remove are relative to the workspace unless
+absolute (then they must lie under the workspace or /tmp of the sandbox).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Iterable, Literal
+
+from clawgym import DEFAULT_WORKSPACE
+
+BackendName = Literal["docker", "bwrap", "local", "auto"]
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (could not start, died): an `infra` failure, never the agent's."""
+
+
+@dataclass
+class SandboxConfig:
+    workspace: str = DEFAULT_WORKSPACE
+    memory_mb: int = 1024
+    pids: int = 256
+    cpus: float = 1.0
+    disk_mb: int = 512  # size of the writable tmpfs that holds workspace, /tmp and $HOME
+    network: bool = False
+    image: str = "clawgym-sandbox:latest"  # docker image / rootfs name
+    rootfs: str | None = None  # bwrap: a debootstrapped root to use instead of the host's read-only /
+    extra_ro_binds: list[tuple[str, str]] = field(default_factory=list)  # (host path, sandbox path)
+    env: dict[str, str] = field(default_factory=dict)
+    default_timeout_s: float = 60.0
+
+
+@dataclass
+class ExecResult:
+    rc: int
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    duration_s: float = 0.0
+    truncated: bool = False  # stdout/stderr were cut at the output cap
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and not self.timed_out
+
+
+class Sandbox(abc.ABC):
+    """One live sandbox. Use as a context manager; close() is idempotent and always tears down."""
+
+    backend: str = "abstract"
+
+    def __init__(self, config: SandboxConfig):
+        self.config = config
+
+    @property
+    def workspace(self) -> str:
+        return self.config.workspace
+
+    @abc.abstractmethod
+    def exec(
+        self,
+        cmd: str | list[str],
+        timeout: float | None = None,
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: bytes | None = None,
+        max_output: int = 1_000_000,
+    ) -> ExecResult:
+        """Run a command (a str runs under `bash -lc`) as the sandbox's unprivileged user.
+        On timeout every process the command started is killed and timed_out=True, rc=124."""
+
+    @abc.abstractmethod
+    def write_file(self, path: str, content: bytes, mode: int = 0o644) -> None: ...
+
+    @abc.abstractmethod
+    def read_file(self, path: str) -> bytes: ...
+
+    @abc.abstractmethod
+    def list_files(self, path: str = ".") -> list[str]:
+        """Regular files under path (recursive), relative to the workspace, sorted."""
+
+    @abc.abstractmethod
+    def remove(self, path: str) -> None:
+        """Remove a file or a directory tree (no error if missing)."""
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    # ---- shared helpers -------------------------------------------------------------
+    def write_files(self, files: Iterable) -> None:
+        """Write clawgym.tasks.File objects (path, content, mode) into the workspace."""
+        for f in files:
+            self.write_file(f.path, f.content, f.mode)
+
+    def snapshot(self) -> dict[str, bytes]:
+        """All regular files of the workspace: {relative path: content}."""
+        return {p: self.read_file(p) for p in self.list_files(".")}
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class SandboxFactory(abc.ABC):
+    """Opens sandboxes of one backend (may keep a warm pool). Thread-safe."""
+
+    name: str = "abstract"
+
+    def __init__(self, config: SandboxConfig | None = None):
+        self.config = config or SandboxConfig()
+
+    @abc.abstractmethod
+    def open(self, files: Iterable = ()) -> Sandbox:
+        """A fresh sandbox whose workspace holds `files` (clawgym.tasks.File)."""
+
+    def close(self) -> None:
+        """Tear down pools and anything else the factory holds."""
+
+    def __enter__(self) -> "SandboxFactory":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,173 @@
+"""The task contract (DESIGN §4): one `Task` is enough to run, verify and export a task."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
+
+from clawgym import DEFAULT_WORKSPACE
+
+CATEGORIES: tuple[str, ...] = (
+    "productivity_collaboration",
+    "systems_automation",
+    "analysis_reasoning",
+    "content_domain_support",
+    "planning_knowledge",
+    "software_development",
+)
+CATEGORY_LABELS: dict[str, str] = {
+    "productivity_collaboration": "Productivity & Collaboration",
+    "systems_automation": "Systems & Automation",
+    "analysis_reasoning": "Analysis & Reasoning",
+    "content_domain_support": "Content & Domain Support",
+    "planning_knowledge": "Planning & Knowledge Management",
+    "software_development": "Software Development",
+}
+
+Route = Literal["persona", "skill", "procedural", "imported"]
+Split = Literal["train", "bench"]
+RUBRIC_SCALE = ("0", "0.25", "0.5", "0.75", "1")
+
+
+class TaskError(ValueError):
+    """Bad task input. The message always names the file and the field, e.g.
+    ``task_0042/data_entry.json: missing "user_query"``."""
+
+    def __init__(self, file: str, field: str | None, problem: str):
+        self.file, self.field, self.problem = file, field, problem
+        where = f'{file}: ' if file else ""
+        what = f'"{field}" ' if field else ""
+        super().__init__(f"{where}{what}{problem}".strip())
+
+
+class File(BaseModel):
+    """One file of a mock workspace (or of a verifier's reward/ folder). `path` is relative, POSIX."""
+
+    model_config = ConfigDict(frozen=True)
+    path: str
+    content: bytes
+    mode: int = 0o644
+
+    @field_validator("path")
+    @classmethod
+    def _relative(cls, v: str) -> str:
+        if not v or v.startswith("/") or any(p in ("..", "") for p in v.split("/")):
+            raise ValueError(f"file path must be relative and normalised: {v!r}")
+        return v
+
+    @field_serializer("content")
+    def _b64(self, v: bytes) -> str:  # JSON form only; Parquet stores raw bytes
+        return base64.b64encode(v).decode()
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _from_any(cls, v: Any) -> bytes:
+        if isinstance(v, str):
+            try:
+                return base64.b64decode(v, validate=True)
+            except Exception:
+                return v.encode()
+        return v
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+
+class RubricRule(BaseModel):
+    """One rubric rule: judged on its own against `file_path` on the {0,0.25,0.5,0.75,1} scale."""
+
+    name: str
+    file_path: str
+    scores: dict[str, str]
+
+
+class ToolCall(BaseModel):
+    """An OpenClaw tool call: name in read|write|edit|exec|ls|apply_patch, arguments as in formats.md."""
+
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class Verifier(BaseModel):
+    """How a task is scored.
+
+    kind="grade": `code` is python source defining grade(transcript, workspace_path) -> dict[str, float];
+        the code score is the plain mean of the values (bools count 1/0).
+    kind="reward_dir": `reward_files` is a ClawGym reward/ folder (reward.sh + check.py); reward.sh is run
+        after the agent with the folder copied to <workspace>/reward; its LAST stdout line is the score.
+    rubric: optional rules for what code cannot check; weights code 0.7 / rubric 0.3 when both exist.
+    """
+
+    kind: Literal["grade", "reward_dir", "none"] = "grade"
+    code: str | None = None
+    reward_files: list[File] = Field(default_factory=list)
+    rubric: list[RubricRule] | None = None
+    code_weight: float | None = None
+    rubric_weight: float | None = None
+    timeout_s: float = 120.0
+
+    def weights(self) -> tuple[float, float]:
+        has_code = self.kind != "none"
+        has_rubric = bool(self.rubric)
+        if self.code_weight is not None and self.rubric_weight is not None:
+            return self.code_weight, self.rubric_weight
+        if has_code and has_rubric:
+            return 0.7, 0.3
+        return (1.0, 0.0) if has_code else (0.0, 1.0)
+
+
+class Task(BaseModel):
+    task_id: str
+    suite: str = "default"
+    split: Split = "train"
+    route: Route = "procedural"
+    family: str = ""
+    category: str = ""
+    subcategory: str = ""
+    persona_id: str | None = None
+    skill_ids: list[str] = Field(default_factory=list)
+    difficulty: int = 2
+    seed: int | None = None
+    instruction: str
+    files: list[File] = Field(default_factory=list)
+    verifier: Verifier = Field(default_factory=Verifier)
+    reference: list[ToolCall] | None = None
+    workspace_dir: str = DEFAULT_WORKSPACE
+    timeout_s: float = 600.0
+    # source-format details needed for byte-exact export (e.g. ClawGym data_entry.json text, PinchBench sections)
+    source: dict[str, Any] = Field(default_factory=dict)
+
+    def file_map(self) -> dict[str, bytes]:
+        return {f.path: f.content for f in self.files}
+
+    def fingerprint(self) -> str:
+        """Content hash of what the agent sees (instruction + workspace): used for exact dedupe."""
+        h = hashlib.sha256(self.instruction.encode())
+        for f in sorted(self.files, key=lambda f: f.path):
+            h.update(f.path.encode() + b"\0" + f.content + b"\0")
+        return h.hexdigest()
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, s: str | bytes) -> "Task":
+        return cls.model_validate_json(s)
+
+
+def task_ids_unique(tasks: list[Task]) -> None:
+    seen: set[str] = set()
+    for t in tasks:
+        if t.task_id in seen:
+            raise TaskError("", "task_id", f"duplicate task_id {t.task_id!r}")
+        seen.add(t.task_id)
+
+
+__all__ = [
+    "CATEGORIES", "CATEGORY_LABELS", "File", "RubricRule", "ToolCall", "Verifier", "Task", "TaskError",
+    "RUBRIC_SCALE", "task_ids_unique",
+]
