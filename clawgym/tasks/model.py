@@ -77,12 +77,33 @@ class File(BaseModel):
         return self.content.decode("utf-8", errors="replace")
 
 
+class RubricProxy(BaseModel):
+    """Deterministic stand-in for the LLM judge, used when no judge is configured (judge="offline").
+
+    Every declared check is pass/fail; the rule's offline score is the fraction passed, floored to the
+    rubric scale. Checks on the text of the rule's `file_path` unless noted.
+    """
+
+    required_files: list[str] = Field(default_factory=list)  # workspace paths that must exist
+    required_phrases: list[str] = Field(default_factory=list)  # each must appear (case-insensitive)
+    any_phrases: list[str] = Field(default_factory=list)  # at least one must appear (case-insensitive)
+    forbidden_phrases: list[str] = Field(default_factory=list)  # none may appear (case-insensitive)
+    min_words: int | None = None
+    max_words: int | None = None
+    required_headings: list[str] = Field(default_factory=list)  # markdown headings containing these
+
+
 class RubricRule(BaseModel):
-    """One rubric rule: judged on its own against `file_path` on the {0,0.25,0.5,0.75,1} scale."""
+    """One rubric rule: judged on its own against `file_path` on the {0,0.25,0.5,0.75,1} scale.
+
+    `file_path` "" means the rule is about the whole run (PinchBench-style): the judge sees the transcript.
+    `proxy` (optional) declares the deterministic offline checks (see RubricProxy).
+    """
 
     name: str
     file_path: str
     scores: dict[str, str]
+    proxy: RubricProxy | None = None
 
 
 class ToolCall(BaseModel):
@@ -168,6 +189,6 @@ def task_ids_unique(tasks: list[Task]) -> None:
 
 
 __all__ = [
-    "CATEGORIES", "CATEGORY_LABELS", "File", "RubricRule", "ToolCall", "Verifier", "Task", "TaskError",
+    "CATEGORIES", "CATEGORY_LABELS", "File", "RubricProxy", "RubricRule", "ToolCall", "Verifier", "Task", "TaskError",
     "RUBRIC_SCALE", "task_ids_unique",
 ]

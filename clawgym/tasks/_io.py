@@ -1,0 +1,118 @@
+"""Shared helpers for importers/exporters: import reports, atomic writes, file modes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clawgym.tasks.model import File, Task, TaskError
+
+
+@dataclass
+class ImportReport:
+    """What a folder import produced: the good tasks and one TaskError per bad one."""
+
+    tasks: list[Task] = field(default_factory=list)
+    errors: list[TaskError] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def extend(self, other: "ImportReport") -> None:
+        self.tasks.extend(other.tasks)
+        self.errors.extend(other.errors)
+
+    def raise_if_errors(self) -> None:
+        if self.errors:
+            raise self.errors[0]
+
+    def summary(self) -> str:
+        lines = [f"{len(self.tasks)} tasks imported, {len(self.errors)} errors"]
+        lines += [f"  {e}" for e in self.errors]
+        return "\n".join(lines)
+
+
+def normalise_mode(st_mode: int) -> int:
+    """Mode handling (documented in clawgym/tasks/README.md): source permission bits are normalised to
+    0o755 when any execute bit is set, else 0o644. Fixture trees are read-only (0444/0555); keeping that
+    would make exported trees unwritable and workspaces read-only for the agent, so only the executable
+    bit survives. Import -> export -> import is therefore a fixed point."""
+    return 0o755 if st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH) else 0o644
+
+
+def read_tree(root: Path, label: str) -> list[File]:
+    """All regular files under root (recursive, sorted), as File objects with normalised modes.
+    Symlinks and special files are rejected: a task tree must be plain data."""
+    files: list[File] = []
+    if not root.is_dir():
+        return files
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames.sort()
+        for d in list(dirnames):
+            if os.path.islink(os.path.join(dirpath, d)):
+                rel = os.path.relpath(os.path.join(dirpath, d), root)
+                raise TaskError(f"{label}/{rel}", None, "is a symlink (not allowed in task files)")
+        for name in sorted(filenames):
+            full = os.path.join(dirpath, name)
+            rel = os.path.relpath(full, root).replace(os.sep, "/")
+            st = os.lstat(full)
+            if not stat.S_ISREG(st.st_mode):
+                raise TaskError(f"{label}/{rel}", None, "is not a regular file")
+            with open(full, "rb") as fh:
+                files.append(File(path=rel, content=fh.read(), mode=normalise_mode(st.st_mode)))
+    files.sort(key=lambda f: f.path)
+    return files
+
+
+def write_tree(root: Path, files: list[File]) -> None:
+    for f in files:
+        p = root / f.path
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(f.content)
+        os.chmod(p, f.mode & 0o7777)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class AtomicDir:
+    """Build a directory next to its destination, then swap it in (a killed run leaves no half folder)."""
+
+    def __init__(self, dest: Path):
+        self.dest = Path(dest)
+        self.dest.parent.mkdir(parents=True, exist_ok=True)
+        self.tmp = self.dest.parent / f".{self.dest.name}.tmp-{uuid.uuid4().hex[:8]}"
+
+    def __enter__(self) -> Path:
+        self.tmp.mkdir()
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return
+        trash = None
+        if self.dest.exists():
+            trash = self.dest.parent / f".{self.dest.name}.old-{uuid.uuid4().hex[:8]}"
+            os.replace(self.dest, trash)
+        os.replace(self.tmp, self.dest)
+        if trash is not None:
+            shutil.rmtree(trash, ignore_errors=True)

@@ -1,0 +1,226 @@
+"""ClawGym task folders (ClawGym-Agents RL/data/clawgym_{train,eval}) <-> Task.
+
+    task_0000/data_entry.json   {"task_id", "user_query", "input_mount_dir", "metadata": {...}}
+    task_0000/input_files/...   copied verbatim into the workspace
+    task_0000/reward/reward.sh  run after the agent; LAST stdout line = the score
+    task_0000/reward/check.py   helpers (either check.py style; reward.sh averages its JSON)
+    task_0000/reward/rubric.json  optional {"eval_type": "llm_rubric", "rules": [...]} (hybrid tasks)
+
+Byte-exact round trip: the raw data_entry.json text is kept in Task.source["data_entry"] and written
+back verbatim on export as long as it still agrees with the task (task_id, user_query). File modes are
+normalised (see clawgym.tasks._io.normalise_mode).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from clawgym import DEFAULT_WORKSPACE
+from clawgym.tasks._io import AtomicDir, ImportReport, read_tree, write_tree
+from clawgym.tasks.model import CATEGORY_LABELS, File, RubricRule, Task, TaskError, Verifier
+
+DATA_ENTRY = "data_entry.json"
+RUBRIC_FILE = "rubric.json"
+FORMAT = "clawgym"
+
+# The reward.sh every ClawGym task ships (mean of check.py's JSON values; bools count 1/0).
+STANDARD_REWARD_SH = (
+    "#!/usr/bin/env bash\nset -euo pipefail\n\n"
+    "python3 {ws}/reward/check.py {ws} | python3 -c 'import json, sys; raw = sys.stdin.read().strip(); "
+    "data = json.loads(raw); print(sum(float(v) for v in data.values()) / len(data) if isinstance(data, dict) "
+    "and data else float(data) if isinstance(data, (int, float)) else 0.0)'\n"
+)
+# check.py main appended to grade()-style code when exporting one of our tasks as a ClawGym folder.
+GRADE_MAIN = '''
+
+def _clawgym_main() -> None:
+    import json as _json
+    import sys as _sys
+
+    workspace_path = _sys.argv[1] if len(_sys.argv) > 1 else "."
+    print(_json.dumps(grade([], workspace_path)))
+
+
+if __name__ == "__main__":
+    _clawgym_main()
+'''
+
+_LABEL_TO_CATEGORY = {v.lower(): k for k, v in CATEGORY_LABELS.items()}
+
+
+def _category(raw: str) -> str:
+    return _LABEL_TO_CATEGORY.get(raw.strip().lower(), raw)
+
+
+def _parse_rubric(data: Any, file: str) -> list[RubricRule]:
+    if not isinstance(data, dict) or not isinstance(data.get("rules"), list):
+        raise TaskError(file, "rules", "must be a list of rubric rules")
+    rules = []
+    for i, r in enumerate(data["rules"]):
+        if not isinstance(r, dict):
+            raise TaskError(file, f"rules[{i}]", "must be an object")
+        for k in ("name", "file_path", "scores"):
+            if k not in r:
+                raise TaskError(file, f"rules[{i}].{k}", "missing")
+        if not isinstance(r["scores"], dict):
+            raise TaskError(file, f"rules[{i}].scores", "must be an object")
+        try:
+            rules.append(RubricRule.model_validate(r))
+        except Exception as e:  # pydantic detail
+            raise TaskError(file, f"rules[{i}]", f"invalid: {e}") from None
+    return rules
+
+
+def import_clawgym_task(dir: str | Path, *, suite: str | None = None, split: str | None = None) -> Task:
+    """One ClawGym task folder -> Task. Raises TaskError naming the file and field on bad input."""
+    d = Path(dir)
+    label = d.name
+    if not d.is_dir():
+        raise TaskError(label, None, "is not a directory")
+    de_path = d / DATA_ENTRY
+    if not de_path.is_file():
+        raise TaskError(f"{label}/{DATA_ENTRY}", None, "missing")
+    raw = de_path.read_bytes()
+    fname = f"{label}/{DATA_ENTRY}"
+    try:
+        text = raw.decode("utf-8")
+        data = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise TaskError(fname, None, f"is not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise TaskError(fname, None, "must be a JSON object")
+    for key in ("task_id", "user_query"):
+        if key not in data:
+            raise TaskError(fname, key, "missing")
+        if not isinstance(data[key], str) or not data[key].strip():
+            raise TaskError(fname, key, "must be a non-empty string")
+    meta = data.get("metadata", {})
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise TaskError(fname, "metadata", "must be an object")
+    mount = data.get("input_mount_dir", DEFAULT_WORKSPACE)
+    if not isinstance(mount, str) or not mount.startswith("/"):
+        raise TaskError(fname, "input_mount_dir", "must be an absolute path")
+    category = meta.get("category", "")
+    if not isinstance(category, str):
+        raise TaskError(fname, "metadata.category", "must be a string")
+    grading_type = meta.get("grading_type", "automated")
+    if grading_type not in ("automated", "hybrid", "llm_judge"):
+        raise TaskError(fname, "metadata.grading_type", f"unknown value {grading_type!r}")
+
+    files = read_tree(d / "input_files", f"{label}/input_files")
+    reward_dir = d / "reward"
+    if not reward_dir.is_dir():
+        raise TaskError(f"{label}/reward", None, "missing (a ClawGym task needs reward/reward.sh)")
+    reward_files = read_tree(reward_dir, f"{label}/reward")
+    names = {f.path for f in reward_files}
+    if "reward.sh" not in names:
+        raise TaskError(f"{label}/reward/reward.sh", None, "missing")
+    rubric = None
+    if RUBRIC_FILE in names:
+        rf = next(f for f in reward_files if f.path == RUBRIC_FILE)
+        try:
+            rdata = json.loads(rf.content.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise TaskError(f"{label}/reward/{RUBRIC_FILE}", None, f"is not valid JSON: {e}") from None
+        rubric = _parse_rubric(rdata, f"{label}/reward/{RUBRIC_FILE}") or None
+    if grading_type == "hybrid" and not rubric:
+        raise TaskError(f"{label}/reward/{RUBRIC_FILE}", None, 'missing (metadata.grading_type is "hybrid")')
+
+    if split is None:
+        split = "train" if "train" in d.parent.name else "bench"
+    return Task(
+        task_id=data["task_id"],
+        suite=suite or d.parent.name or "clawgym",
+        split=split,
+        route="imported",
+        family="clawgym",
+        category=_category(category),
+        instruction=data["user_query"],
+        files=files,
+        verifier=Verifier(kind="reward_dir", reward_files=reward_files, rubric=rubric, timeout_s=120.0),
+        workspace_dir=mount,
+        source={"format": FORMAT, "dirname": label, "data_entry": text},
+    )
+
+
+def import_clawgym_folder(dir: str | Path, *, suite: str | None = None, split: str | None = None) -> ImportReport:
+    """Every task folder under dir. Bad tasks are reported (one TaskError each); the rest are imported.
+    Plain files beside the task folders (LICENSE, README) and hidden entries are ignored."""
+    root = Path(dir)
+    report = ImportReport()
+    if not root.is_dir():
+        report.errors.append(TaskError(str(root), None, "is not a directory"))
+        return report
+    seen: dict[str, str] = {}
+    for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        try:
+            t = import_clawgym_task(d, suite=suite or root.name, split=split)
+        except TaskError as e:
+            report.errors.append(e)
+            continue
+        if t.task_id in seen:
+            report.errors.append(TaskError(f"{d.name}/{DATA_ENTRY}", "task_id",
+                                           f"duplicate of {seen[t.task_id]} ({t.task_id!r})"))
+            continue
+        seen[t.task_id] = d.name
+        report.tasks.append(t)
+    return report
+
+
+def _data_entry_text(task: Task) -> str:
+    raw = task.source.get("data_entry") if task.source.get("format") == FORMAT else None
+    if isinstance(raw, str):
+        try:
+            d = json.loads(raw)
+            if d.get("task_id") == task.task_id and d.get("user_query") == task.instruction:
+                return raw
+        except (json.JSONDecodeError, AttributeError):
+            pass
+    grading = "hybrid" if task.verifier.rubric and task.verifier.kind != "none" else (
+        "llm_judge" if task.verifier.kind == "none" else "automated")
+    label = CATEGORY_LABELS.get(task.category, task.category)
+    entry = {"task_id": task.task_id, "user_query": task.instruction, "input_mount_dir": task.workspace_dir,
+             "metadata": {"category": label, "grading_type": grading}}
+    return json.dumps(entry, indent=2, ensure_ascii=False) + "\n"
+
+
+def reward_files_for(task: Task) -> list[File]:
+    """The reward/ folder a task exports as: its own for reward_dir tasks; for grade() tasks a check.py
+    (the code + a main printing grade([], ws) as JSON) and the standard reward.sh."""
+    v = task.verifier
+    if v.kind == "reward_dir":
+        files = list(v.reward_files)
+    elif v.kind == "grade":
+        code = (v.code or "").rstrip("\n") + "\n" + GRADE_MAIN
+        sh = STANDARD_REWARD_SH.format(ws=task.workspace_dir)
+        files = [File(path="check.py", content=code.encode(), mode=0o644),
+                 File(path="reward.sh", content=sh.encode(), mode=0o755)]
+    else:  # rubric only: code part scores 0 in ClawGym's harness; say so explicitly
+        files = [File(path="reward.sh", content=b"#!/usr/bin/env bash\necho 0.0\n", mode=0o755)]
+    if v.rubric and not any(f.path == RUBRIC_FILE for f in files):
+        rub = {"eval_type": "llm_rubric", "score_options": [0, 0.25, 0.5, 0.75, 1],
+               "rules": [r.model_dump(exclude_none=True) for r in v.rubric]}
+        files.append(File(path=RUBRIC_FILE, content=(json.dumps(rub, indent=2) + "\n").encode(), mode=0o644))
+    return files
+
+
+def export_clawgym_task(task: Task, out_dir: str | Path) -> Path:
+    """Write task as a ClawGym folder at out_dir (the task folder itself; replaced atomically)."""
+    out = Path(out_dir)
+    with AtomicDir(out) as tmp:
+        (tmp / DATA_ENTRY).write_text(_data_entry_text(task), encoding="utf-8")
+        (tmp / "input_files").mkdir()
+        write_tree(tmp / "input_files", task.files)
+        (tmp / "reward").mkdir()
+        write_tree(tmp / "reward", reward_files_for(task))
+    return out
+
+
+def export_clawgym_folder(tasks: list[Task], out_dir: str | Path) -> list[Path]:
+    """Each task to out_dir/<original folder name or task_id>/."""
+    out = Path(out_dir)
+    return [export_clawgym_task(t, out / str(t.source.get("dirname") or t.task_id)) for t in tasks]

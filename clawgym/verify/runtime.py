@@ -1,0 +1,241 @@
+"""Verifier runtime: run a task's code checks and rubric after the agent ends, in the same sandbox.
+
+Semantics (DESIGN §4, identical to ClawGym's harness for imported folders):
+- kind="reward_dir": whatever the agent left at <workspace>/reward is removed, the task's reward files are
+  written to reward/, then `bash reward/reward.sh` runs (cwd = workspace, timeout verifier.timeout_s,
+  120 s default). The LAST stdout line is the score. rc != 0, a non-float or a timeout -> 0.0 + error.
+- kind="grade": python3 runs in the sandbox with a small driver fed on stdin (the code and the transcript
+  as JSON); it calls grade(transcript, workspace_path) and prints the dict as JSON. Code score = plain mean
+  of the values (bools count 1/0). Crash / timeout / unparsable -> 0.0 + error. The code never touches
+  the workspace disk.
+- rubric: each rule against its file (missing file -> 0, never sent to the judge); judged on the scale
+  {0, .25, .5, .75, 1}; rubric score = mean. No judge -> OfflineJudge (proxies), marked judge="offline".
+- final score: code only -> code score; rubric only -> rubric score; both -> weights() (0.7 / 0.3).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any, Iterable
+
+from clawgym.tasks.model import Task
+from clawgym.verify.judge import Judge, JudgeError, OfflineJudge, RubricContext, RuleInput, make_judge
+from clawgym.verify.result import VerificationResult
+
+REWARD_DIR = "reward"
+RESULT_MARK = "__CLAWGYM_GRADE_RESULT__"
+TAIL = 2000
+
+# Runs inside the sandbox: `python3 -c DRIVER` with {"code", "transcript", "workspace"} on stdin.
+GRADE_DRIVER = r'''
+import json, sys, traceback
+p = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+ns = {"__name__": "clawgym_check", "__file__": "check.py"}
+try:
+    exec(compile(p["code"], "check.py", "exec"), ns)
+    g = ns.get("grade")
+    if not callable(g):
+        raise NameError("check code defines no grade(transcript, workspace_path)")
+    r = g(p["transcript"], p["workspace"])
+except BaseException:
+    sys.stderr.write(traceback.format_exc())
+    sys.exit(3)
+sys.stdout.write("\n" + "__CLAWGYM_GRADE_RESULT__" + json.dumps(r, default=repr) + "\n")
+'''
+
+
+def _tail(s: str) -> str:
+    return s[-TAIL:] if s else ""
+
+
+def mean_of_checks(data: Any) -> tuple[float, dict[str, float]]:
+    """ClawGym's reduction: a dict's values averaged (bools 1/0), or a bare number. Raises ValueError."""
+    if isinstance(data, bool):
+        return float(data), {"value": float(data)}
+    if isinstance(data, (int, float)):
+        return float(data), {"value": float(data)}
+    if not isinstance(data, dict):
+        raise ValueError(f"grade() returned {type(data).__name__}, expected dict[str, float]")
+    if not data:
+        raise ValueError("grade() returned an empty dict")
+    subs: dict[str, float] = {}
+    for k, v in data.items():
+        if isinstance(v, bool):
+            subs[str(k)] = 1.0 if v else 0.0
+        elif isinstance(v, (int, float)) and math.isfinite(v):
+            subs[str(k)] = float(v)
+        else:
+            raise ValueError(f"check {k!r} has non-numeric value {v!r}")
+    return sum(subs.values()) / len(subs), subs
+
+
+def parse_last_float(stdout: str) -> float:
+    lines = [ln for ln in stdout.splitlines() if ln.strip()]
+    if not lines:
+        raise ValueError("reward.sh printed nothing")
+    last = lines[-1].strip()
+    try:
+        x = float(last)
+    except ValueError:
+        raise ValueError(f"last stdout line is not a float: {last[:200]!r}") from None
+    if not math.isfinite(x):
+        raise ValueError(f"last stdout line is not a finite float: {last!r}")
+    return x
+
+
+def _run_reward_dir(task: Task, sandbox, res: VerificationResult) -> float:
+    v = task.verifier
+    if not any(f.path == "reward.sh" for f in v.reward_files):
+        res.add_error("code: task has no reward/reward.sh")
+        return 0.0
+    ws = sandbox.workspace
+    if ws != task.workspace_dir:
+        sh = next(f for f in v.reward_files if f.path == "reward.sh").text
+        if task.workspace_dir in sh:
+            res.add_error(f"code: reward.sh hard-codes {task.workspace_dir} but the sandbox workspace is {ws}")
+            return 0.0
+    sandbox.remove(REWARD_DIR)
+    for f in v.reward_files:
+        sandbox.write_file(f"{REWARD_DIR}/{f.path}", f.content, f.mode)
+    r = sandbox.exec(["bash", f"{REWARD_DIR}/reward.sh"], timeout=v.timeout_s, workdir=ws)
+    res.stdout_tail, res.stderr_tail = _tail(r.stdout), _tail(r.stderr)
+    if r.timed_out:
+        res.add_error(f"code: reward.sh timed out after {v.timeout_s:g} s")
+        return 0.0
+    if r.rc != 0:
+        res.add_error(f"code: reward.sh exited {r.rc}: {_tail(r.stderr.strip())[-500:]}")
+        return 0.0
+    try:
+        x = parse_last_float(r.stdout)
+    except ValueError as e:
+        res.add_error(f"code: {e}")
+        return 0.0
+    res.subscores = {"reward.sh": x}
+    return x
+
+
+def _run_grade(task: Task, sandbox, transcript: list | None, res: VerificationResult) -> float:
+    v = task.verifier
+    if not v.code:
+        res.add_error("code: verifier kind 'grade' has no code")
+        return 0.0
+    payload = json.dumps({"code": v.code, "transcript": transcript or [], "workspace": sandbox.workspace},
+                         default=str).encode()
+    r = sandbox.exec(["python3", "-c", GRADE_DRIVER], timeout=v.timeout_s, workdir=sandbox.workspace,
+                     stdin=payload)
+    res.stdout_tail, res.stderr_tail = _tail(r.stdout), _tail(r.stderr)
+    if r.timed_out:
+        res.add_error(f"code: grade() timed out after {v.timeout_s:g} s")
+        return 0.0
+    if r.rc != 0:
+        res.add_error(f"code: grade() crashed (rc {r.rc}): {_tail(r.stderr.strip())[-800:]}")
+        return 0.0
+    line = next((ln for ln in reversed(r.stdout.splitlines()) if ln.startswith(RESULT_MARK)), None)
+    if line is None:
+        res.add_error("code: grade() printed no result (output truncated?)")
+        return 0.0
+    try:
+        score, subs = mean_of_checks(json.loads(line[len(RESULT_MARK):]))
+    except (ValueError, json.JSONDecodeError) as e:
+        res.add_error(f"code: unparsable grade() result: {e}")
+        return 0.0
+    res.subscores = subs
+    return score
+
+
+def _read_text(sandbox, path: str) -> str | None:
+    try:
+        return sandbox.read_file(path).decode("utf-8", errors="replace")
+    except Exception:
+        return None
+
+
+def _run_rubric(task: Task, sandbox, transcript: list | None, judge: Judge, res: VerificationResult) -> float:
+    rules = task.verifier.rubric or []
+    try:
+        existing = set(sandbox.list_files("."))
+    except Exception:
+        existing = set()
+    ctx = RubricContext(task_id=task.task_id, instruction=task.instruction, transcript=transcript,
+                        existing_files=existing, read_text=lambda p: _read_text(sandbox, p))
+    rows: list[dict[str, Any]] = []
+    items: list[RuleInput] = []
+    slots: list[int] = []
+    for rule in rules:
+        row = {"name": rule.name, "file_path": rule.file_path, "score": 0.0, "reason": "", "error": None}
+        if rule.file_path:
+            content = _read_text(sandbox, rule.file_path)
+            if content is None:
+                row["reason"] = "missing file"
+                rows.append(row)
+                continue
+        else:
+            content = None
+        slots.append(len(rows))
+        rows.append(row)
+        items.append(RuleInput(rule=rule, content=content))
+    if items:
+        try:
+            out = judge.score_rules(ctx, items)
+            if len(out) != len(items):
+                raise JudgeError(f"judge returned {len(out)} scores for {len(items)} rules")
+            for i, o in zip(slots, out):
+                rows[i]["score"] = float(o["score"])
+                rows[i]["reason"] = str(o.get("reason", ""))
+        except Exception as e:
+            msg = f"rubric: {e}"
+            res.add_error(msg)
+            for i in slots:
+                rows[i]["error"] = msg
+    res.rule_scores = rows
+    return sum(r["score"] for r in rows) / len(rows) if rows else 0.0
+
+
+def verify_task(task: Task, sandbox, transcript: list | None = None, judge: Judge | str | None = None
+                ) -> VerificationResult:
+    """Score `task` on the sandbox's current workspace (call after the agent ends, same sandbox)."""
+    t0 = time.perf_counter()
+    v = task.verifier
+    res = VerificationResult(task_id=task.task_id, score=0.0, weights=v.weights())
+    if v.kind != "none":
+        tc = time.perf_counter()
+        try:
+            code = _run_reward_dir(task, sandbox, res) if v.kind == "reward_dir" else \
+                _run_grade(task, sandbox, transcript, res)
+        except Exception as e:  # the sandbox itself failed: record, score 0 (callers may treat as infra)
+            res.add_error(f"code: sandbox error: {type(e).__name__}: {e}")
+            code = 0.0
+        res.code_score = code
+        res.code_duration_s = time.perf_counter() - tc
+    if v.rubric:
+        j = judge if (judge is not None and not isinstance(judge, str)) else make_judge(judge)
+        res.judge = getattr(j, "name", type(j).__name__)
+        tr = time.perf_counter()
+        res.rubric_score = _run_rubric(task, sandbox, transcript, j, res)
+        res.rubric_duration_s = time.perf_counter() - tr
+    if res.code_score is not None and res.rubric_score is not None:
+        wc, wr = v.weights()
+        res.score = wc * res.code_score + wr * res.rubric_score
+    elif res.code_score is not None:
+        res.score = res.code_score
+    elif res.rubric_score is not None:
+        res.score = res.rubric_score
+    res.duration_s = time.perf_counter() - t0
+    return res
+
+
+def verify_noop(task: Task, factory, judge: Judge | str | None = None) -> VerificationResult:
+    """The no-op score: open a sandbox holding task.files, verify without any agent action."""
+    with factory.open(task.files) as sb:
+        return verify_task(task, sb, transcript=[], judge=judge)
+
+
+def verify_noop_many(tasks: Iterable[Task], factory, judge: Judge | str | None = None
+                     ) -> list[VerificationResult]:
+    return [verify_noop(t, factory, judge) for t in tasks]
+
+
+__all__ = ["verify_task", "verify_noop", "verify_noop_many", "mean_of_checks", "parse_last_float",
+           "GRADE_DRIVER", "OfflineJudge"]
