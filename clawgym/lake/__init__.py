@@ -1,0 +1,8 @@
+"""The lake: table schemas, atomic Parquet writes, hive partitions, the DuckDB catalog (DESIGN §7)."""
+
+from clawgym.lake.catalog import default_db_path, query, refresh_catalog, view_sql  # noqa: F401
+from clawgym.lake.io import (  # noqa: F401
+    REPO_ROOT, append_rows, atomic_write_parquet, column_values, data_root, lake_root, list_partitions,
+    partition_dir, read_table, table_dir, to_table, write_table,
+)
+from clawgym.lake.schemas import PARTITIONS, SCHEMAS, TABLES, file_schema, schema  # noqa: F401

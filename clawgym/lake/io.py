@@ -1,0 +1,182 @@
+"""Paths, atomic Parquet writes and hive-partitioned part files of the lake (DESIGN §7).
+
+Layout: ``<data root>/lake/<table>/[k=v/…]/part-<stamp>-<rand>.parquet``. Every file is written to a
+temp name that does not end in ``.parquet`` and then ``os.replace``d into place, so readers (DuckDB
+globs, pyarrow datasets) never see a half-written file and a killed run leaves none behind.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import secrets
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from clawgym.lake.schemas import PARTITIONS, file_schema, schema
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+_SAFE = re.compile(r"^[A-Za-z0-9._+@-]+$")
+
+
+def data_root() -> Path:
+    """$CLAWGYM_DATA, else <repo>/data."""
+    return Path(os.environ.get("CLAWGYM_DATA") or REPO_ROOT / "data").resolve()
+
+
+def lake_root(root: str | Path | None = None) -> Path:
+    return Path(root).resolve() if root else data_root() / "lake"
+
+
+def table_dir(name: str, root: str | Path | None = None) -> Path:
+    schema(name)  # validates the name
+    return lake_root(root) / name
+
+
+def _check_value(col: str, v: Any) -> str:
+    s = str(v)
+    if not _SAFE.match(s):
+        raise ValueError(f"partition value {col}={s!r} must match {_SAFE.pattern}")
+    return s
+
+
+def partition_dir(name: str, partitions: Mapping[str, Any] | None = None, root: str | Path | None = None) -> Path:
+    """Folder of one partition: every partition column of the table must be given, in any order."""
+    d = table_dir(name, root)
+    cols = PARTITIONS.get(name, ())
+    partitions = dict(partitions or {})
+    if set(partitions) != set(cols):
+        raise ValueError(f"table {name!r} is partitioned by {cols}, got {tuple(partitions)}")
+    for c in cols:
+        d = d / f"{c}={_check_value(c, partitions[c])}"
+    return d
+
+
+def atomic_write_parquet(table: pa.Table, path: str | Path) -> Path:
+    """Write `table` to `path` via a temp file in the same folder + os.replace (atomic on POSIX)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        pq.write_table(table, tmp, compression="zstd")
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def _jsonable(v: Any) -> str | None:
+    if v is None or isinstance(v, str):
+        return v
+    return json.dumps(v, default=str, ensure_ascii=False)
+
+
+def to_table(name: str, rows: Iterable[Mapping[str, Any]] | pa.Table, *, for_file: bool = False) -> pa.Table:
+    """Conform rows (dicts) to the table's schema: missing columns become null, extra keys are dropped,
+    ``*_json`` columns accept any JSON-able value, timestamps default to now (UTC)."""
+    sch = file_schema(name) if for_file else schema(name)
+    if isinstance(rows, pa.Table):
+        rows = rows.to_pylist()
+    rows = list(rows)
+    now = _dt.datetime.now(_dt.timezone.utc)
+    cols: dict[str, list] = {}
+    for f in sch:
+        vals = [r.get(f.name) for r in rows]
+        if f.name.endswith("_json"):
+            vals = [_jsonable(v) for v in vals]
+        elif pa.types.is_timestamp(f.type):
+            vals = [now if v is None else v for v in vals]
+        elif pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
+            vals = [None if v is None else str(v) for v in vals]
+        elif pa.types.is_floating(f.type):
+            vals = [None if v is None else float(v) for v in vals]
+        elif pa.types.is_integer(f.type):
+            vals = [None if v is None else int(v) for v in vals]
+        cols[f.name] = vals
+    return pa.Table.from_pydict(cols, schema=sch)
+
+
+def _part_name() -> str:
+    return f"part-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}.parquet"
+
+
+def write_table(name: str, rows, partitions: Mapping[str, Any] | None = None, *, mode: str = "overwrite",
+                root: str | Path | None = None) -> Path:
+    """Write rows into a table (or one partition of a partitioned table).
+
+    mode="append" adds one new part file; mode="overwrite" adds it and then removes the older parts of
+    that folder (never touching other partitions). Returns the new file's path.
+    """
+    if mode not in ("append", "overwrite"):
+        raise ValueError(f"mode must be append|overwrite, got {mode!r}")
+    cols = PARTITIONS.get(name, ())
+    d = partition_dir(name, partitions, root) if cols else table_dir(name, root)
+    if cols:
+        rows = [{**r, **{c: None for c in cols}} for r in (rows.to_pylist() if isinstance(rows, pa.Table) else rows)]
+    tbl = to_table(name, rows, for_file=True)
+    old = sorted(d.glob("*.parquet")) if d.exists() else []
+    path = atomic_write_parquet(tbl, d / _part_name())
+    if mode == "overwrite":
+        for p in old:
+            p.unlink(missing_ok=True)
+    return path
+
+
+def append_rows(name: str, rows, partitions: Mapping[str, Any] | None = None, root: str | Path | None = None) -> Path:
+    return write_table(name, rows, partitions, mode="append", root=root)
+
+
+def read_table(name: str, partitions: Mapping[str, Any] | None = None, root: str | Path | None = None) -> pa.Table:
+    """Read a table (optionally only the partitions matching `partitions`, a subset of the partition
+    columns) with the full schema; partition columns are filled from the folder names."""
+    sch = schema(name)
+    d = table_dir(name, root)
+    cols = PARTITIONS.get(name, ())
+    partitions = {k: str(v) for k, v in (partitions or {}).items()}
+    bad = set(partitions) - set(cols)
+    if bad:
+        raise ValueError(f"table {name!r} has no partition column(s) {sorted(bad)}")
+    pattern = "/".join(f"{c}={partitions.get(c, '*')}" for c in cols)
+    files = sorted(d.glob(f"{pattern}/*.parquet" if cols else "*.parquet")) if d.exists() else []
+    parts = []
+    for f in files:
+        t = pq.read_table(f)
+        rel = f.relative_to(d).parts[:-1]
+        for kv in rel:
+            k, v = kv.split("=", 1)
+            typ = sch.field(k).type
+            val = int(v) if pa.types.is_integer(typ) else v
+            t = t.append_column(pa.field(k, typ), pa.array([val] * t.num_rows, type=typ))
+        parts.append(t.select([c for c in sch.names if c in t.column_names]))
+    if not parts:
+        return sch.empty_table()
+    out = pa.concat_tables(parts, promote_options="permissive")
+    missing = [f for f in sch if f.name not in out.column_names]
+    for f in missing:
+        out = out.append_column(f, pa.nulls(out.num_rows, f.type))
+    return out.select(sch.names).cast(sch)
+
+
+def column_values(name: str, column: str, partitions: Mapping[str, Any] | None = None,
+                  root: str | Path | None = None) -> set:
+    """Distinct values of one column (e.g. task_ids already written to a trajectories partition)."""
+    return set(read_table(name, partitions, root).column(column).to_pylist())
+
+
+def list_partitions(name: str, root: str | Path | None = None) -> list[dict[str, str]]:
+    cols = PARTITIONS.get(name, ())
+    d = table_dir(name, root)
+    if not cols or not d.exists():
+        return []
+    out = []
+    for p in sorted(d.glob("/".join(["*"] * len(cols)))):
+        if any(p.glob("*.parquet")):
+            out.append(dict(kv.split("=", 1) for kv in p.relative_to(d).parts))
+    return out

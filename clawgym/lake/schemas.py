@@ -1,0 +1,105 @@
+"""One pyarrow schema per lake table (DESIGN §3, §7), used by writers, readers, GX checks and DuckDB views.
+
+Nested values (messages, tool calls, diffs, verifier details) are stored as JSON text in columns whose
+name ends with ``_json``; DuckDB reads them with ``json_extract``. Columns named in ``PARTITIONS`` live in
+hive folders (``policy=…/shard=…``) and are not stored inside the part files.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+S, I32, I64, F64, B = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
+TS = pa.timestamp("us", tz="UTC")
+
+
+def _schema(*fields: tuple) -> pa.Schema:
+    return pa.schema([pa.field(n, t) for n, t in fields])
+
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "tasks": _schema(
+        ("task_id", S), ("suite", S), ("split", S), ("route", S), ("family", S), ("category", S),
+        ("subcategory", S), ("persona_id", S), ("skill_ids", pa.list_(S)), ("difficulty", I32), ("seed", I64),
+        ("instruction", S), ("n_files", I32), ("workspace_bytes", I64), ("verifier_kind", S),
+        ("has_rubric", B), ("has_reference", B), ("task_json", pa.large_string()),
+    ),
+    "verifications": _schema(
+        ("task_id", S), ("suite", S), ("category", S), ("route", S), ("family", S),
+        ("kind", S),  # noop | oracle
+        ("score", F64), ("code_score", F64), ("rubric_score", F64), ("error", S),
+        ("duration_s", F64), ("details_json", S),
+    ),
+    "rejected_tasks": _schema(
+        ("task_id", S), ("route", S), ("family", S), ("category", S), ("stage", S), ("reason", S),
+        ("task_json", pa.large_string()),
+    ),
+    "task_validations": _schema(
+        ("task_id", S), ("route", S), ("family", S), ("category", S), ("passed", B),
+        ("oracle_score", F64), ("noop_score", F64), ("deterministic", B), ("issues_json", S),
+    ),
+    "trajectories": _schema(
+        ("rollout_id", S), ("task_id", S), ("suite", S), ("policy", S), ("shard", I32), ("category", S),
+        ("family", S), ("route", S), ("score", F64), ("failure_class", S), ("n_turns", I32),
+        ("n_tool_calls", I32), ("prompt_tokens", I64), ("completion_tokens", I64), ("duration_s", F64),
+        ("error", S), ("messages_json", pa.large_string()), ("tools_json", S), ("diff_json", pa.large_string()),
+        ("verification_json", S), ("run_id", S), ("created_at", TS),
+    ),
+    "steps": _schema(
+        ("rollout_id", S), ("task_id", S), ("policy", S), ("shard", I32), ("step", I32), ("role", S),
+        ("content", pa.large_string()), ("tool_name", S), ("tool_args_json", S), ("tool_result", pa.large_string()),
+        ("duration_s", F64),
+    ),
+    "sft": _schema(
+        ("sample_id", S), ("task_id", S), ("rollout_id", S), ("policy", S), ("category", S), ("score", F64),
+        ("n_turns", I32), ("n_tokens", I64), ("messages_json", pa.large_string()), ("tools_json", S),
+    ),
+    "checkpoints": _schema(
+        ("checkpoint", S), ("path", S), ("base", S), ("parent", S), ("data_version", S), ("n_samples", I64),
+        ("hyperparams_json", S), ("loss_curve_json", S), ("final_loss", F64), ("run_id", S), ("created_at", TS),
+    ),
+    "bench_results": _schema(
+        ("model", S), ("suite", S), ("task_id", S), ("category", S), ("repeat", I32), ("score", F64),
+        ("passed", B), ("failure_class", S), ("rollout_id", S), ("verification_json", S), ("run_id", S),
+    ),
+    "bench_scores": _schema(
+        ("model", S), ("suite", S), ("category", S),  # category "overall" = the whole suite
+        ("n", I32), ("mean", F64), ("ci_low", F64), ("ci_high", F64), ("pass_at_1", F64), ("pass_at_k", F64),
+        ("k", I32), ("parent", S), ("run_id", S), ("created_at", TS),
+    ),
+}
+
+# hive partition columns per table (folder order)
+PARTITIONS: dict[str, tuple[str, ...]] = {
+    "trajectories": ("policy", "shard"),
+    "steps": ("policy", "shard"),
+    "bench_results": ("model", "suite"),
+    "bench_scores": ("model", "suite"),
+}
+
+TABLES: tuple[str, ...] = tuple(SCHEMAS)
+
+
+def schema(name: str) -> pa.Schema:
+    try:
+        return SCHEMAS[name]
+    except KeyError:
+        raise KeyError(f"unknown lake table {name!r}; known: {', '.join(TABLES)}") from None
+
+
+def file_schema(name: str) -> pa.Schema:
+    """The schema of a part file: the table schema without its hive partition columns."""
+    s = schema(name)
+    for col in PARTITIONS.get(name, ()):
+        s = s.remove(s.get_field_index(col))
+    return s
+
+
+_DUCK = {
+    pa.string(): "VARCHAR", pa.large_string(): "VARCHAR", I32: "INTEGER", I64: "BIGINT", F64: "DOUBLE",
+    B: "BOOLEAN", TS: "TIMESTAMPTZ", pa.list_(S): "VARCHAR[]",
+}
+
+
+def duckdb_type(t: pa.DataType) -> str:
+    return _DUCK.get(t, "VARCHAR")

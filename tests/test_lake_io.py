@@ -1,0 +1,106 @@
+import os
+import subprocess
+import sys
+
+import pyarrow.parquet as pq
+import pytest
+
+from clawgym import lake
+
+
+@pytest.fixture()
+def root(tmp_path, monkeypatch):
+    monkeypatch.setenv("CLAWGYM_DATA", str(tmp_path / "data"))
+    return tmp_path / "data"
+
+
+def test_data_root_from_env(root):
+    assert lake.data_root() == root.resolve()
+    assert lake.table_dir("tasks") == root.resolve() / "lake" / "tasks"
+
+
+def test_unknown_table_and_bad_partition(root):
+    with pytest.raises(KeyError, match="unknown lake table"):
+        lake.table_dir("nope")
+    with pytest.raises(ValueError, match="partitioned by"):
+        lake.write_table("trajectories", [{"task_id": "a"}], {"policy": "p"})
+    with pytest.raises(ValueError, match="must match"):
+        lake.write_table("trajectories", [{"task_id": "a"}], {"policy": "a/b", "shard": 0})
+
+
+def test_conform_and_roundtrip(root):
+    lake.write_table("tasks", [{"task_id": "t1", "difficulty": 3, "skill_ids": ["s"], "extra": 1},
+                               {"task_id": "t2", "instruction": "do"}])
+    t = lake.read_table("tasks")
+    assert t.schema == lake.schema("tasks")
+    assert t.column("task_id").to_pylist() == ["t1", "t2"]
+    assert t.column("difficulty").to_pylist() == [3, None]
+    # overwrite replaces
+    lake.write_table("tasks", [{"task_id": "t3"}])
+    assert lake.read_table("tasks").column("task_id").to_pylist() == ["t3"]
+    assert len(list(lake.table_dir("tasks").glob("*.parquet"))) == 1
+
+
+def test_hive_partitions_append_and_resume(root):
+    p = {"policy": "oracle", "shard": 1}
+    f1 = lake.append_rows("trajectories", [{"rollout_id": "r1", "task_id": "a", "score": 1.0,
+                                            "messages_json": [{"role": "user", "content": "x"}]}], p)
+    lake.append_rows("trajectories", [{"rollout_id": "r2", "task_id": "b", "score": 0.5}], p)
+    lake.append_rows("trajectories", [{"rollout_id": "r3", "task_id": "c", "score": 0.0}], {"policy": "noop", "shard": 1})
+    assert f1.parent == root.resolve() / "lake" / "trajectories" / "policy=oracle" / "shard=1"
+    assert "policy" not in pq.read_schema(f1).names  # partition columns live in the folder names
+    assert lake.column_values("trajectories", "task_id", p) == {"a", "b"}
+    assert lake.column_values("trajectories", "task_id", {"policy": "noop"}) == {"c"}
+    t = lake.read_table("trajectories")
+    assert t.num_rows == 3 and set(t.column("shard").to_pylist()) == {1}
+    msgs = dict(zip(t.column("rollout_id").to_pylist(), t.column("messages_json").to_pylist()))
+    assert msgs["r1"].startswith('[{"role"') and msgs["r2"] is None
+    assert lake.list_partitions("trajectories") == [{"policy": "noop", "shard": "1"}, {"policy": "oracle", "shard": "1"}]
+
+
+def test_atomic_write_leaves_no_temp_on_failure(root, tmp_path):
+    import pyarrow as pa
+
+    target = tmp_path / "x" / "f.parquet"
+    lake.atomic_write_parquet(pa.table({"a": [1]}), target)
+    assert pq.read_table(target).column("a").to_pylist() == [1]
+
+    with pytest.raises(Exception):
+        lake.atomic_write_parquet("not a table", target)  # type: ignore[arg-type]
+    assert sorted(p.name for p in target.parent.iterdir()) == ["f.parquet"]
+    assert pq.read_table(target).column("a").to_pylist() == [1]  # old file intact
+
+
+def test_killed_writer_leaves_no_parquet(root, tmp_path):
+    # a writer killed mid-write must leave nothing that readers glob (*.parquet)
+    code = (
+        "import os, pyarrow as pa, pyarrow.parquet as pq\n"
+        "from clawgym import lake\n"
+        "orig = pq.write_table\n"
+        "def slow(t, where, **kw):\n"
+        "    open(where, 'wb').write(b'PAR1 partial')\n"
+        "    os._exit(9)\n"
+        "pq.write_table = slow\n"
+        "lake.append_rows('steps', [{'rollout_id': 'r'}], {'policy': 'p', 'shard': 0})\n"
+    )
+    env = {**os.environ, "CLAWGYM_DATA": str(root)}
+    rc = subprocess.run([sys.executable, "-c", code], env=env).returncode
+    assert rc == 9
+    assert lake.read_table("steps").num_rows == 0
+    assert list((root / "lake" / "steps").rglob("*.parquet")) == []
+
+
+def test_catalog_with_zero_and_some_files(root):
+    db = lake.refresh_catalog(root / "c.duckdb")
+    cols, rows = lake.query("SELECT count(*) FROM trajectories", db)
+    assert rows == [(0,)]
+    cols, rows = lake.query("SELECT * FROM bench_scores", db)
+    assert cols == lake.schema("bench_scores").names and rows == []
+    lake.append_rows("trajectories", [{"rollout_id": "r1", "task_id": "a", "category": "x", "score": 1.0}],
+                     {"policy": "oracle", "shard": 0})
+    lake.append_rows("trajectories", [{"rollout_id": "r2", "task_id": "b", "category": "x", "score": 0.0}],
+                     {"policy": "noop", "shard": 3})
+    cols, rows = lake.query("SELECT policy, shard, avg(score) FROM trajectories GROUP BY ALL ORDER BY 1", db)
+    assert rows == [("noop", 3, 0.0), ("oracle", 0, 1.0)]
+    lake.write_table("tasks", [{"task_id": "t"}])
+    assert lake.query("SELECT task_id FROM tasks", db)[1] == [("t",)]
