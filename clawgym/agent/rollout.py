@@ -1,0 +1,207 @@
+"""Rollouts: one task × one policy × one runtime → a Rollout record (trajectory, diff, verification, score).
+
+    run_rollout(task, policy, factory, limits=Limits(), judge=None, runtime="builtin"|"openclaw") -> Rollout
+
+Infra failures (endpoint down after retries, sandbox broken) are retried at rollout level
+(`attempts`) and, if they persist, stored with ``failure_class="infra"`` and ``score=None`` — never 0.
+Everything stored is passed through secret redaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from clawgym.agent.loop import Limits, LoopResult, count_tool_calls, run_builtin, tool_types
+from clawgym.agent.policies import Endpoint, PolicySpec, RetryPolicy, get_policy, open_endpoint
+from clawgym.agent.secrets import redact, redact_obj
+from clawgym.agent.tools import TOOL_SCHEMAS
+from clawgym.sandbox.base import SandboxError, SandboxFactory
+
+FailureClass = Literal["ok", "agent_error", "limit", "infra"]
+Runtime = Literal["builtin", "openclaw"]
+
+
+class Rollout(BaseModel):
+    rollout_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:16])
+    task_id: str
+    suite: str = "default"
+    category: str = ""
+    family: str = ""
+    route: str = ""
+    policy: str
+    runtime: str = "builtin"
+    messages: list[dict] = Field(default_factory=list)
+    tools: list[dict] = Field(default_factory=list)
+    turns: int = 0
+    tool_calls: int = 0
+    tool_types: list[str] = Field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    wall_s: float = 0.0
+    failure_class: FailureClass = "ok"
+    error: str | None = None
+    workspace_diff: list[dict] = Field(default_factory=list)  # {path, change: added|modified|deleted, size}
+    verification: dict | None = None
+    score: float | None = None
+    attempt: int = 1
+    infra_errors: list[str] = Field(default_factory=list)  # errors of earlier, retried attempts
+    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+
+    def to_row(self, shard: int = 0, run_id: str = "") -> dict[str, Any]:
+        """A flat row in the lake's `trajectories` schema (nested values as JSON text)."""
+        return {
+            "rollout_id": self.rollout_id, "task_id": self.task_id, "suite": self.suite, "policy": self.policy,
+            "shard": shard, "category": self.category, "family": self.family, "route": self.route,
+            "score": self.score, "failure_class": self.failure_class, "n_turns": self.turns,
+            "n_tool_calls": self.tool_calls, "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens, "duration_s": self.wall_s, "error": self.error,
+            "messages_json": json.dumps(self.messages, ensure_ascii=False, default=str),
+            "tools_json": json.dumps(self.tools, ensure_ascii=False),
+            "diff_json": json.dumps(self.workspace_diff, ensure_ascii=False),
+            "verification_json": json.dumps(self.verification, ensure_ascii=False, default=str)
+            if self.verification is not None else None,
+            "run_id": run_id, "created_at": self.created_at,
+        }
+
+    def steps(self, shard: int = 0) -> list[dict[str, Any]]:
+        """One row per tool call in the lake's `steps` schema (call, arguments and its result)."""
+        results = {m.get("tool_call_id"): m for m in self.messages if m.get("role") == "tool"}
+        rows = []
+        for m in self.messages:
+            if m.get("role") != "assistant":
+                continue
+            for tc in m.get("tool_calls") or []:
+                fn = tc.get("function") or {}
+                res = results.get(tc.get("id")) or {}
+                rows.append({"rollout_id": self.rollout_id, "task_id": self.task_id, "policy": self.policy,
+                             "shard": shard, "step": len(rows), "role": "assistant",
+                             "content": m.get("content") or "", "tool_name": fn.get("name"),
+                             "tool_args_json": fn.get("arguments") if isinstance(fn.get("arguments"), str)
+                             else json.dumps(fn.get("arguments")),
+                             "tool_result": _text(res.get("content")), "duration_s": None})
+        return rows
+
+
+def _text(c: Any) -> str:
+    if c is None:
+        return ""
+    if isinstance(c, str):
+        return c
+    if isinstance(c, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in c)
+    return str(c)
+
+
+def workspace_diff(before: dict[str, bytes], after: dict[str, bytes]) -> list[dict]:
+    out = []
+    for p in sorted(set(before) | set(after)):
+        if p not in after:
+            out.append({"path": p, "change": "deleted", "size": 0})
+        elif p not in before:
+            out.append({"path": p, "change": "added", "size": len(after[p])})
+        elif before[p] != after[p]:
+            out.append({"path": p, "change": "modified", "size": len(after[p])})
+    return out
+
+
+def _endpoint_cm(spec: "PolicySpec | Endpoint", task):
+    if isinstance(spec, Endpoint):
+        if spec.kind in ("oracle", "noop"):
+            from clawgym.agent.servers import shared_policy_server
+
+            shared_policy_server().register(task)
+        return contextlib.nullcontext(spec)
+    return open_endpoint(spec, tasks=[task])
+
+
+def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, limits: Limits, judge, runtime: str,
+             retry: RetryPolicy | None, openclaw_opts: dict | None) -> Rollout:
+    t0 = time.monotonic()
+    ro = Rollout(task_id=task.task_id, suite=task.suite, category=task.category, family=task.family,
+                 route=task.route, policy=getattr(spec, "name", None) or spec.policy, runtime=runtime, tools=TOOL_SCHEMAS)
+    try:
+        sandbox = factory.open(task.files)
+    except Exception as e:
+        ro.failure_class, ro.error = "infra", f"sandbox could not start: {type(e).__name__}: {e}"
+        ro.wall_s = time.monotonic() - t0
+        return ro
+    try:
+        with _endpoint_cm(spec, task) as ep:
+            if runtime == "openclaw":
+                from clawgym.agent.openclaw import run_openclaw
+
+                lr, tools = run_openclaw(task, ep, sandbox, limits, **(openclaw_opts or {}))
+                ro.tools = tools or []
+            else:
+                lr = run_builtin(task, ep, sandbox, limits, retry=retry)
+        ro.messages = lr.messages
+        ro.turns, ro.prompt_tokens, ro.completion_tokens = lr.turns, lr.prompt_tokens, lr.completion_tokens
+        ro.tool_calls = count_tool_calls(lr.messages)
+        ro.tool_types = tool_types(lr.messages)
+        ro.failure_class, ro.error = lr.failure_class, lr.error
+        if ro.failure_class != "infra":
+            try:
+                after = sandbox.snapshot()
+            except SandboxError as e:
+                ro.failure_class, ro.error = "infra", f"sandbox: {e}"
+            else:
+                before = task.file_map()
+                ro.workspace_diff = workspace_diff(before, after)
+                from clawgym.verify import verify_task
+
+                v = verify_task(task, sandbox, ro.messages, judge)
+                ro.verification = v.to_dict()
+                ro.score = float(v.score)
+    except SandboxError as e:
+        ro.failure_class, ro.error = "infra", f"sandbox: {e}"
+    except Exception as e:  # a bug or an unexpected failure in our own machinery: not the agent's
+        ro.failure_class, ro.error = "infra", f"{type(e).__name__}: {e}"
+    finally:
+        try:
+            sandbox.close()
+        except Exception:
+            pass
+    if ro.failure_class == "infra":
+        ro.score = None
+    ro.wall_s = time.monotonic() - t0
+    return ro
+
+
+def run_rollout(task, policy: str | PolicySpec | Endpoint, factory: SandboxFactory, limits: Limits | None = None,
+                judge=None, runtime: Runtime = "builtin", attempts: int = 3, retry: RetryPolicy | None = None,
+                retry_wait_s: float = 2.0, openclaw_opts: dict | None = None) -> Rollout:
+    """Run one rollout; infra failures are retried up to `attempts` times (score None if they persist)."""
+    spec = policy if isinstance(policy, Endpoint) else get_policy(policy)
+    limits = limits or Limits()
+    errors: list[str] = []
+    ro: Rollout | None = None
+    for i in range(1, max(1, attempts) + 1):
+        ro = _attempt(task, spec, factory, limits, judge, runtime, retry, openclaw_opts)
+        ro.attempt = i
+        ro.infra_errors = list(errors)
+        if ro.failure_class != "infra":
+            break
+        errors.append(ro.error or "infra")
+        if i < attempts:
+            time.sleep(retry_wait_s * i)
+    assert ro is not None
+    extra = [spec.api_key_env] if spec.api_key_env else []
+    data = redact_obj(ro.model_dump(mode="python"), extra)
+    out = Rollout.model_validate(data)
+    out.error = redact(out.error, extra) if out.error else out.error
+    return out
+
+
+def rollout_id_for(task_id: str, policy: str, repeat: int = 0) -> str:
+    return hashlib.sha1(f"{task_id}|{policy}|{repeat}".encode()).hexdigest()[:16]
+
+
+__all__ = ["Rollout", "run_rollout", "workspace_diff", "Limits", "FailureClass", "rollout_id_for"]

@@ -1,0 +1,52 @@
+"""Secrets never leave the process: values of API-key-like environment variables are redacted
+from anything clawgym stores (trajectories, proxy logs, errors)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any, Iterable
+
+REDACTED = "[REDACTED]"
+_SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
+_BEARER = re.compile(r"(Bearer\s+)[A-Za-z0-9._\-]{12,}")
+_SK = re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}")
+
+
+def secret_values(extra_env: Iterable[str] = ()) -> list[str]:
+    """Values of env vars named like secrets (…KEY, …TOKEN, …) plus the named ones; ≥ 6 chars."""
+    names = set(n for n in extra_env if n)
+    names |= {k for k in os.environ if _SECRET_NAME.search(k)}
+    vals = {os.environ.get(n, "") for n in names}
+    return sorted((v for v in vals if len(v) >= 6), key=len, reverse=True)
+
+
+def redact(text: str, extra_env: Iterable[str] = ()) -> str:
+    if not text:
+        return text
+    for v in secret_values(extra_env):
+        if v in text:
+            text = text.replace(v, REDACTED)
+        ev = json.dumps(v)[1:-1]  # the JSON-escaped form
+        if ev != v and ev in text:
+            text = text.replace(ev, REDACTED)
+    text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
+    return _SK.sub(REDACTED, text)
+
+
+def redact_obj(obj: Any, extra_env: Iterable[str] = ()) -> Any:
+    """Redact every string inside a JSON-like structure."""
+    extra = list(extra_env)
+    if isinstance(obj, str):
+        return redact(obj, extra)
+    if isinstance(obj, list):
+        return [redact_obj(x, extra) for x in obj]
+    if isinstance(obj, tuple):
+        return tuple(redact_obj(x, extra) for x in obj)
+    if isinstance(obj, dict):
+        return {k: redact_obj(v, extra) for k, v in obj.items()}
+    return obj
+
+
+__all__ = ["redact", "redact_obj", "secret_values", "REDACTED"]
