@@ -1,0 +1,196 @@
+"""Per-sandbox memory + pids limits through a cgroup (v1 or v2, whichever the machine has).
+
+`Cgroup.create(name, memory_mb, pids)` returns None when no writable cgroup hierarchy is
+available; callers then fall back to prlimit (per-process limits).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+
+log = logging.getLogger(__name__)
+
+ROOT = "/sys/fs/cgroup"
+
+
+def _own_path_v1(controller: str) -> str:
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, ctrls, path = line.rstrip("\n").split(":", 2)
+                if controller in ctrls.split(","):
+                    return path
+    except OSError:
+        pass
+    return "/"
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def mode() -> str | None:
+    """'v1', 'v2' or None."""
+    if os.path.exists(os.path.join(ROOT, "cgroup.controllers")):
+        return "v2"
+    if os.path.isdir(os.path.join(ROOT, "memory")) and os.path.isdir(os.path.join(ROOT, "pids")):
+        return "v1"
+    return None
+
+
+class Cgroup:
+    def __init__(self, dirs: list[str], version: str):
+        self.dirs = dirs  # one per controller (v1) or a single one (v2)
+        self.version = version
+
+    # -- creation ---------------------------------------------------------------------------
+    @classmethod
+    def create(cls, name: str, memory_mb: int, pids: int) -> "Cgroup | None":
+        if os.environ.get("CLAWGYM_SANDBOX_NO_CGROUP") == "1" or os.geteuid() != 0:
+            return None
+        m = mode()
+        try:
+            if m == "v1":
+                return cls._create_v1(name, memory_mb, pids)
+            if m == "v2":
+                return cls._create_v2(name, memory_mb, pids)
+        except OSError as e:
+            log.info("no cgroup for sandbox limits (%s); falling back to prlimit", e)
+        return None
+
+    @classmethod
+    def _create_v1(cls, name, memory_mb, pids):
+        dirs = []
+        try:
+            for ctrl in ("memory", "pids"):
+                d = os.path.join(ROOT, ctrl, _own_path_v1(ctrl).lstrip("/"), name)
+                os.mkdir(d)
+                dirs.append(d)
+            mem, pid = dirs
+            limit = str(int(memory_mb) * 1024 * 1024)
+            _write(os.path.join(mem, "memory.limit_in_bytes"), limit)
+            try:
+                _write(os.path.join(mem, "memory.memsw.limit_in_bytes"), limit)
+            except OSError:
+                pass
+            _write(os.path.join(pid, "pids.max"), str(int(pids)))
+        except BaseException:
+            for d in dirs:
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    pass
+            raise
+        return cls(dirs, "v1")
+
+    @classmethod
+    def _create_v2(cls, name, memory_mb, pids):
+        parent = os.path.join(ROOT, "clawgym")
+        os.makedirs(parent, exist_ok=True)
+        for d in (ROOT, parent):
+            with open(os.path.join(d, "cgroup.subtree_control")) as f:
+                have = f.read().split()
+            want = [c for c in ("memory", "pids") if c not in have]
+            if want:
+                _write(os.path.join(d, "cgroup.subtree_control"), " ".join("+" + c for c in want))
+        d = os.path.join(parent, name)
+        os.mkdir(d)
+        try:
+            _write(os.path.join(d, "memory.max"), str(int(memory_mb) * 1024 * 1024))
+            try:
+                _write(os.path.join(d, "memory.swap.max"), "0")
+            except OSError:
+                pass
+            _write(os.path.join(d, "pids.max"), str(int(pids)))
+        except BaseException:
+            os.rmdir(d)
+            raise
+        return cls([d], "v2")
+
+    # -- use ----------------------------------------------------------------------------------
+    def procs_files(self) -> list[str]:
+        return [os.path.join(d, "cgroup.procs") for d in self.dirs]
+
+    def shell_join_prefix(self) -> list[str]:
+        """argv prefix that moves the process into this cgroup, then execs the rest."""
+        script = "; ".join(f'echo $$ > "{p}"' for p in self.procs_files()) + '; exec "$@"'
+        return ["/bin/sh", "-c", script, "sh"]
+
+    def pids(self) -> list[int]:
+        out: set[int] = set()
+        for p in self.procs_files():
+            try:
+                with open(p) as f:
+                    out.update(int(x) for x in f.read().split())
+            except (OSError, ValueError):
+                pass
+        return sorted(out)
+
+    def kill_all(self, timeout: float = 5.0) -> bool:
+        """SIGKILL every process in the cgroup until it is empty (loops: a fork bomb respawns)."""
+        deadline = time.monotonic() + timeout
+        freezer_done = False
+        while True:
+            pids = self.pids()
+            if not pids:
+                return True
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            if time.monotonic() > deadline:
+                log.warning("cgroup %s still has processes %s", self.dirs, pids[:10])
+                return False
+            time.sleep(0.005 if not freezer_done else 0.05)
+            freezer_done = True
+
+    def memory_failcnt(self) -> int:
+        for d in self.dirs:
+            for fn in ("memory.failcnt", "memory.events"):
+                p = os.path.join(d, fn)
+                if os.path.exists(p):
+                    with open(p) as f:
+                        txt = f.read()
+                    if fn == "memory.failcnt":
+                        return int(txt.strip() or 0)
+                    for line in txt.splitlines():
+                        if line.startswith("max "):
+                            return int(line.split()[1])
+        return 0
+
+    def remove(self) -> None:
+        self.kill_all()
+        for d in self.dirs:
+            for _ in range(50):
+                try:
+                    os.rmdir(d)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:  # EBUSY while the last process is being reaped
+                    time.sleep(0.01)
+
+
+def our_cgroups(prefix: str) -> list[str]:
+    """Cgroup dirs whose name starts with prefix (under our own v1 paths or the v2 parent)."""
+    out = []
+    m = mode()
+    bases = []
+    if m == "v1":
+        for ctrl in ("memory", "pids"):
+            bases.append(os.path.join(ROOT, ctrl, _own_path_v1(ctrl).lstrip("/")))
+    elif m == "v2":
+        bases.append(os.path.join(ROOT, "clawgym"))
+    for b in bases:
+        try:
+            for n in os.listdir(b):
+                if n.startswith(prefix) and os.path.isdir(os.path.join(b, n)):
+                    out.append(os.path.join(b, n))
+        except OSError:
+            pass
+    return out

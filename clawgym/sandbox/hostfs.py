@@ -1,0 +1,511 @@
+"""Host-side pieces shared by the backends.
+
+* `HostFS`: read/write/list/remove files of a sandbox from the host without ever following a
+  symlink (every path component is opened with O_NOFOLLOW relative to its parent's fd) and without
+  blocking on FIFOs (O_NONBLOCK + a regular-file check).
+* `StateDir`: the per-sandbox writable state (HOME=/root, /tmp, the workspace) on a size-limited
+  tmpfs mounted on the host (`mount -t tmpfs -o size=<disk_mb>m`), so a disk bomb fills the
+  sandbox, not the host. Without root it falls back to a plain temp dir (no size limit).
+* `run_capture`: run a host process with a deadline and capped output (used by bwrap and local).
+
+Errors of host-side file access are OSError subclasses: FileNotFoundError (missing),
+IsADirectoryError, NotADirectoryError, PermissionError (a symlink, a FIFO/device, a path outside
+the workspace and /tmp).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import logging
+import os
+import posixpath
+import secrets
+import selectors
+import signal
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+PREFIX = "clawgym-sbx-"  # every temp dir / mount / cgroup / container name we create starts with this
+SANDBOX_UID = 1000  # the unprivileged user commands run as (docker user, bwrap host uid)
+SANDBOX_GID = 1000
+HOME = "/root"  # $HOME inside the sandbox; the default workspace /root/.openclaw/workspace lies in it
+
+_O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def tmp_base() -> str:
+    return os.environ.get("CLAWGYM_SANDBOX_TMP") or tempfile.gettempdir()
+
+
+def new_name() -> str:
+    """A unique name carrying the owner pid: clawgym-sbx-<pid>-<hex>."""
+    return f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def owner_pid(name: str) -> int | None:
+    base = os.path.basename(name.rstrip("/"))
+    if not base.startswith(PREFIX):
+        return None
+    try:
+        return int(base[len(PREFIX):].split("-", 1)[0])
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# tmpfs mounts (ctypes: no `mount` process per sandbox)
+_libc = None
+
+
+def _lib():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    return _libc
+
+
+MS_NOSUID, MS_NODEV = 2, 4
+MNT_DETACH = 2
+
+
+def mount_tmpfs(target: str, size_mb: int, mode: int = 0o755) -> None:
+    opts = f"size={int(size_mb)}m,mode={mode:o}".encode()
+    if _lib().mount(b"tmpfs", target.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"mount tmpfs on {target}: {os.strerror(e)}")
+
+
+def umount(target: str) -> None:
+    if _lib().umount2(target.encode(), MNT_DETACH) != 0:
+        e = ctypes.get_errno()
+        if e not in (errno.EINVAL, errno.ENOENT):  # EINVAL: not a mount point
+            raise OSError(e, f"umount {target}: {os.strerror(e)}")
+
+
+def our_mounts() -> list[str]:
+    """Mount points (from /proc/mounts) whose last component starts with PREFIX."""
+    out = []
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 1:
+                    mp = parts[1].encode().decode("unicode_escape")
+                    if os.path.basename(mp).startswith(PREFIX):
+                        out.append(mp)
+    except OSError:
+        pass
+    return out
+
+
+def can_mount() -> bool:
+    return os.geteuid() == 0 and os.environ.get("CLAWGYM_SANDBOX_NO_TMPFS") != "1"
+
+
+# ---------------------------------------------------------------------------------------------
+class StateDir:
+    """The writable state of one sandbox: <dir>/root (HOME), <dir>/tmp, and the workspace
+    (<dir>/root/<rel> when it lies under /root, else <dir>/ws)."""
+
+    def __init__(self, workspace: str, disk_mb: int, uid: int | None, gid: int | None,
+                 tmpfs: bool | None = None):
+        self.name = new_name()
+        self.path = os.path.join(tmp_base(), self.name)
+        self.workspace = posixpath.normpath(workspace)
+        self.uid, self.gid = uid, gid
+        os.mkdir(self.path, 0o755)
+        self.mounted = False
+        try:
+            if tmpfs if tmpfs is not None else can_mount():
+                mount_tmpfs(self.path, disk_mb)
+                self.mounted = True
+            self.home = os.path.join(self.path, "root")
+            self.tmp = os.path.join(self.path, "tmp")
+            if self.workspace == HOME or self.workspace.startswith(HOME + "/"):
+                self.ws = os.path.join(self.home, os.path.relpath(self.workspace, HOME))
+                self.ws_separate = False
+            else:
+                self.ws = os.path.join(self.path, "ws")
+                self.ws_separate = True
+            for d in (self.home, self.tmp):
+                os.mkdir(d, 0o755)
+                self._own(d)
+            os.chmod(self.tmp, 0o1777)
+            # create the workspace and its parents, owned by the sandbox user
+            rel = os.path.relpath(self.ws, self.path)
+            cur = self.path
+            for part in rel.split(os.sep):
+                cur = os.path.join(cur, part)
+                if not os.path.isdir(cur):
+                    os.mkdir(cur, 0o755)
+                    self._own(cur)
+        except BaseException:
+            self.remove()
+            raise
+
+    def _own(self, p: str) -> None:
+        if self.uid is not None and os.geteuid() == 0:
+            os.chown(p, self.uid, self.gid if self.gid is not None else self.uid, follow_symlinks=False)
+
+    def remove(self) -> None:
+        if self.mounted:
+            try:
+                umount(self.path)
+            except OSError as e:  # pragma: no cover - logged, cleanup finds it later
+                log.warning("could not unmount %s: %s", self.path, e)
+            self.mounted = False
+        if os.path.lexists(self.path):
+            _rmtree(self.path)
+
+
+def _rmtree(path: str) -> None:
+    import shutil
+
+    def onerr(func, p, exc):  # make read-only dirs left by the sandbox removable
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            func(p)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=onerr)
+
+
+# ---------------------------------------------------------------------------------------------
+class HostFS:
+    """Symlink-safe file access to a sandbox's workspace (and /tmp) from the host.
+
+    `roots` maps sandbox paths to host directories, e.g. {"/root/.openclaw/workspace": "/tmp/x/ws",
+    "/tmp": "/tmp/x/tmp"}. Relative paths are relative to `workspace`.
+    """
+
+    def __init__(self, workspace: str, roots: dict[str, str], uid: int | None = None,
+                 gid: int | None = None):
+        self.workspace = posixpath.normpath(workspace)
+        self.roots = {posixpath.normpath(k): v for k, v in roots.items()}
+        self.uid, self.gid = uid, gid
+
+    # -- path mapping ---------------------------------------------------------------------
+    def split(self, path: str) -> tuple[str, str, list[str]]:
+        """-> (sandbox root, host root dir, components below it)."""
+        if not isinstance(path, str) or "\x00" in path:
+            raise PermissionError(f"{path!r}: invalid path")
+        p = path if path.startswith("/") else posixpath.join(self.workspace, path)
+        p = posixpath.normpath(p)
+        if p.startswith("//"):
+            p = p[1:]
+        # longest matching root first (the workspace may lie inside another root)
+        for root in sorted(self.roots, key=len, reverse=True):
+            if p == root or p.startswith(root.rstrip("/") + "/"):
+                rel = p[len(root):].strip("/")
+                parts = [c for c in rel.split("/") if c and c != "."]
+                if ".." in parts:
+                    raise PermissionError(f"{path}: escapes the sandbox")
+                return root, self.roots[root], parts
+        raise PermissionError(f"{path}: outside the sandbox workspace and /tmp")
+
+    def _open_root(self, host_root: str) -> int:
+        return os.open(host_root, _O_DIR)
+
+    def _walk(self, path: str, parts: list[str], host_root: str, create: bool) -> int:
+        """Open the directory parts[...] below host_root, never following symlinks."""
+        fd = self._open_root(host_root)
+        try:
+            for part in parts:
+                try:
+                    nfd = os.open(part, _O_DIR, dir_fd=fd)
+                except FileNotFoundError:
+                    if not create:
+                        raise FileNotFoundError(errno.ENOENT, "no such directory", path) from None
+                    try:
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                        self._chown(part, fd)
+                    except FileExistsError:
+                        pass
+                    nfd = os.open(part, _O_DIR, dir_fd=fd)
+                except OSError as e:
+                    if e.errno in (errno.ELOOP, errno.ENOTDIR):
+                        st = os.stat(part, dir_fd=fd, follow_symlinks=False)
+                        if stat.S_ISLNK(st.st_mode):
+                            raise PermissionError(errno.EPERM, "path goes through a symlink (not followed)", path) from None
+                        raise NotADirectoryError(errno.ENOTDIR, "not a directory", path) from None
+                    raise
+                os.close(fd)
+                fd = nfd
+            return fd
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _chown(self, name: str, dir_fd: int) -> None:
+        if self.uid is not None and os.geteuid() == 0:
+            os.chown(name, self.uid, self.gid if self.gid is not None else self.uid,
+                     dir_fd=dir_fd, follow_symlinks=False)
+
+    def host_path(self, path: str) -> str:
+        """The host path of a sandbox path (no symlink check: for display and bind mounts)."""
+        _, host_root, parts = self.split(path)
+        return os.path.join(host_root, *parts)
+
+    # -- operations -----------------------------------------------------------------------
+    def write(self, path: str, content: bytes, mode: int = 0o644) -> None:
+        if isinstance(content, str):
+            content = content.encode()
+        _, host_root, parts = self.split(path)
+        if not parts:
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+        dfd = self._walk(path, parts[:-1], host_root, create=True)
+        name = parts[-1]
+        tmp = f".{name}.clawgym-{secrets.token_hex(4)}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600, dir_fd=dfd)
+            try:
+                view = memoryview(content)
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                os.fchmod(fd, mode & 0o7777)
+                if self.uid is not None and os.geteuid() == 0:
+                    os.fchown(fd, self.uid, self.gid if self.gid is not None else self.uid)
+            finally:
+                os.close(fd)
+            try:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+            except FileNotFoundError:
+                pass
+            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)  # replaces a symlink, never follows it
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dfd)
+            except OSError:
+                pass
+            raise
+        finally:
+            os.close(dfd)
+
+    def read(self, path: str, max_bytes: int | None = None) -> bytes:
+        _, host_root, parts = self.split(path)
+        if not parts:
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+        dfd = self._walk(path, parts[:-1], host_root, create=False)
+        try:
+            try:
+                fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                             dir_fd=dfd)
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    raise PermissionError(errno.EPERM, "is a symlink (not followed)", path) from None
+                if e.errno == errno.ENOENT:
+                    raise FileNotFoundError(errno.ENOENT, "no such file", path) from None
+                if e.errno in (errno.ENXIO, errno.EOPNOTSUPP):  # socket, FIFO without writer
+                    raise PermissionError(errno.EPERM, "not a regular file", path) from None
+                raise
+        finally:
+            os.close(dfd)
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+            if not stat.S_ISREG(st.st_mode):
+                raise PermissionError(errno.EPERM, "not a regular file", path)
+            chunks, total = [], 0
+            limit = max_bytes if max_bytes is not None else -1
+            while True:
+                want = 1 << 20 if limit < 0 else min(1 << 20, limit - total)
+                if want <= 0:
+                    break
+                b = os.read(fd, want)
+                if not b:
+                    break
+                chunks.append(b)
+                total += len(b)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def list(self, path: str = ".") -> list[str]:
+        root, host_root, parts = self.split(path)
+        try:
+            dfd = self._walk(path, parts, host_root, create=False)
+        except FileNotFoundError:
+            return []
+        except NotADirectoryError:
+            return []
+        # report paths relative to the workspace when inside it, else absolute sandbox paths
+        base = posixpath.join(root, *parts)
+        ws = self.workspace
+        out = []
+        try:
+            for dirpath, _dirs, files, dirfd in os.fwalk(".", dir_fd=dfd, follow_symlinks=False):
+                for f in files:
+                    try:
+                        st = os.stat(f, dir_fd=dirfd, follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if not stat.S_ISREG(st.st_mode):
+                        continue
+                    full = posixpath.normpath(posixpath.join(base, dirpath, f))
+                    if full.startswith(ws.rstrip("/") + "/"):
+                        out.append(full[len(ws.rstrip("/")) + 1:])
+                    else:
+                        out.append(full)
+        finally:
+            os.close(dfd)
+        return sorted(out)
+
+    def remove(self, path: str) -> None:
+        _, host_root, parts = self.split(path)
+        if not parts:
+            # clearing a whole root: remove its contents
+            dfd = self._open_root(host_root)
+            try:
+                for name in os.listdir(dfd):
+                    _remove_at(dfd, name)
+            finally:
+                os.close(dfd)
+            return
+        try:
+            dfd = self._walk(path, parts[:-1], host_root, create=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        try:
+            _remove_at(dfd, parts[-1])
+        finally:
+            os.close(dfd)
+
+
+def _remove_at(dfd: int, name: str) -> None:
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        sub = os.open(name, _O_DIR, dir_fd=dfd)
+        try:
+            for child in os.listdir(sub):
+                _remove_at(sub, child)
+        finally:
+            os.close(sub)
+        os.rmdir(name, dir_fd=dfd)
+    else:
+        os.unlink(name, dir_fd=dfd)
+
+
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Captured:
+    rc: int
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool
+    truncated: bool
+    duration_s: float
+
+
+def run_capture(argv: list[str], *, env: dict[str, str] | None, cwd: str | None, timeout: float,
+                stdin: bytes | None, max_output: int,
+                on_timeout: Callable[[subprocess.Popen], None] | None = None,
+                pass_fds: tuple[int, ...] = ()) -> Captured:
+    """Run argv in its own session; stdout/stderr each capped at max_output bytes (the rest is
+    read and dropped, so a huge output never blows memory). On timeout the whole process group is
+    SIGKILLed (plus `on_timeout`, e.g. a cgroup kill) and rc=124."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        argv, env=env, cwd=cwd, start_new_session=True, pass_fds=pass_fds,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    writer = None
+    if stdin is not None:
+        def _feed():
+            try:
+                proc.stdin.write(stdin)
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+            finally:
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
+        writer = threading.Thread(target=_feed, daemon=True)
+        writer.start()
+    bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    truncated = False
+    timed_out = False
+    deadline = t0 + timeout
+    sel = selectors.DefaultSelector()
+    for f in (proc.stdout, proc.stderr):
+        os.set_blocking(f.fileno(), False)
+        sel.register(f.fileno(), selectors.EVENT_READ)
+    try:
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(timeout=min(left, 1.0)):
+                fd = key.fd
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    sel.unregister(fd)
+                    continue
+                buf = bufs[fd]
+                room = max_output - len(buf)
+                if room > 0:
+                    buf += chunk[:room]
+                if len(chunk) > room:
+                    truncated = True
+        if not timed_out:
+            left = deadline - time.monotonic()
+            try:
+                proc.wait(timeout=max(left, 0.001))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+    except BaseException:
+        _kill(proc, on_timeout)
+        raise
+    finally:
+        sel.close()
+    if timed_out:
+        _kill(proc, on_timeout)
+    rc = proc.returncode if not timed_out else 124
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    out, err = bytes(bufs[out_fd]), bytes(bufs[err_fd])
+    for f in (proc.stdout, proc.stderr):
+        f.close()
+    if writer is not None:
+        writer.join(timeout=1)
+    return Captured(rc=rc, stdout=out, stderr=err, timed_out=timed_out, truncated=truncated,
+                    duration_s=time.monotonic() - t0)
+
+
+def _kill(proc: subprocess.Popen, extra: Callable[[subprocess.Popen], None] | None) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if extra is not None:
+        try:
+            extra(proc)
+        except Exception as e:  # pragma: no cover
+            log.warning("extra kill failed: %s", e)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover
+        proc.kill()
+        proc.wait()

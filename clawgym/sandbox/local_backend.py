@@ -1,0 +1,126 @@
+"""local backend: a temp dir on the host, NO isolation. Explicit opt-in only (get_factory("local")),
+for debugging and for machines with neither docker nor bwrap; it logs a warning.
+
+The workspace is NOT at /root/.openclaw/workspace: commands run with cwd = a host temp dir
+(`sandbox.workspace`), and the env vars WORKSPACE and HOME point at it / its parent. Paths given to
+read/write/list under the configured workspace path (config.workspace) are mapped onto the temp dir.
+Timeouts still kill the whole process group; output is still capped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import threading
+import weakref
+from typing import Iterable
+
+from clawgym.sandbox import cleanup
+from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError, SandboxFactory
+from clawgym.sandbox.hostfs import HostFS, StateDir, run_capture
+
+log = logging.getLogger(__name__)
+
+
+class LocalSandbox(Sandbox):
+    backend = "local"
+
+    def __init__(self, config: SandboxConfig):
+        super().__init__(config)
+        self._state = StateDir("/root/.openclaw/workspace", config.disk_mb, None, None, tmpfs=False)
+        self._ws = self._state.ws
+        roots = {self._ws: self._ws, config.workspace: self._ws, "/tmp": self._state.tmp}
+        self.fs = HostFS(self._ws, roots)
+        self._closed = False
+        self._lock = threading.Lock()
+        cleanup.register(self)
+
+    @property
+    def workspace(self) -> str:  # the real (host) path: differs from config.workspace
+        return self._ws
+
+    host_workspace = workspace
+
+    def _check(self):
+        if self._closed:
+            raise SandboxError("sandbox is closed")
+
+    def exec(self, cmd, timeout=None, workdir=None, env=None, stdin=None, max_output=1_000_000) -> ExecResult:
+        self._check()
+        argv = ["bash", "-lc", cmd] if isinstance(cmd, str) else [str(x) for x in cmd]
+        if workdir:
+            wd = workdir
+            if wd == self.config.workspace or wd.startswith(self.config.workspace.rstrip("/") + "/"):
+                wd = self._ws + wd[len(self.config.workspace.rstrip("/")):]
+            elif not wd.startswith("/"):
+                wd = posixpath.join(self._ws, wd)
+            argv = ["/bin/sh", "-c", 'cd -- "$1" || exit 126; shift; exec "$@"', "sh", wd] + argv
+        e = dict(os.environ)
+        e.update({"HOME": self._state.home, "WORKSPACE": self._ws, "TMPDIR": self._state.tmp})
+        e.update(self.config.env)
+        if env:
+            e.update(env)
+        cap = run_capture(argv, env=e, cwd=self._ws,
+                          timeout=float(timeout if timeout is not None else self.config.default_timeout_s),
+                          stdin=stdin, max_output=max_output)
+        return ExecResult(rc=cap.rc, stdout=cap.stdout.decode("utf-8", errors="replace"),
+                          stderr=cap.stderr.decode("utf-8", errors="replace"), timed_out=cap.timed_out,
+                          duration_s=cap.duration_s, truncated=cap.truncated)
+
+    def write_file(self, path, content, mode=0o644):
+        self._check()
+        self.fs.write(path, content, mode)
+
+    def read_file(self, path, max_bytes: int | None = None):
+        self._check()
+        return self.fs.read(path, max_bytes)
+
+    def list_files(self, path="."):
+        self._check()
+        return self.fs.list(path)
+
+    def remove(self, path):
+        self._check()
+        self.fs.remove(path)
+
+    def close(self):
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._state.remove()
+        finally:
+            cleanup.unregister(self)
+
+
+class LocalFactory(SandboxFactory):
+    name = "local"
+    _is_factory = True
+
+    def __init__(self, config: SandboxConfig | None = None):
+        super().__init__(config)
+        log.warning("clawgym sandbox backend 'local': commands run on the host WITHOUT isolation "
+                    "(no network/memory/pids limits; workspace is a temp dir, see $WORKSPACE)")
+        self._sandboxes: "weakref.WeakSet[LocalSandbox]" = weakref.WeakSet()
+        self._closed = False
+        cleanup.register(self)
+
+    def open(self, files: Iterable = ()) -> LocalSandbox:
+        if self._closed:
+            raise SandboxError("factory is closed")
+        sb = LocalSandbox(self.config)
+        try:
+            sb.write_files(files)
+        except BaseException:
+            sb.close()
+            raise
+        self._sandboxes.add(sb)
+        return sb
+
+    def close(self) -> None:
+        self._closed = True
+        for sb in list(self._sandboxes):
+            sb.close()
+        cleanup.unregister(self)
