@@ -30,15 +30,19 @@ def test_unknown_table_and_bad_partition(root):
 
 def test_conform_and_roundtrip(root):
     lake.write_table("tasks", [{"task_id": "t1", "difficulty": 3, "skill_ids": ["s"], "extra": 1},
-                               {"task_id": "t2", "instruction": "do"}])
-    t = lake.read_table("tasks")
+                               {"task_id": "t2", "instruction": "do"}], {"source": "imported"})
+    t = lake.read_table("tasks", {"source": "imported"})
     assert t.schema == lake.schema("tasks")
     assert t.column("task_id").to_pylist() == ["t1", "t2"]
     assert t.column("difficulty").to_pylist() == [3, None]
     # overwrite replaces
-    lake.write_table("tasks", [{"task_id": "t3"}])
-    assert lake.read_table("tasks").column("task_id").to_pylist() == ["t3"]
-    assert len(list(lake.table_dir("tasks").glob("*.parquet"))) == 1
+    lake.write_table("tasks", [{"task_id": "t3"}], {"source": "imported"})
+    lake.write_table("tasks", [{"task_id": "t4"}], {"source": "synthetic"})
+    assert lake.read_table("tasks", {"source": "imported"}).column("task_id").to_pylist() == ["t3"]
+    assert len(list(lake.table_dir("tasks").glob("source=imported/*.parquet"))) == 1
+    lake.write_table("verifications", [{"task_id": "a"}])
+    lake.write_table("verifications", [{"task_id": "b"}])
+    assert lake.read_table("verifications").column("task_id").to_pylist() == ["b"]
 
 
 def test_hive_partitions_append_and_resume(root):
@@ -102,5 +106,5 @@ def test_catalog_with_zero_and_some_files(root):
                      {"policy": "noop", "shard": 3})
     cols, rows = lake.query("SELECT policy, shard, avg(score) FROM trajectories GROUP BY ALL ORDER BY 1", db)
     assert rows == [("noop", 3, 0.0), ("oracle", 0, 1.0)]
-    lake.write_table("tasks", [{"task_id": "t"}])
-    assert lake.query("SELECT task_id FROM tasks", db)[1] == [("t",)]
+    lake.write_table("tasks", [{"task_id": "t"}], {"source": "synthetic"})
+    assert lake.query("SELECT source, task_id FROM tasks", db)[1] == [("synthetic", "t")]

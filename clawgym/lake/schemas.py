@@ -19,6 +19,7 @@ def _schema(*fields: tuple) -> pa.Schema:
 
 SCHEMAS: dict[str, pa.Schema] = {
     "tasks": _schema(
+        ("source", S),  # which asset wrote it: imported | synthetic | bench_<suite>
         ("task_id", S), ("suite", S), ("split", S), ("route", S), ("family", S), ("category", S),
         ("subcategory", S), ("persona_id", S), ("skill_ids", pa.list_(S)), ("difficulty", I32), ("seed", I64),
         ("instruction", S), ("n_files", I32), ("workspace_bytes", I64), ("verifier_kind", S),
@@ -60,7 +61,8 @@ SCHEMAS: dict[str, pa.Schema] = {
     ),
     "bench_results": _schema(
         ("model", S), ("suite", S), ("task_id", S), ("category", S), ("repeat", I32), ("score", F64),
-        ("passed", B), ("failure_class", S), ("rollout_id", S), ("verification_json", S), ("run_id", S),
+        ("passed", B), ("failure_class", S), ("rollout_id", S), ("verification_json", S),
+        ("messages_json", pa.large_string()), ("run_id", S),
     ),
     "bench_scores": _schema(
         ("model", S), ("suite", S), ("category", S),  # category "overall" = the whole suite
@@ -71,6 +73,7 @@ SCHEMAS: dict[str, pa.Schema] = {
 
 # hive partition columns per table (folder order)
 PARTITIONS: dict[str, tuple[str, ...]] = {
+    "tasks": ("source",),
     "trajectories": ("policy", "shard"),
     "steps": ("policy", "shard"),
     "bench_results": ("model", "suite"),

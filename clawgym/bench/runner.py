@@ -1,0 +1,72 @@
+"""Running a suite for one model: policy resolution, rollouts with repeats, per-task result rows."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+_FORBIDDEN = ("/",)
+
+
+def shard_of(task_id: str, n_shards: int) -> int:
+    """Stable shard of a task (sha1, not Python's salted hash())."""
+    return int(hashlib.sha1(task_id.encode()).hexdigest(), 16) % max(1, n_shards)
+
+
+def resolve_policy(name: str, *, endpoints_json: str | None = None, checkpoints_dir: str | Path | None = None,
+                   base_model_dir: str | Path | None = None, base_policy_name: str = "smollm2-base",
+                   extra: dict | None = None):
+    """A PolicySpec for a model name: a registry entry (oracle, noop, $CLAWGYM_ENDPOINTS / endpoints_json),
+    the embedded base model (`base_policy_name`), or a checkpoint folder <checkpoints_dir>/<name>."""
+    from clawgym.agent.policies import PolicySpec, policy_registry
+
+    reg = policy_registry(endpoints_json)
+    if name in reg:
+        return reg[name]
+    extra = dict(extra or {})
+    if name == base_policy_name and base_model_dir:
+        return PolicySpec(name=name, kind="local", model=str(base_model_dir), extra={"model_path": str(base_model_dir), **extra})
+    if checkpoints_dir:
+        p = Path(checkpoints_dir) / name
+        if p.is_dir():
+            return PolicySpec(name=name, kind="local", model=str(p), extra={"model_path": str(p), **extra})
+    raise KeyError(f"unknown model/policy {name!r}: not in the endpoint registry ({sorted(reg)}), not "
+                   f"{base_policy_name!r}, and no folder {checkpoints_dir}/{name}")
+
+
+def result_row(ro, *, model: str, suite: str, repeat: int, pass_threshold: float = 1.0, run_id: str = "") -> dict:
+    """One bench_results row from a Rollout, traced to its trajectory (rollout_id, messages) and verification."""
+    score = ro.score
+    return {
+        "model": model, "suite": suite, "task_id": ro.task_id, "category": ro.category, "repeat": repeat,
+        "score": 0.0 if score is None else float(score), "passed": score is not None and score >= pass_threshold - 1e-9,
+        "failure_class": ro.failure_class, "rollout_id": ro.rollout_id,
+        "verification_json": json.dumps(ro.verification, default=str) if ro.verification is not None else None,
+        "messages_json": json.dumps(ro.messages, default=str, ensure_ascii=False), "run_id": run_id,
+    }
+
+
+def run_suite(tasks: Iterable, policy, factory, *, model: str, suite: str, repeats: int = 1, limits=None,
+              judge=None, runtime: str = "builtin", openclaw_opts: dict | None = None, run_id: str = "",
+              pass_threshold: float = 1.0, log: Callable[[str], Any] | None = None) -> list[dict]:
+    """Roll out every task `repeats` times with one live endpoint; returns bench_results rows.
+    Infra failures (score None after retries) are scored 0 here but keep failure_class="infra"."""
+    from clawgym.agent.policies import get_policy, open_endpoint
+    from clawgym.agent.rollout import run_rollout
+
+    tasks = list(tasks)
+    spec = get_policy(policy)
+    rows: list[dict] = []
+    with open_endpoint(spec, tasks) as ep:
+        for t in tasks:
+            for r in range(repeats):
+                ro = run_rollout(t, ep, factory, limits=limits, judge=judge, runtime=runtime,
+                                 openclaw_opts=openclaw_opts)
+                ro.policy = model
+                rows.append(result_row(ro, model=model, suite=suite, repeat=r, pass_threshold=pass_threshold,
+                                       run_id=run_id))
+                if log:
+                    log(f"{model} {suite} {t.task_id} r{r}: score={ro.score} {ro.failure_class}")
+    return rows
