@@ -1,5 +1,66 @@
 """The task contract and its importers/exporters."""
 
+from pathlib import Path
+
 from clawgym.tasks.model import (  # noqa: F401
-    CATEGORIES, CATEGORY_LABELS, RUBRIC_SCALE, File, RubricRule, Task, TaskError, ToolCall, Verifier,
+    CATEGORIES, CATEGORY_LABELS, RUBRIC_SCALE, File, RubricProxy, RubricRule, Task, TaskError, ToolCall, Verifier,
 )
+from clawgym.tasks._io import ImportReport  # noqa: F401
+
+
+def detect_format(path: "str | Path") -> str:
+    """'clawgym_task' | 'clawgym_folder' | 'pinchbench_file' | 'pinchbench_folder' | 'parquet'."""
+    p = Path(path)
+    if p.is_file():
+        if p.suffix == ".parquet":
+            return "parquet"
+        if p.suffix == ".md":
+            return "pinchbench_file"
+        raise TaskError(str(p), None, "unknown task format (expected .parquet, .md or a folder)")
+    if p.is_dir():
+        if (p / "data_entry.json").exists() or ((p / "reward").is_dir() and (p / "input_files").is_dir()):
+            return "clawgym_task"
+        subs = [d for d in p.iterdir() if d.is_dir() and not d.name.startswith(".")]
+        if any((d / "data_entry.json").exists() or (d / "reward").is_dir() for d in subs):
+            return "clawgym_folder"
+        if (p / "tasks").is_dir() and any((p / "tasks").glob("*.md")):
+            return "pinchbench_folder"
+        if any(p.glob("*.md")):
+            return "pinchbench_folder"
+        if any(p.glob("*.parquet")):
+            return "parquet"
+        raise TaskError(str(p), None, "no ClawGym task folders, PinchBench .md files or .parquet files found")
+    raise TaskError(str(p), None, "not found")
+
+
+def import_any(path: "str | Path", *, suite: "str | None" = None) -> ImportReport:
+    """Import tasks from any supported source, detecting the format. Errors go into the report."""
+    from clawgym.tasks import clawgym_format, parquet_io, pinchbench
+
+    p = Path(path)
+    rep = ImportReport()
+    try:
+        fmt = detect_format(p)
+        if fmt == "clawgym_task":
+            rep.tasks.append(clawgym_format.import_clawgym_task(p, suite=suite))
+        elif fmt == "clawgym_folder":
+            rep = clawgym_format.import_clawgym_folder(p, suite=suite)
+        elif fmt == "pinchbench_file":
+            rep.tasks.append(pinchbench.import_pinchbench_file(p, suite=suite))
+        elif fmt == "pinchbench_folder":
+            root = p / "tasks" if (p / "tasks").is_dir() and any((p / "tasks").glob("*.md")) else p
+            rep = pinchbench.import_pinchbench_folder(root, suite=suite or p.name)
+        else:
+            files = [p] if p.is_file() else sorted(p.glob("*.parquet"))
+            for f in files:
+                try:
+                    rep.tasks.extend(parquet_io.read_tasks_parquet(f))
+                except TaskError as e:
+                    rep.errors.append(e)
+    except TaskError as e:
+        rep.errors.append(e)
+    return rep
+
+
+__all__ = ["CATEGORIES", "CATEGORY_LABELS", "RUBRIC_SCALE", "File", "RubricProxy", "RubricRule", "Task",
+           "TaskError", "ToolCall", "Verifier", "ImportReport", "import_any", "detect_format"]

@@ -62,6 +62,8 @@ def read_tree(root: Path, label: str) -> list[File]:
             full = os.path.join(dirpath, name)
             rel = os.path.relpath(full, root).replace(os.sep, "/")
             st = os.lstat(full)
+            if stat.S_ISLNK(st.st_mode):
+                raise TaskError(f"{label}/{rel}", None, "is a symlink (not allowed in task files)")
             if not stat.S_ISREG(st.st_mode):
                 raise TaskError(f"{label}/{rel}", None, "is not a regular file")
             with open(full, "rb") as fh:

@@ -40,7 +40,10 @@ class TaskError(ValueError):
         self.file, self.field, self.problem = file, field, problem
         where = f'{file}: ' if file else ""
         what = f'"{field}" ' if field else ""
-        super().__init__(f"{where}{what}{problem}".strip())
+        if field and problem == "missing":  # reads as: task_0042/data_entry.json: missing "user_query"
+            super().__init__(f'{where}missing "{field}"')
+        else:
+            super().__init__(f"{where}{what}{problem}".strip())
 
 
 class File(BaseModel):

@@ -1,0 +1,129 @@
+"""Our canonical task form: one Parquet row per task, files inline (raw bytes), exact round trip.
+
+Nested parts that are plain data (files, reward files) are typed columns; free-form parts (rubric, reference,
+source) are JSON strings so the schema never changes when a format adds a field.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Iterable
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from clawgym.tasks._io import atomic_write_bytes
+from clawgym.tasks.model import File, RubricRule, Task, TaskError, ToolCall, Verifier
+
+FILE_TYPE = pa.struct([("path", pa.string()), ("content", pa.binary()), ("mode", pa.int32())])
+
+TASKS_SCHEMA = pa.schema([
+    ("task_id", pa.string()),
+    ("suite", pa.string()),
+    ("split", pa.string()),
+    ("route", pa.string()),
+    ("family", pa.string()),
+    ("category", pa.string()),
+    ("subcategory", pa.string()),
+    ("persona_id", pa.string()),
+    ("skill_ids", pa.list_(pa.string())),
+    ("difficulty", pa.int32()),
+    ("seed", pa.int64()),
+    ("instruction", pa.string()),
+    ("files", pa.list_(FILE_TYPE)),
+    ("verifier_kind", pa.string()),
+    ("verifier_code", pa.string()),
+    ("reward_files", pa.list_(FILE_TYPE)),
+    ("rubric_json", pa.string()),  # JSON list of RubricRule, or null
+    ("code_weight", pa.float64()),
+    ("rubric_weight", pa.float64()),
+    ("verifier_timeout_s", pa.float64()),
+    ("reference_json", pa.string()),  # JSON list of ToolCall, or null
+    ("workspace_dir", pa.string()),
+    ("timeout_s", pa.float64()),
+    ("source_json", pa.string()),
+    ("fingerprint", pa.string()),  # sha256 of instruction + workspace (derived; for dedupe/joins)
+], metadata={b"clawgym.table": b"tasks", b"clawgym.schema_version": b"1"})
+
+
+def _files(fs: list[File]) -> list[dict]:
+    return [{"path": f.path, "content": f.content, "mode": int(f.mode)} for f in fs]
+
+
+def task_to_row(t: Task) -> dict:
+    v = t.verifier
+    return {
+        "task_id": t.task_id, "suite": t.suite, "split": t.split, "route": t.route, "family": t.family,
+        "category": t.category, "subcategory": t.subcategory, "persona_id": t.persona_id,
+        "skill_ids": list(t.skill_ids), "difficulty": t.difficulty, "seed": t.seed,
+        "instruction": t.instruction, "files": _files(t.files),
+        "verifier_kind": v.kind, "verifier_code": v.code, "reward_files": _files(v.reward_files),
+        "rubric_json": None if v.rubric is None else json.dumps([r.model_dump(mode="json") for r in v.rubric]),
+        "code_weight": v.code_weight, "rubric_weight": v.rubric_weight, "verifier_timeout_s": v.timeout_s,
+        "reference_json": None if t.reference is None else json.dumps([c.model_dump(mode="json") for c in t.reference]),
+        "workspace_dir": t.workspace_dir, "timeout_s": t.timeout_s,
+        "source_json": json.dumps(t.source, sort_keys=True), "fingerprint": t.fingerprint(),
+    }
+
+
+def tasks_to_table(tasks: Iterable[Task]) -> pa.Table:
+    rows = [task_to_row(t) for t in tasks]
+    return pa.Table.from_pylist(rows, schema=TASKS_SCHEMA)
+
+
+def row_to_task(r: dict, where: str = "tasks") -> Task:
+    try:
+        rubric = r.get("rubric_json")
+        ref = r.get("reference_json")
+        return Task(
+            task_id=r["task_id"], suite=r["suite"], split=r["split"], route=r["route"], family=r["family"],
+            category=r["category"], subcategory=r["subcategory"], persona_id=r["persona_id"],
+            skill_ids=list(r["skill_ids"] or []), difficulty=r["difficulty"], seed=r["seed"],
+            instruction=r["instruction"],
+            files=[File(path=f["path"], content=f["content"], mode=f["mode"]) for f in r["files"] or []],
+            verifier=Verifier(
+                kind=r["verifier_kind"], code=r["verifier_code"],
+                reward_files=[File(path=f["path"], content=f["content"], mode=f["mode"])
+                              for f in r["reward_files"] or []],
+                rubric=None if rubric is None else [RubricRule.model_validate(x) for x in json.loads(rubric)],
+                code_weight=r["code_weight"], rubric_weight=r["rubric_weight"], timeout_s=r["verifier_timeout_s"]),
+            reference=None if ref is None else [ToolCall.model_validate(x) for x in json.loads(ref)],
+            workspace_dir=r["workspace_dir"], timeout_s=r["timeout_s"],
+            source=json.loads(r["source_json"]) if r.get("source_json") else {},
+        )
+    except KeyError as e:
+        raise TaskError(where, str(e.args[0]), "missing") from None
+    except TaskError:
+        raise
+    except Exception as e:
+        raise TaskError(where, r.get("task_id") if isinstance(r, dict) else None,
+                        f"invalid row: {str(e).splitlines()[0]}") from None
+
+
+def table_to_tasks(table: pa.Table, where: str = "tasks") -> list[Task]:
+    missing = [n for n in TASKS_SCHEMA.names if n not in table.column_names and n != "fingerprint"]
+    if missing:
+        raise TaskError(where, missing[0], "missing")
+    return [row_to_task(r, where) for r in table.to_pylist()]
+
+
+def write_tasks_parquet(tasks: Iterable[Task], path: str | Path) -> Path:
+    """Atomic: written to a temp file beside path, then os.replace."""
+    table = tasks_to_table(tasks)
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    atomic_write_bytes(Path(path), buf.getvalue())
+    return Path(path)
+
+
+def read_tasks_parquet(path: str | Path) -> list[Task]:
+    p = Path(path)
+    try:
+        table = pq.read_table(p)
+    except FileNotFoundError:
+        raise TaskError(str(p), None, "not found") from None
+    except Exception as e:
+        raise TaskError(str(p), None, f"is not a readable Parquet file: {str(e).splitlines()[0]}") from None
+    return table_to_tasks(table, p.name)

@@ -1,0 +1,361 @@
+"""PinchBench task files (pinchbench/skill tasks/*.md) <-> Task.
+
+    ---
+    id: task_01_calendar            # required
+    name: Calendar Event Creation
+    category: productivity
+    grading_type: automated | llm_judge | hybrid
+    timeout_seconds: 120
+    grading_weights: {automated: 0.5, llm_judge: 0.5}     # hybrid only (default 0.5 / 0.5)
+    workspace_files:                                      # inline or from an assets folder
+      - {path: notes.txt, content: "..."}
+      - {source: assets/sample.txt, dest: input.txt}
+    rubric_rules: [...]    # clawgym extension: RubricRule dicts (name, file_path, scores, proxy)
+    ---
+    ## Prompt / ## Expected Behavior / ## Grading Criteria
+    ## Automated Checks      (fenced python defining grade(transcript, workspace_path) -> dict)
+    ## LLM Judge Rubric      (### sub-sections = rules; "**Score 0.75**: ..." lines = levels)
+
+Byte-exact round trip: the raw file text is kept in Task.source["raw"]; export writes it back verbatim
+when it still parses to the same task, otherwise the file is generated from the task.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from clawgym.tasks._io import ImportReport, atomic_write_bytes
+from clawgym.tasks.model import CATEGORIES, File, RubricRule, Task, TaskError, Verifier
+
+FORMAT = "pinchbench"
+SECTION_PROMPT = "Prompt"
+SECTION_CHECKS = "Automated Checks"
+SECTION_RUBRIC = "LLM Judge Rubric"
+GRADING_TYPES = ("automated", "llm_judge", "hybrid")
+
+CATEGORY_MAP = {
+    "productivity": "productivity_collaboration", "calendar": "productivity_collaboration",
+    "email": "productivity_collaboration", "communication": "productivity_collaboration",
+    "coding": "software_development", "code": "software_development", "development": "software_development",
+    "writing": "content_domain_support", "content": "content_domain_support",
+    "research": "analysis_reasoning", "analysis": "analysis_reasoning", "data": "analysis_reasoning",
+    "files": "systems_automation", "file_management": "systems_automation", "automation": "systems_automation",
+    "system": "systems_automation", "planning": "planning_knowledge", "knowledge": "planning_knowledge",
+    "memory": "planning_knowledge", "organization": "planning_knowledge",
+}
+
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_SCORE_LINE = re.compile(r"^\s*(?:[-*]\s*)?\**\s*Score\s*:?\s*([01](?:\.\d+)?)\s*\**\s*[:：\-–]?\s*\**\s*(.*)$", re.I)
+_PATH_HINT = re.compile(r"`([\w.\-/]+\.[A-Za-z0-9]+)`")
+
+
+def split_front_matter(text: str, file: str) -> tuple[str, str]:
+    if not text.startswith("---"):
+        raise TaskError(file, "front matter", "missing (file must start with a '---' line)")
+    lines = text.splitlines(keepends=True)
+    if lines[0].strip() != "---":
+        raise TaskError(file, "front matter", "first line must be exactly '---'")
+    for i in range(1, len(lines)):
+        if lines[i].strip() == "---":
+            return "".join(lines[1:i]), "".join(lines[i + 1:])
+    raise TaskError(file, "front matter", "not closed by a '---' line")
+
+
+def split_sections(body: str) -> tuple[str, list[tuple[str, str]]]:
+    """(text before the first '## ' heading, [(heading, body)]); headings inside code fences ignored."""
+    pre: list[str] = []
+    sections: list[tuple[str, list[str]]] = []
+    in_fence = False
+    for line in body.splitlines(keepends=True):
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        if not in_fence and line.startswith("## "):
+            sections.append((line[3:].strip(), []))
+            continue
+        (sections[-1][1] if sections else pre).append(line)
+    return "".join(pre), [(h, "".join(b)) for h, b in sections]
+
+
+def _clean(section: str) -> str:
+    """Section body without the horizontal-rule separators PinchBench files use between sections."""
+    lines = section.strip("\n").splitlines()
+    while lines and lines[-1].strip() in ("---", "***", ""):
+        lines.pop()
+    return "\n".join(lines).strip()
+
+
+def extract_python(section: str) -> str | None:
+    m = re.search(r"```(?:python|py)\s*\n(.*?)\n\s*```", section, re.S)
+    return m.group(1) + "\n" if m else None
+
+
+def parse_rubric_section(section: str) -> list[RubricRule]:
+    """### sub-sections -> rules; '**Score 0.75**: text' lines -> levels. No sub-sections -> one rule."""
+    blocks: list[tuple[str, list[str]]] = []
+    for line in section.splitlines():
+        if line.startswith("### "):
+            blocks.append((line[4:].strip(), []))
+        elif blocks:
+            blocks[-1][1].append(line)
+    if not blocks:
+        blocks = [("llm_judge", section.splitlines())]
+    rules = []
+    for head, lines in blocks:
+        scores: dict[str, str] = {}
+        for ln in lines:
+            m = _SCORE_LINE.match(ln)
+            if m:
+                key = format(float(m.group(1)), "g")
+                scores[key] = m.group(2).strip().strip("*").strip()
+        if not scores:
+            text = "\n".join(lines).strip()
+            scores = {"0": "The criterion is not met at all.", "1": text or head}
+        hint = _PATH_HINT.search(head) or next((_PATH_HINT.search(ln) for ln in lines
+                                                 if ln.lower().lstrip("*- ").startswith("file")), None)
+        rules.append(RubricRule(name=head, file_path=hint.group(1) if hint else "", scores=scores))
+    return rules
+
+
+def _workspace_files(fm: dict, file: str, md_path: Path, assets_dir: Path | None) -> list[File]:
+    entries = fm.get("workspace_files") or []
+    if not isinstance(entries, list):
+        raise TaskError(file, "workspace_files", "must be a list")
+    out: list[File] = []
+    for i, e in enumerate(entries):
+        where = f"workspace_files[{i}]"
+        if not isinstance(e, dict):
+            raise TaskError(file, where, "must be a mapping ({path, content} or {source, dest})")
+        if "content" in e:
+            dest = e.get("path") or e.get("dest")
+            if not isinstance(dest, str):
+                raise TaskError(file, f"{where}.path", "missing")
+            c = e["content"]
+            data = c.encode() if isinstance(c, str) else None
+            if data is None:
+                raise TaskError(file, f"{where}.content", "must be a string")
+        elif "source" in e:
+            dest = e.get("dest") or Path(str(e["source"])).name
+            src = str(e["source"])
+            cands = ([assets_dir / src, assets_dir / Path(src).name] if assets_dir else []) + [
+                md_path.parent / src, md_path.parent.parent / src, md_path.parent / "assets" / src]
+            hit = next((c for c in cands if c.is_file()), None)
+            if hit is None:
+                raise TaskError(file, f"{where}.source", f"asset {src!r} not found")
+            data = hit.read_bytes()
+        else:
+            raise TaskError(file, where, "needs {path, content} or {source, dest}")
+        try:
+            dest = str(dest)
+            out.append(File(path=dest[2:] if dest.startswith("./") else dest, content=data))
+        except ValueError as ex:
+            raise TaskError(file, f"{where}.dest", str(ex).splitlines()[-1]) from None
+    return out
+
+
+def parse_pinchbench_text(text: str, file: str, md_path: Path, assets_dir: Path | None = None,
+                          suite: str | None = None) -> Task:
+    fm_text, body = split_front_matter(text, file)
+    try:
+        fm = yaml.safe_load(fm_text) or {}
+    except yaml.YAMLError as e:
+        raise TaskError(file, "front matter", f"is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(fm, dict):
+        raise TaskError(file, "front matter", "must be a mapping")
+    if not isinstance(fm.get("id"), str) or not fm["id"].strip():
+        raise TaskError(file, "id", "missing" if "id" not in fm else "must be a non-empty string")
+    gt = fm.get("grading_type", "automated")
+    if gt not in GRADING_TYPES:
+        raise TaskError(file, "grading_type", f"must be one of {', '.join(GRADING_TYPES)} (got {gt!r})")
+    preamble, sections = split_sections(body)
+    sec = {h: b for h, b in sections}
+    if SECTION_PROMPT not in sec or not _clean(sec[SECTION_PROMPT]):
+        raise TaskError(file, f"## {SECTION_PROMPT}", "missing section")
+    instruction = _clean(sec[SECTION_PROMPT])
+
+    code = None
+    if gt in ("automated", "hybrid"):
+        if SECTION_CHECKS not in sec:
+            raise TaskError(file, f"## {SECTION_CHECKS}", f"missing section (grading_type {gt})")
+        code = extract_python(sec[SECTION_CHECKS])
+        if not code or "def grade" not in code:
+            raise TaskError(file, f"## {SECTION_CHECKS}", "needs a fenced python block defining grade()")
+        try:
+            compile(code, f"{file}:{SECTION_CHECKS}", "exec")
+        except SyntaxError as e:
+            raise TaskError(file, f"## {SECTION_CHECKS}", f"SyntaxError line {e.lineno}: {e.msg}") from None
+
+    rubric = None
+    if gt in ("llm_judge", "hybrid"):
+        if fm.get("rubric_rules") is not None:
+            rr = fm["rubric_rules"]
+            if not isinstance(rr, list) or not rr:
+                raise TaskError(file, "rubric_rules", "must be a non-empty list")
+            try:
+                rubric = [RubricRule.model_validate(r) for r in rr]
+            except Exception as e:
+                raise TaskError(file, "rubric_rules", f"invalid: {str(e).splitlines()[0]}") from None
+        else:
+            if SECTION_RUBRIC not in sec or not _clean(sec[SECTION_RUBRIC]):
+                raise TaskError(file, f"## {SECTION_RUBRIC}", f"missing section (grading_type {gt})")
+            rubric = parse_rubric_section(_clean(sec[SECTION_RUBRIC]))
+
+    cw = rw = None
+    if gt == "hybrid":
+        w = fm.get("grading_weights") or {}
+        if not isinstance(w, dict):
+            raise TaskError(file, "grading_weights", "must be a mapping {automated, llm_judge}")
+        try:
+            cw, rw = float(w.get("automated", 0.5)), float(w.get("llm_judge", 0.5))
+        except (TypeError, ValueError):
+            raise TaskError(file, "grading_weights", "values must be numbers") from None
+        tot = cw + rw
+        if tot <= 0:
+            raise TaskError(file, "grading_weights", "must sum to a positive number")
+        cw, rw = cw / tot, rw / tot
+    timeout = fm.get("timeout_seconds", 600)
+    if not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise TaskError(file, "timeout_seconds", "must be a positive number")
+    files = _workspace_files(fm, file, md_path, assets_dir)
+    raw_cat = str(fm.get("category", "") or "")
+    cat = raw_cat if raw_cat in CATEGORIES else CATEGORY_MAP.get(raw_cat.lower(), raw_cat)
+    return Task(
+        task_id=fm["id"], suite=suite or md_path.parent.name or "pinchbench", split="bench", route="imported",
+        family="pinchbench", category=cat, subcategory=raw_cat,
+        instruction=instruction, files=files, timeout_s=float(timeout),
+        verifier=Verifier(kind="none" if gt == "llm_judge" else "grade", code=code, rubric=rubric,
+                          code_weight=cw, rubric_weight=rw),
+        source={"format": FORMAT, "filename": md_path.name, "raw": text, "name": fm.get("name", ""),
+                "grading_type": gt,
+                "sections": {h: _clean(b) for h, b in sections if h not in (SECTION_PROMPT,)}},
+    )
+
+
+def import_pinchbench_file(path: str | Path, assets_dir: str | Path | None = None, *,
+                           suite: str | None = None) -> Task:
+    p = Path(path)
+    file = p.name
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise TaskError(file, None, "not found") from None
+    except UnicodeDecodeError as e:
+        raise TaskError(file, None, f"is not UTF-8 text: {e}") from None
+    return parse_pinchbench_text(text, file, p, Path(assets_dir) if assets_dir else None, suite)
+
+
+def import_pinchbench_folder(dir: str | Path, assets_dir: str | Path | None = None, *,
+                             suite: str | None = None) -> ImportReport:
+    """Every *.md task file in dir (README.md and TASK_TEMPLATE.md are skipped). Bad files are reported."""
+    root = Path(dir)
+    report = ImportReport()
+    if not root.is_dir():
+        report.errors.append(TaskError(str(root), None, "is not a directory"))
+        return report
+    seen: dict[str, str] = {}
+    for p in sorted(root.glob("*.md")):
+        if p.name.lower() in ("readme.md", "task_template.md"):
+            continue
+        try:
+            t = import_pinchbench_file(p, assets_dir, suite=suite or root.name)
+        except TaskError as e:
+            report.errors.append(e)
+            continue
+        if t.task_id in seen:
+            report.errors.append(TaskError(p.name, "id", f"duplicate of {seen[t.task_id]} ({t.task_id!r})"))
+            continue
+        seen[t.task_id] = p.name
+        report.tasks.append(t)
+    return report
+
+
+# ------------------------------------------------------------------------ export ----
+def _same(a: Task, b: Task) -> bool:
+    skip = {"source", "suite"}
+    return a.model_dump(exclude=skip) == b.model_dump(exclude=skip)
+
+
+def _render_rubric(rules: list[RubricRule]) -> str:
+    out = []
+    for r in rules:
+        head = r.name if not r.file_path or r.file_path in r.name else f"{r.name} (`{r.file_path}`)"
+        out.append(f"### {head}\n")
+        for k, v in sorted(r.scores.items(), key=lambda kv: float(kv[0]), reverse=True):
+            out.append(f"**Score {float(k):g}**: {v}")
+        out.append("")
+    return "\n".join(out).strip()
+
+
+def render_pinchbench(task: Task) -> str:
+    """A fresh PinchBench file for any task (our own or imported)."""
+    v = task.verifier
+    gt = ("hybrid" if v.rubric else "automated") if v.kind != "none" else "llm_judge"
+    if v.kind == "reward_dir":
+        raise TaskError(task.task_id, "verifier.kind", "reward_dir tasks cannot be written as PinchBench files "
+                                                       "(export them as ClawGym folders)")
+    fm: dict[str, Any] = {"id": task.task_id, "name": task.source.get("name") or task.task_id,
+                          "category": task.subcategory or task.category, "grading_type": gt,
+                          "timeout_seconds": int(task.timeout_s) if float(task.timeout_s).is_integer() else task.timeout_s}
+    if gt == "hybrid":
+        wc, wr = v.weights()
+        fm["grading_weights"] = {"automated": wc, "llm_judge": wr}
+    wf = []
+    for f in task.files:
+        try:
+            wf.append({"path": f.path, "content": f.content.decode("utf-8")})
+        except UnicodeDecodeError:
+            raise TaskError(task.task_id, f"files[{f.path}]", "binary files cannot be inlined in PinchBench") from None
+    fm["workspace_files"] = wf
+    if v.rubric and any(r.proxy is not None or r.file_path for r in v.rubric):
+        fm["rubric_rules"] = [r.model_dump(exclude_none=True) for r in v.rubric]
+    secs = task.source.get("sections", {}) if task.source.get("format") == FORMAT else {}
+    parts = ["---\n" + yaml.safe_dump(fm, sort_keys=False, allow_unicode=True, width=1000) + "---\n",
+             f"## Prompt\n\n{task.instruction}\n",
+             f"## Expected Behavior\n\n{secs.get('Expected Behavior', '') or 'See the prompt.'}\n",
+             f"## Grading Criteria\n\n{secs.get('Grading Criteria', '') or '- [ ] The task is completed as asked'}\n"]
+    if v.kind == "grade":
+        parts.append(f"## Automated Checks\n\n```python\n{(v.code or '').rstrip()}\n```\n")
+    if v.rubric:
+        parts.append(f"## LLM Judge Rubric\n\n{_render_rubric(v.rubric)}\n")
+    return "\n".join(parts)
+
+
+def export_pinchbench_task(task: Task, path: str | Path) -> Path:
+    """Write task as a PinchBench .md file (atomic). Verbatim source text when it still matches."""
+    p = Path(path)
+    raw = task.source.get("raw") if task.source.get("format") == FORMAT else None
+    text = None
+    if isinstance(raw, str):
+        try:
+            again = parse_pinchbench_text(raw, p.name, p, None, task.suite)
+        except TaskError:
+            # assets may live beside the original file only: compare without files then
+            again = None
+        if again is not None and _same(again, task):
+            text = raw
+        elif again is None:
+            fm = yaml.safe_load(split_front_matter(raw, p.name)[0]) or {}
+            if any("source" in e for e in fm.get("workspace_files") or [] if isinstance(e, dict)):
+                # write the assets next to the file so the verbatim text re-imports
+                by_dest = {f.path: f for f in task.files}
+                ok = True
+                for e in fm["workspace_files"]:
+                    if isinstance(e, dict) and "source" in e:
+                        dest = str(e.get("dest") or Path(str(e["source"])).name)
+                        if dest not in by_dest or str(e["source"]).startswith("/") or ".." in str(e["source"]):
+                            ok = False
+                            break
+                        atomic_write_bytes(p.parent / str(e["source"]), by_dest[dest].content)
+                if ok:
+                    try:
+                        again = parse_pinchbench_text(raw, p.name, p, None, task.suite)
+                        text = raw if _same(again, task) else None
+                    except TaskError:
+                        text = None
+    if text is None:
+        text = render_pinchbench(task)
+    atomic_write_bytes(p, text.encode("utf-8"))
+    return p
