@@ -44,6 +44,7 @@ class LoopResult:
     error: str | None = None
     tool_durations: list[float] = field(default_factory=list)
     retries: int = 0
+    proxy_log: str | None = None  # openclaw runtime: the recording proxy's JSONL log
 
 
 def _assistant_message(msg: Any) -> dict:

@@ -262,7 +262,7 @@ class RecordingProxy:
 
 # ---- aggregation ------------------------------------------------------------------------------------
 HEARTBEAT_MARKERS = ("HEARTBEAT.md", "HEARTBEAT_OK")
-INTERNAL_MARKERS = ("<internal-context>", "[internal]", "Pre-compaction memory flush", "<system-reminder>")
+INTERNAL_MARKERS = ("<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>", "<internal-context>", "[internal]", "Pre-compaction memory flush", "<system-reminder>")
 
 
 def read_log(path: str) -> list[dict]:
@@ -336,8 +336,8 @@ def rebuild_sessions(entries: list[dict]) -> dict[str, dict]:
         kept = []
         for e in sorted(ok, key=lambda e: e.get("seq", 0)):
             msgs = e["request"].get("messages") or []
-            last = _last_user_text(msgs)
-            if _is_heartbeat(last) or _is_internal(last):
+            last = _last_user_text(clean_messages(msgs))
+            if _is_heartbeat(_last_user_text(msgs)) and not _is_internal(_last_user_text(msgs)):
                 dropped += 1
                 continue
             first = _first_user_text(msgs)

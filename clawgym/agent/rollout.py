@@ -53,6 +53,7 @@ class Rollout(BaseModel):
     score: float | None = None
     attempt: int = 1
     infra_errors: list[str] = Field(default_factory=list)  # errors of earlier, retried attempts
+    proxy_log: str | None = None  # openclaw runtime: path of the recording proxy's log
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 
     def to_row(self, shard: int = 0, run_id: str = "") -> dict[str, Any]:
@@ -147,6 +148,7 @@ def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, limit
         ro.tool_calls = count_tool_calls(lr.messages)
         ro.tool_types = tool_types(lr.messages)
         ro.failure_class, ro.error = lr.failure_class, lr.error
+        ro.proxy_log = lr.proxy_log
         if ro.failure_class != "infra":
             try:
                 after = sandbox.snapshot()

