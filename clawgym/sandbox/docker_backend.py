@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
+import signal
 import socket
 import struct
 import threading
@@ -26,7 +27,7 @@ from typing import Iterable
 
 from clawgym.sandbox import cleanup
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError, SandboxFactory
-from clawgym.sandbox.hostfs import HOME, SANDBOX_GID, SANDBOX_UID, HostFS, StateDir
+from clawgym.sandbox.hostfs import HOME, SANDBOX_GID, SANDBOX_UID, HostFS, StateDir, flood_limit
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,64 @@ class _Slot:
     def __init__(self, container_id: str, state: StateDir):
         self.id = container_id
         self.state = state
+        self.keep: set[int] = set()  # host pids of docker-init and its `sleep infinity`
+        self.procs_file: str | None = None  # host path of the container's cgroup.procs
+
+    def locate(self, api, timeout: float = 5.0) -> None:
+        """Find (from the host) the container's cgroup and its init + sleep pids, so leftover
+        processes can be killed without a docker call. Leaves procs_file None where the host's
+        /proc or cgroups are not readable (then timeouts restart the container instead)."""
+        self.procs_file, self.keep = None, set()
+        try:
+            init = int(api.inspect_container(self.id)["State"]["Pid"])
+            with open(f"/proc/{init}/cgroup") as f:
+                lines = [ln.rstrip("\n").split(":", 2) for ln in f]
+            path = None
+            for _, ctrls, p in lines:
+                if "pids" in ctrls.split(","):
+                    path = os.path.join("/sys/fs/cgroup/pids", p.lstrip("/"), "cgroup.procs")
+            if path is None:
+                for hid, _, p in lines:
+                    if hid == "0":
+                        path = os.path.join("/sys/fs/cgroup", p.lstrip("/"), "cgroup.procs")
+            end = time.monotonic() + timeout
+            children: list[int] = []
+            while time.monotonic() < end:
+                with open(f"/proc/{init}/task/{init}/children") as f:
+                    children = [int(x) for x in f.read().split()]
+                if children:
+                    break
+                time.sleep(0.005)
+            if path and os.access(path, os.R_OK) and len(children) == 1:
+                self.keep = {init, children[0]}
+                self.procs_file = path
+        except (OSError, ValueError, KeyError) as e:
+            log.debug("cannot locate container %s processes from the host: %s", self.id[:12], e)
+
+    def extra_pids(self) -> list[int]:
+        with open(self.procs_file) as f:
+            return [p for p in (int(x) for x in f.read().split()) if p not in self.keep]
+
+    def sweep(self, timeout: float = 5.0) -> bool:
+        """SIGKILL every container process except init + sleep, until none is left."""
+        if self.procs_file is None or os.geteuid() != 0:
+            return False
+        end = time.monotonic() + timeout
+        try:
+            while True:
+                pids = self.extra_pids()
+                if not pids:
+                    return True
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                if time.monotonic() > end:
+                    return False
+                time.sleep(0.002)
+        except OSError:
+            return False
 
 
 class DockerSandbox(Sandbox):
@@ -86,6 +145,10 @@ class DockerSandbox(Sandbox):
         self.fs = HostFS(config.workspace, roots, SANDBOX_UID, SANDBOX_GID)
         self._closed = False
         self._lock = threading.Lock()
+        self._restart_lock = threading.Lock()
+        self._active = 0
+        # kill what an exec left running (background jobs, fork bombs) when it ends, like bwrap
+        self.kill_background = True
         cleanup.register(self)
 
     @property
@@ -115,18 +178,45 @@ class DockerSandbox(Sandbox):
         timeout = float(timeout if timeout is not None else self.config.default_timeout_s)
         t0 = time.monotonic()
         deadline = t0 + timeout
+        flood = flood_limit(max_output)
+        with self._lock:
+            self._active += 1
         try:
-            eid = self._api.exec_create(self.container_id, argv, stdout=True, stderr=True,
-                                        stdin=stdin is not None, user=f"{SANDBOX_UID}:{SANDBOX_GID}",
-                                        environment=self._env(env), workdir=self.config.workspace)["Id"]
-            sock = self._api.exec_start(eid, socket=True)
-        except Exception as e:
-            if self._recover():
-                raise SandboxError(f"docker exec failed, container restarted: {e}") from e
-            raise SandboxError(f"docker exec failed: {e}") from e
+            try:
+                eid = self._api.exec_create(self.container_id, argv, stdout=True, stderr=True,
+                                            stdin=stdin is not None, user=f"{SANDBOX_UID}:{SANDBOX_GID}",
+                                            environment=self._env(env), workdir=self.config.workspace)["Id"]
+                sock = self._api.exec_start(eid, socket=True)
+            except Exception as e:
+                if self._recover():
+                    raise SandboxError(f"docker exec failed, container restarted: {e}") from e
+                raise SandboxError(f"docker exec failed: {e}") from e
+            try:
+                out, err, truncated, timed_out, flooded = self._pump(sock, stdin, deadline, max_output, flood)
+            except BaseException:  # Ctrl-C / error while the command runs: kill what it started
+                self._kill_all()
+                raise
+            if timed_out or flooded:
+                self._kill_all()
+            rc = 124 if timed_out else 137 if flooded else self._exit_code(eid, time.monotonic() + 10)
+            if rc is None:  # the stream ended but the exec never finished
+                self._kill_all()
+                rc, timed_out = 124, True
+        finally:
+            with self._lock:
+                self._active -= 1
+                last = self._active == 0
+            if last and not self._closed and self.kill_background:
+                self._slot.sweep()  # like bwrap: nothing an exec started outlives it
+        return ExecResult(rc=rc, stdout=out.decode("utf-8", errors="replace"),
+                          stderr=err.decode("utf-8", errors="replace"), timed_out=timed_out,
+                          duration_s=time.monotonic() - t0, truncated=truncated)
+
+    def _pump(self, sock, stdin, deadline, max_output, flood):
         raw = getattr(sock, "_sock", sock)
         bufs = {1: bytearray(), 2: bytearray()}
-        truncated = timed_out = False
+        truncated = timed_out = flooded = False
+        total = 0
         writer = None
         try:
             if stdin is not None:
@@ -155,6 +245,10 @@ class DockerSandbox(Sandbox):
                     break
                 if not chunk:
                     break
+                total += len(chunk)
+                if total > flood:
+                    truncated = flooded = True
+                    break
                 pending += chunk
                 while len(pending) >= need:
                     if want_hdr:
@@ -175,27 +269,14 @@ class DockerSandbox(Sandbox):
                         truncated = True
                     want_hdr, need = True, 8
         finally:
-            try:
-                sock.close()
-            except Exception:
-                pass
-            try:
-                raw.close()
-            except Exception:
-                pass
-        if timed_out:
-            self._kill_all()
-            rc = 124
-        else:
-            rc = self._exit_code(eid, deadline)
-            if rc is None:  # stream ended but the exec never finished: treat as timeout
-                self._kill_all()
-                rc, timed_out = 124, True
-        if writer is not None:
-            writer.join(timeout=1)
-        return ExecResult(rc=rc, stdout=bufs[1].decode("utf-8", errors="replace"),
-                          stderr=bufs[2].decode("utf-8", errors="replace"), timed_out=timed_out,
-                          duration_s=time.monotonic() - t0, truncated=truncated)
+            for x in (sock, raw):
+                try:
+                    x.close()
+                except Exception:
+                    pass
+            if writer is not None:
+                writer.join(timeout=1)
+        return bytes(bufs[1]), bytes(bufs[2]), truncated, timed_out, flooded
 
     def _exit_code(self, eid: str, deadline: float) -> int | None:
         delay = 0.002
@@ -210,20 +291,26 @@ class DockerSandbox(Sandbox):
             delay = min(delay * 2, 0.1)
 
     def _kill_all(self) -> None:
-        """Kill every process in the container (pid 1 included) and start it again."""
-        with self._lock:
+        """Kill every process the sandbox's commands started: a host-side sweep of the container's
+        cgroup (init + sleep survive); where that is impossible, SIGKILL the container (its pid
+        namespace dies) and start it again on the same state."""
+        if self._closed or self._slot.sweep():
+            return
+        with self._restart_lock:
             try:
                 self._api.kill(self.container_id)
             except Exception as e:
                 log.debug("kill %s: %s", self.container_id[:12], e)
             self._api.wait(self.container_id, timeout=30)
             self._api.start(self.container_id)
+            self._slot.locate(self._api)
 
     def _recover(self) -> bool:
         try:
             st = self._api.inspect_container(self.container_id)["State"]
             if not st.get("Running"):
                 self._api.start(self.container_id)
+                self._slot.locate(self._api)
                 return True
         except Exception:
             pass
@@ -313,7 +400,9 @@ class DockerFactory(SandboxFactory):
             if isinstance(e, Exception):
                 raise SandboxError(f"could not start a sandbox container: {e}") from e
             raise
-        return _Slot(cont.id, state)
+        slot = _Slot(cont.id, state)
+        slot.locate(self.client.api)
+        return slot
 
     def _destroy(self, slot: _Slot) -> None:
         try:

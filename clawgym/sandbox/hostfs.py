@@ -404,6 +404,12 @@ def _remove_at(dfd: int, name: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+def flood_limit(max_output: int) -> int:
+    """Total output after which a command is killed (its output beyond max_output is dropped
+    anyway): max(64 MiB, 4 x max_output). Keeps `yes` or a 1 GB dump from running for minutes."""
+    return max(64 << 20, 4 * int(max_output))
+
+
 @dataclass
 class Captured:
     rc: int
@@ -443,7 +449,9 @@ def run_capture(argv: list[str], *, env: dict[str, str] | None, cwd: str | None,
         writer.start()
     bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
     truncated = False
-    timed_out = False
+    timed_out = flooded = False
+    total = 0
+    flood = flood_limit(max_output)
     deadline = t0 + timeout
     sel = selectors.DefaultSelector()
     for f in (proc.stdout, proc.stderr):
@@ -455,6 +463,8 @@ def run_capture(argv: list[str], *, env: dict[str, str] | None, cwd: str | None,
             if left <= 0:
                 timed_out = True
                 break
+            if flooded:
+                break
             for key, _ in sel.select(timeout=min(left, 1.0)):
                 fd = key.fd
                 try:
@@ -464,13 +474,19 @@ def run_capture(argv: list[str], *, env: dict[str, str] | None, cwd: str | None,
                 if not chunk:
                     sel.unregister(fd)
                     continue
+                total += len(chunk)
+                if total > flood:
+                    truncated = flooded = True
+                    break
                 buf = bufs[fd]
                 room = max_output - len(buf)
                 if room > 0:
                     buf += chunk[:room]
                 if len(chunk) > room:
                     truncated = True
-        if not timed_out:
+        if flooded:
+            _kill(proc, on_timeout)
+        elif not timed_out:
             left = deadline - time.monotonic()
             try:
                 proc.wait(timeout=max(left, 0.001))
@@ -484,6 +500,8 @@ def run_capture(argv: list[str], *, env: dict[str, str] | None, cwd: str | None,
     if timed_out:
         _kill(proc, on_timeout)
     rc = proc.returncode if not timed_out else 124
+    if rc is not None and rc < 0:
+        rc = 128 - rc  # killed by a signal: report it the way a shell does
     out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
     out, err = bytes(bufs[out_fd]), bytes(bufs[err_fd])
     for f in (proc.stdout, proc.stderr):
