@@ -66,3 +66,29 @@ def plot_png(score_rows: Sequence[Mapping], suite: str | None = None, title: str
 
 def png_markdown(png: bytes, alt: str = "plot") -> str:
     return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
+
+
+def leaderboard_rows(score_rows: Sequence[Mapping], result_rows: Sequence[Mapping],
+                     registry: Mapping[str, Mapping] | None = None, *, n_boot: int = 2000, seed: int = 0) -> list[dict]:
+    """One row per model: overall score, parent (from the score rows or the checkpoints registry), and the
+    paired-bootstrap delta vs parent over common tasks (regression = CI entirely below 0)."""
+    from clawgym.bench.stats import compare, task_means
+
+    registry = registry or {}
+    overall = {r["model"]: r for r in score_rows if r["category"] == OVERALL}
+    per_model: dict[str, list] = {}
+    for r in result_rows:
+        per_model.setdefault(r["model"], []).append(r)
+    out = []
+    for m in sorted(overall, key=lambda m: -overall[m]["mean"]):
+        parent = overall[m].get("parent") or (registry.get(m) or {}).get("parent")
+        row = {"model": m, "overall": overall[m]["mean"], "ci_low": overall[m]["ci_low"],
+               "ci_high": overall[m]["ci_high"], "parent": parent, "delta": None, "delta_ci_low": None,
+               "delta_ci_high": None, "regression": False}
+        if parent and parent in per_model and m in per_model:
+            c = compare(task_means(per_model[m]), task_means(per_model[parent]), n_boot=n_boot, seed=seed)
+            if c.n_common:
+                row.update(delta=c.delta, delta_ci_low=c.ci_low, delta_ci_high=c.ci_high,
+                           regression=c.significant_regression)
+        out.append(row)
+    return out

@@ -18,6 +18,9 @@ def _schema(*fields: tuple) -> pa.Schema:
 
 
 SCHEMAS: dict[str, pa.Schema] = {
+    "personas": _schema(("persona_id", S), ("name", S), ("role", S), ("domain", S), ("seniority", S), ("tone", S),
+                        ("persona_json", S)),
+    "skills": _schema(("skill_id", S), ("name", S), ("description", S), ("n_operations", I32), ("skill_json", S)),
     "tasks": _schema(
         ("source", S),  # which asset wrote it: imported | synthetic | bench_<suite>
         ("task_id", S), ("suite", S), ("split", S), ("route", S), ("family", S), ("category", S),

@@ -1,0 +1,143 @@
+"""Bench domain: suites, per-model scores with CIs, the leaderboard."""
+
+from typing import List
+
+import dagster as dg
+
+from clawgym.lake.records import counts, task_row, tasks_from_table
+from clawgym_assets._util import md_counts, md_table
+from clawgym_assets.partitions import model_partitions, suite_partitions
+from clawgym_assets.synthesis import verifiers
+from clawgym_assets.training import checkpoints
+from clawgym_resources import JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
+
+GROUP = "bench"
+
+
+class BenchTasksConfig(dg.Config):
+    clawgym_dir: str = ""  # a ClawGym-Bench task folder ("" = suite left empty)
+    pinchbench_dir: str = ""  # a PinchBench tasks/ folder ("" = suite left empty)
+    limit: int = 0  # 0 = all tasks of the suite
+
+
+@dg.asset(group_name=GROUP, kinds={"python", "parquet"}, partitions_def=suite_partitions, deps=[verifiers],
+          description="Held-out suites: procedural (held-out families that passed validation), clawgym and "
+                      "pinchbench (imported from configurable folders).")
+def bench_tasks(context: dg.AssetExecutionContext, config: BenchTasksConfig, lake: LakeResource) -> dg.MaterializeResult:
+    suite = context.partition_key
+    errors = 0
+    if suite == "procedural":
+        rejected = set(lake.read("rejected_tasks").column("task_id").to_pylist())
+        tasks = [t for t in tasks_from_table(lake.read("tasks", {"source": "synthetic"}))
+                 if t.split == "bench" and t.task_id not in rejected]
+    else:
+        folder = config.clawgym_dir if suite == "clawgym" else config.pinchbench_dir
+        tasks = []
+        if folder:
+            from clawgym.bench.suites import load_suite_folder
+
+            rep = load_suite_folder(folder, suite=suite, split="bench", fmt=suite)
+            errors = len(rep.errors)
+            for e in rep.errors:
+                context.log.warning(f"import error: {e}")
+            tasks = rep.tasks
+        else:
+            context.log.info(f"suite {suite}: no folder configured; the suite is empty")
+    for t in tasks:
+        t.suite, t.split = suite, "bench"
+    if config.limit:
+        tasks = tasks[: config.limit]
+    lake.write("tasks", [task_row(t, f"bench_{suite}") for t in tasks], {"source": f"bench_{suite}"})
+    return dg.MaterializeResult(metadata={
+        "n": len(tasks), "import_errors": errors,
+        "by_category": md_counts("category", counts(t.category for t in tasks)),
+        "by_family": md_counts("family", counts(t.family for t in tasks)),
+    })
+
+
+class BenchScoresConfig(dg.Config):
+    suites: List[str] = ["procedural"]
+    repeats: int = 1  # >1 gives pass@k
+    max_turns: int = 30
+    max_wall_s: float = 600.0
+    n_boot: int = 2000
+    seed: int = 0
+    pass_threshold: float = 1.0
+
+
+@dg.asset(group_name=GROUP, kinds={"python", "parquet"}, partitions_def=model_partitions, pool="sandboxes",
+          deps=[dg.AssetDep(bench_tasks, partition_mapping=dg.AllPartitionMapping()),
+                dg.AssetDep(checkpoints, partition_mapping=dg.AllPartitionMapping())],
+          description="Per task, per category and overall scores (0–100, seeded bootstrap 95% CIs, pass@k) of one "
+                      "model / checkpoint / policy on the bench suites; every row traced to its rollout + verification.")
+def bench_scores(context: dg.AssetExecutionContext, config: BenchScoresConfig, lake: LakeResource,
+                 sandbox: SandboxResource, endpoints: ModelEndpointsResource, judge: JudgeResource,
+                 openclaw: OpenClawResource) -> dg.MaterializeResult:
+    from clawgym.agent.loop import Limits
+    from clawgym.bench.runner import run_suite
+    from clawgym.bench.stats import OVERALL, summarize
+
+    model = context.partition_key
+    spec = endpoints.policy(model)
+    reg = {r["checkpoint"]: r for r in lake.read("checkpoints").to_pylist()}
+    parent = (reg.get(model) or {}).get("parent")
+    md: dict = {}
+    all_rows: list = []
+    summary_rows: list = []
+    with sandbox.factory() as factory:
+        for suite in config.suites:
+            tasks = tasks_from_table(lake.read("tasks", {"source": f"bench_{suite}"}))
+            if not tasks:
+                context.log.warning(f"suite {suite}: no bench tasks (materialize bench_tasks[{suite}] first)")
+                continue
+            rows = run_suite(tasks, spec, factory, model=model, suite=suite, repeats=config.repeats,
+                             limits=Limits(max_turns=config.max_turns, max_wall_s=config.max_wall_s),
+                             judge=judge.judge(), runtime=openclaw.runtime(), openclaw_opts=openclaw.opts(),
+                             run_id=context.run_id, pass_threshold=config.pass_threshold, log=context.log.info)
+            lake.write("bench_results", rows, {"model": model, "suite": suite})
+            stats = summarize(rows, n_boot=config.n_boot, seed=config.seed, pass_threshold=config.pass_threshold)
+            srows = [{**s.to_dict(), "model": model, "suite": suite, "parent": parent, "run_id": context.run_id}
+                     for s in stats]
+            lake.write("bench_scores", srows, {"model": model, "suite": suite})
+            all_rows += rows
+            summary_rows += srows
+            ov = next(s for s in stats if s.category == OVERALL)
+            md[f"{suite}/overall"] = dg.MetadataValue.float(round(ov.mean, 2))
+            md[f"{suite}/ci95"] = f"[{ov.ci_low:.1f}, {ov.ci_high:.1f}]"
+            md[f"{suite}/by_category"] = md_table(
+                ["category", "n", "mean", "ci_low", "ci_high", "pass@1", f"pass@{ov.k}"],
+                [[s.category, s.n, s.mean, s.ci_low, s.ci_high, s.pass_at_1, s.pass_at_k] for s in stats])
+    lake.refresh_catalog()
+    return dg.MaterializeResult(metadata={
+        **md, "model": model, "policy_kind": spec.kind, "parent": parent or "", "n_results": len(all_rows),
+        "failure_classes": md_counts("failure_class", counts(r["failure_class"] for r in all_rows)),
+    })
+
+
+class LeaderboardConfig(dg.Config):
+    suite: str = "procedural"
+
+
+@dg.asset(group_name=GROUP, kinds={"python"},
+          deps=[dg.AssetDep(bench_scores, partition_mapping=dg.AllPartitionMapping())],
+          description="All scored models side by side per category, with a plot and the delta vs parent checkpoint.")
+def leaderboard(context: dg.AssetExecutionContext, config: LeaderboardConfig, lake: LakeResource) -> dg.MaterializeResult:
+    from clawgym.bench.leaderboard import leaderboard_rows, markdown_table, plot_png, png_markdown
+
+    rows = lake.read("bench_scores", {"suite": config.suite}).to_pylist()
+    results = lake.read("bench_results", {"suite": config.suite}).to_pylist()
+    reg = {r["checkpoint"]: r for r in lake.read("checkpoints").to_pylist()}
+    board = leaderboard_rows(rows, results, reg)
+    png = plot_png(rows, config.suite, title=f"{config.suite} bench")
+    out = lake.path("leaderboard.png")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(png)
+    lake.refresh_catalog()
+    return dg.MaterializeResult(metadata={
+        "n_models": len(board), "table": dg.MetadataValue.md(markdown_table(rows, config.suite)),
+        "plot": dg.MetadataValue.md(png_markdown(png, "leaderboard")), "plot_path": dg.MetadataValue.path(str(out)),
+        "deltas_vs_parent": md_table(["model", "parent", "overall", "delta", "ci_low", "ci_high", "regression"],
+                                     [[b["model"], b["parent"], b["overall"], b["delta"], b["delta_ci_low"],
+                                       b["delta_ci_high"], b["regression"]] for b in board]),
+        "board": dg.MetadataValue.json(board),
+    })

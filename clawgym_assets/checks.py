@@ -1,0 +1,81 @@
+"""Asset checks: blocking Great Expectations gates on every table, and a regression warning on the leaderboard."""
+
+import dagster as dg
+
+from clawgym import quality
+from clawgym_assets.bench import bench_scores, bench_tasks, leaderboard
+from clawgym_assets.rollouts import sft_dataset, trajectories
+from clawgym_assets.synthesis import imported_tasks, synthetic_tasks, verifiers
+from clawgym_resources import LakeResource
+
+
+def _gx(table: str, frame, **extra) -> dg.AssetCheckResult:
+    ok, details = quality.check_table(table, frame, **extra)
+    return dg.AssetCheckResult(passed=ok, description=quality.summary(details),
+                               metadata={"n_rows": details["n_rows"], "details": dg.MetadataValue.json(details)})
+
+
+@dg.asset_check(asset=synthetic_tasks, blocking=True, description="GX: unique task ids, required fields non-null")
+def synthetic_tasks_gx(lake: LakeResource) -> dg.AssetCheckResult:
+    return _gx("tasks", lake.read("tasks", {"source": "synthetic"}), min_rows=1)
+
+
+@dg.asset_check(asset=imported_tasks, blocking=True, description="GX: unique task ids, required fields non-null")
+def imported_tasks_gx(lake: LakeResource) -> dg.AssetCheckResult:
+    return _gx("tasks", lake.read("tasks", {"source": "imported"}))
+
+
+@dg.asset_check(asset=verifiers, blocking=True, description="GX: scores in [0,1], one row per (task, kind)")
+def verifications_gx(lake: LakeResource) -> dg.AssetCheckResult:
+    return _gx("verifications", lake.read("verifications"))
+
+
+@dg.asset_check(asset=bench_tasks, blocking=True, description="GX: unique task ids within each bench suite")
+def bench_tasks_gx(lake: LakeResource) -> dg.AssetCheckResult:
+    import pyarrow as pa
+
+    tabs = [lake.read("tasks", {"source": f"bench_{s}"}) for s in ("procedural", "clawgym", "pinchbench")]
+    t = pa.concat_tables(tabs)
+    return _gx("tasks", t, unique=[], unique_combo=["source", "task_id"])
+
+
+@dg.asset_check(asset=trajectories, blocking=True,
+                description="GX: unique rollout ids, scores in [0,1], known failure classes")
+def trajectories_gx(lake: LakeResource) -> dg.AssetCheckResult:
+    return _gx("trajectories", lake.read("trajectories"))
+
+
+@dg.asset_check(asset=sft_dataset, blocking=True, description="GX: unique sample ids, messages present")
+def sft_gx(lake: LakeResource) -> dg.AssetCheckResult:
+    return _gx("sft", lake.read("sft"))
+
+
+@dg.asset_check(asset=bench_scores, blocking=True, description="GX: scores within 0–100, per-task results in [0,1]")
+def bench_scores_gx(lake: LakeResource) -> dg.AssetCheckResult:
+    ok1, d1 = quality.check_table("bench_scores", lake.read("bench_scores"))
+    ok2, d2 = quality.check_table("bench_results", lake.read("bench_results"))
+    return dg.AssetCheckResult(passed=ok1 and ok2, description=f"scores: {quality.summary(d1)} | results: "
+                               f"{quality.summary(d2)}", metadata={"scores": dg.MetadataValue.json(d1),
+                                                                    "results": dg.MetadataValue.json(d2)})
+
+
+@dg.asset_check(asset=leaderboard, description="WARN when a model is significantly worse than its parent")
+def no_regression_vs_parent(lake: LakeResource) -> dg.AssetCheckResult:
+    from clawgym.bench.leaderboard import leaderboard_rows
+
+    reg = {r["checkpoint"]: r for r in lake.read("checkpoints").to_pylist()}
+    bad = []
+    for suite in sorted({r["suite"] for r in lake.read("bench_scores").to_pylist()}):
+        board = leaderboard_rows(lake.read("bench_scores", {"suite": suite}).to_pylist(),
+                                 lake.read("bench_results", {"suite": suite}).to_pylist(), reg)
+        bad += [{**b, "suite": suite} for b in board if b["regression"]]
+    return dg.AssetCheckResult(
+        passed=not bad, severity=dg.AssetCheckSeverity.WARN,
+        description="no significant regression" if not bad else
+        "; ".join(f"{b['suite']}: {b['model']} vs {b['parent']}: {b['delta']:+.1f} "
+                  f"[{b['delta_ci_low']:.1f}, {b['delta_ci_high']:.1f}]" for b in bad),
+        metadata={"regressions": dg.MetadataValue.json(bad)})
+
+
+CHECKS = [synthetic_tasks_gx, imported_tasks_gx, verifications_gx, bench_tasks_gx, trajectories_gx, sft_gx,
+          bench_scores_gx, no_regression_vs_parent]

@@ -1,0 +1,42 @@
+"""Training domain: checkpoints trained by a Pipes subprocess (`python -m clawgym.train.pipes_sft`)."""
+
+import json
+
+import dagster as dg
+
+from clawgym_assets.partitions import checkpoint_partitions, model_partitions
+from clawgym_assets.rollouts import sft_dataset
+from clawgym_resources import LakeResource, ModelEndpointsResource, TrainerResource
+
+GROUP = "training"
+
+
+class CheckpointConfig(dg.Config):
+    base: str = ""  # "" = the embedded base model folder (ModelEndpointsResource.base_model_path())
+    parent: str = ""  # the model this one is compared against on the leaderboard ("" = the base policy)
+
+
+@dg.asset(group_name=GROUP, kinds={"python", "pytorch"}, partitions_def=checkpoint_partitions, deps=[sft_dataset],
+          description="A trained model folder under data/checkpoints/<checkpoint>/ plus its registry row (base, "
+                      "data version, hyper-parameters, loss curve). Registers the bench_scores partition.")
+def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig, lake: LakeResource,
+                trainer: TrainerResource, endpoints: ModelEndpointsResource,
+                pipes_subprocess_client: dg.PipesSubprocessClient) -> dg.MaterializeResult:
+    name = context.partition_key
+    out_dir = endpoints.checkpoints_path() / name
+    base = config.base or str(endpoints.base_model_path())
+    parent = config.parent or endpoints.base_policy_name
+    sft_files = sorted(str(p) for p in (lake.lake_dir / "sft").glob("*.parquet"))
+    extras = {"checkpoint": name, "sft_files": sft_files, "base_model": base, "output_dir": str(out_dir),
+              **trainer.settings()}
+    res = pipes_subprocess_client.run(command=trainer.command(), context=context, extras=extras).get_materialize_result()
+    md = {k: getattr(v, "value", v) for k, v in (res.metadata or {}).items()}
+    data_version = ",".join(p.rsplit("/", 1)[-1] for p in sft_files)
+    row = {"checkpoint": name, "path": str(out_dir), "base": base, "parent": parent, "data_version": data_version,
+           "n_samples": md.get("n_samples"), "hyperparams_json": trainer.settings(),
+           "loss_curve_json": md.get("loss_curve"), "final_loss": md.get("final_loss"), "run_id": context.run_id}
+    reg = [r for r in lake.read("checkpoints").to_pylist() if r["checkpoint"] != name]
+    lake.write("checkpoints", reg + [row])
+    context.instance.add_dynamic_partitions(model_partitions.name, [name])
+    return dg.MaterializeResult(metadata={**(res.metadata or {}), "path": str(out_dir), "parent": parent,
+                                          "base": base, "hyperparams": dg.MetadataValue.json(trainer.settings())})
