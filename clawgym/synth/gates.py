@@ -56,6 +56,7 @@ class TaskValidation:
     category: str = ""
     errors: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    oracle_checks: dict[str, float] = field(default_factory=dict)  # the oracle's per-check scores
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -442,6 +443,7 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float) -> list[Tas
         v.scaffold_score = g["scaffold"]["score"]
         v.oracle_score = g["oracle"]["score"]
         v.oracle_score_2 = g["oracle_2"]["score"]
+        v.oracle_checks = g["oracle"].get("subs", {})
         v.mutation_scores = {k[4:]: r["score"] for k, r in g.items() if k.startswith("mut:")}
         v.duration_s = dt
         _judge(v)
@@ -498,6 +500,8 @@ def validate_task(task: Task, factory: Any, judge: Any = None) -> TaskValidation
                     sb.write_file(p, b)
             r = verify_task(task, sb, transcript=[], judge=judge)
             v.errors += r.errors
+            if overlay is oracle_overlay:
+                v.oracle_checks = dict(r.subscores)
             return r.code_score if r.code_score is not None else r.score
 
     with factory.open(task.files) as sb:
@@ -510,6 +514,7 @@ def validate_task(task: Task, factory: Any, judge: Any = None) -> TaskValidation
     overlay: dict[str, bytes | None] = {p: b for p, b in after.items() if inputs.get(p) != b}
     overlay.update({p: None for p in inputs if p not in after})
     outs = task_outputs(task)
+    oracle_overlay = overlay
     v.noop_score = score({})
     v.scaffold_score = score(scaffold_overlay(outs))
     v.oracle_score = score(overlay)
