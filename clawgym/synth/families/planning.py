@@ -139,67 +139,70 @@ def sprint_capacity_plan(ctx: Ctx) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-_ACTS = ["send the revised budget", "draft the FAQ", "book the venue", "review the vendor contract",
-         "update the roadmap slide", "collect survey results", "schedule user interviews", "fix the onboarding doc",
-         "share the hiring plan", "prepare the demo script", "clean up the CRM export", "order name badges"]
+_OBJ = {"Grow the customer base": ["New paying customers", "Trial-to-paid conversion %", "Referral signups"],
+        "Make the product faster": ["p95 page load (ms)", "Crash-free sessions %", "Slow queries fixed"],
+        "Build a great team": ["Engineers hired", "Onboarding survey score", "Internal talks given"],
+        "Improve support": ["Median first reply (min)", "Tickets closed", "Help articles published"]}
 
 
-@family("meeting_action_items", CAT, "information synthesis and summarization", ["read", "extract", "transform",
-        "sort", "write"], ["md", "csv", "json"], "Extract open action items written in three different notations "
-        "across several meeting notes; normalise owners and due dates.", difficulty=3)
-def meeting_action_items(ctx: Ctx) -> None:
+@family("okr_progress_rollup", CAT, "information synthesis and summarization", ["read", "compute", "aggregate",
+        "classify", "write"], ["yaml", "csv", "json"], "Roll up OKR key results (including lower-is-better ones) into "
+        "progress, objective scores and status bands.", difficulty=3)
+def okr_progress_rollup(ctx: Ctx) -> None:
     rng = ctx.rng
-    owners = [p.split()[0].lower() for p in people(rng, 4)]
-    acts = rng.sample(_ACTS, rng.randint(6, 9))
-    items = []
-    days = [dt.date(2026, rng.randint(1, 12), 1) + dt.timedelta(days=rng.randint(0, 40)) for _ in acts]
-    notes = {f"notes/2026-0{k}-1{k}_weekly.md": [f"# Weekly sync {k}\n\nAttendees: {', '.join('@' + o for o in owners)}\n\n"]
-             for k in range(1, 4)}
-    paths = sorted(notes)
-    for i, (a, due) in enumerate(zip(acts, days)):
-        o = rng.choice(owners)
-        src = rng.choice(paths)
-        style = i % 3
-        if style == 0:
-            line = f"ACTION @{o}: {a} (due {due.isoformat()})\n"
-        elif style == 1:
-            line = f"- [ ] {a.capitalize()} — owner: @{o.capitalize()}, due: {due.strftime('%d/%m/%Y')}\n"
-        else:
-            line = f"TODO(@{o}, {due.strftime('%b %d %Y')}): {a}\n"
-        notes[src].append(line)
-        items.append({"owner": o, "task": a, "due": due.isoformat(), "source": src})
-    for p in paths:  # completed items + chatter: distractors
-        notes[p].insert(1, f"- [x] {rng.choice(_ACTS)} — owner: @{rng.choice(owners)}, due: 01/01/2026\n")
-        notes[p].append("\nDiscussion: budget looks fine; revisit in two weeks.\n")
-    for p in paths:
-        ctx.file(p, "".join(notes[p]))
-    ctx.file("notes/README.md", "Action notations used by the team:\n- `ACTION @owner: task (due YYYY-MM-DD)`\n"
-                                "- `- [ ] Task — owner: @Owner, due: DD/MM/YYYY` (`- [x]` = done, ignore)\n"
-                                "- `TODO(@owner, Mon DD YYYY): task`\n")
-    ctx.distractors(1)
-    items.sort(key=lambda x: (x["due"], x["owner"], x["task"]))
-    counts: dict[str, int] = {}
-    for it in items:
-        counts[it["owner"]] = counts.get(it["owner"], 0) + 1
+    objs = rng.sample(list(_OBJ), rng.randint(2, 4))
+    bands = {"on_track": rng.choice([0.7, 0.75]), "at_risk": rng.choice([0.4, 0.5])}
+    doc, rows, obj_scores = [], [], {}
+    k = 0
+    for o in objs:
+        krs, progs = [], []
+        for name in _OBJ[o]:
+            k += 1
+            kid = f"KR{k}"
+            lower = name.startswith(("p95", "Median"))
+            if lower:
+                start = rng.randint(300, 2000)
+                target = int(start * rng.choice([0.5, 0.6, 0.75]))
+                current = rng.randint(target - (start - target) // 3, start)
+                prog = (start - current) / (start - target)
+            else:
+                start = rng.randint(0, 40)
+                target = start + rng.randint(10, 120)
+                current = rng.randint(start, target + (target - start) // 4)
+                prog = (current - start) / (target - start)
+            prog = round(min(1.0, max(0.0, prog)), 3)
+            progs.append(prog)
+            krs.append({"id": kid, "name": name, "start": start, "target": target, "current": current,
+                        "direction": "decrease" if lower else "increase"})
+            rows.append({"id": kid, "objective": o, "progress": prog})
+        score = round(sum(progs) / len(progs), 3)
+        obj_scores[o] = {"score": score, "status": "on_track" if score >= bands["on_track"] else
+                         "at_risk" if score >= bands["at_risk"] else "off_track"}
+        doc.append({"objective": o, "owner": people(rng, 1)[0], "key_results": krs})
+    ctx.yaml("okrs/q3_okrs.yaml", {"quarter": "2026-Q3", "objectives": doc})
+    ctx.file("okrs/scoring.md", "# OKR scoring\n\n- progress = (current - start) / (target - start) for increase KRs,"
+                                "\n  (start - current) / (start - target) for decrease KRs; clamp to [0, 1]; round to "
+                                f"3 decimals.\n- objective score = mean of its KR progress (3 decimals).\n- status: "
+                                f"on_track >= {bands['on_track']}, at_risk >= {bands['at_risk']}, otherwise off_track.\n")
+    ctx.distractors(2)
     ctx.ask(
-        "Go through the meeting notes in notes/ (the notations are explained in notes/README.md) and collect every "
-        "OPEN action item. Write output/action_items.csv with columns owner,task,due,source — owner in lower case "
-        "without @, task in lower case, due as YYYY-MM-DD, source = the notes file path — sorted by due, then owner. "
-        "Also write output/owner_load.json mapping each owner to their number of open items.")
-    ctx.expect("rows", items)
-    ctx.expect("counts", counts)
-    ap, ol = "output/action_items.csv", "output/owner_load.json"
-    ctx.check("items_found", f"set_score([r.get('task') for r in C({ap!r})], [i['task'] for i in E['rows']])")
-    ctx.check("owners_due", f"rows_score(C({ap!r}), E['rows'], 'task', ['owner', 'due'])")
-    ctx.check("sources", f"rows_score(C({ap!r}), E['rows'], 'task', ['source'])")
-    ctx.check("sorted", f"list_equal([r.get('task') for r in C({ap!r})], [i['task'] for i in E['rows']])")
-    ctx.check("owner_load", f"{{k: to_num(v) for k, v in J({ol!r}).items()}} == "
-                            "{k: float(v) for k, v in E['counts'].items()}")
-    for p in paths:
-        ctx.read(p)
-    ctx.write(ap, csv_text(["owner", "task", "due", "source"],
-                           [[i["owner"], i["task"], i["due"], i["source"]] for i in items]))
-    ctx.write(ol, json_text(counts))
+        "Please roll up our quarter's OKRs in okrs/q3_okrs.yaml using the method in okrs/scoring.md. Write "
+        "output/kr_progress.csv with columns id,objective,progress (one row per key result, in file order) and "
+        "output/okr_summary.json mapping each objective to {score, status}.")
+    ctx.expect("rows", rows)
+    ctx.expect("objs", obj_scores)
+    kp, osm = "output/kr_progress.csv", "output/okr_summary.json"
+    ctx.check("kr_progress", f"rows_score(C({kp!r}), E['rows'], 'id', ['progress'], tol=0.0015)")
+    ctx.check("kr_objectives", f"rows_score(C({kp!r}), E['rows'], 'id', ['objective'])")
+    ctx.check("objective_scores", f"frac(sum(1 for o, v in E['objs'].items() if close(J({osm!r})[o]['score'], "
+                                  "v['score'], 0.0015)), len(E['objs']))")
+    ctx.check("statuses", f"frac(sum(1 for o, v in E['objs'].items() if norm(J({osm!r})[o]['status']) == v['status']), "
+                          f"len(E['objs'])) * float(len(J({osm!r})) == len(E['objs']))")
+    ctx.read("okrs/scoring.md")
+    ctx.read("okrs/q3_okrs.yaml")
+    ctx.write(kp, csv_text(["id", "objective", "progress"], [[r["id"], r["objective"], r["progress"]] for r in rows]))
+    ctx.write(osm, json_text(obj_scores))
+    ctx.verify_json(osm)
 
 
 # ----------------------------------------------------------------------------------------------
