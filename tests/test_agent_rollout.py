@@ -1,0 +1,152 @@
+"""Builtin runtime rollouts: oracle/noop policies in docker, bwrap and local sandboxes; infra retries;
+secret redaction; Rollout rows."""
+
+import json
+import os
+
+import pytest
+
+from clawgym.agent.demo import demo_tasks
+from clawgym.agent.loop import Limits
+from clawgym.agent.policies import PolicySpec, RetryPolicy, get_policy, policy_registry
+from clawgym.agent.rollout import Rollout, run_rollout, workspace_diff
+from clawgym.agent.servers import shared_policy_server
+from clawgym.sandbox import get_factory
+from clawgym.tasks.model import ToolCall
+
+FAST_RETRY = RetryPolicy(attempts=3, backoff_s=0.05, max_backoff_s=0.1, timeout_s=30)
+
+
+def _backend_ok(name):
+    if name == "local":
+        return True, ""
+    if name == "bwrap":
+        from clawgym.sandbox.bwrap_backend import available
+        return available()
+    from clawgym.sandbox.docker_backend import available
+    return available()
+
+
+@pytest.fixture(scope="module", params=["local", "bwrap", "docker"])
+def factory(request):
+    ok, why = _backend_ok(request.param)
+    if not ok:
+        pytest.skip(f"{request.param} sandbox unavailable: {why}")
+    f = get_factory(request.param)
+    yield f
+    f.close()
+
+
+def test_oracle_scores_one_everywhere(factory):
+    for task in demo_tasks():
+        ro = run_rollout(task, "oracle", factory, retry=FAST_RETRY)
+        assert ro.failure_class == "ok", ro.error
+        assert ro.score == 1.0, (task.task_id, ro.verification)
+        assert ro.turns == len(task.reference) + 1
+        assert ro.tool_calls == len(task.reference)
+        assert ro.tool_types == list(dict.fromkeys(tc.name for tc in task.reference))
+        assert ro.messages[0]["role"] == "system" and ro.messages[1]["content"] == task.instruction
+        assert [m["role"] for m in ro.messages].count("tool") == len(task.reference)
+        assert ro.workspace_diff, "the oracle must change the workspace"
+        assert ro.verification["score"] == 1.0
+
+
+def test_noop_does_not_solve(factory):
+    task = demo_tasks()[0]
+    ro = run_rollout(task, "noop", factory, retry=FAST_RETRY)
+    assert ro.failure_class == "ok" and ro.score == 0.0 and ro.tool_calls == 0 and ro.workspace_diff == []
+
+
+def test_rollout_rows_and_steps():
+    f = get_factory("local")
+    task = demo_tasks()[2]
+    ro = run_rollout(task, "oracle", f)
+    row = ro.to_row(shard=3, run_id="r1")
+    from clawgym.lake.schemas import SCHEMAS
+    assert set(row) == set(SCHEMAS["trajectories"].names)
+    assert json.loads(row["messages_json"]) == ro.messages and row["shard"] == 3
+    assert json.loads(row["diff_json"]) == [{"path": "output/attendees_sorted.txt", "change": "added", "size": 53}]
+    steps = ro.steps(shard=3)
+    assert set(steps[0]) == set(SCHEMAS["steps"].names)
+    assert [s["tool_name"] for s in steps] == ["ls", "exec", "write"]
+    assert "Grace Hopper" in steps[1]["tool_result"]
+    assert Rollout.model_validate_json(ro.model_dump_json()).score == 1.0
+    f.close()
+
+
+def test_workspace_diff():
+    d = workspace_diff({"a": b"1", "b": b"2"}, {"a": b"1", "b": b"3", "c": b"44"})
+    assert d == [{"path": "b", "change": "modified", "size": 1}, {"path": "c", "change": "added", "size": 2}]
+    assert workspace_diff({"a": b"1"}, {}) == [{"path": "a", "change": "deleted", "size": 0}]
+
+
+def test_turn_limit_is_limit_and_scored():
+    f = get_factory("local")
+    task = demo_tasks()[2]
+    ro = run_rollout(task, "oracle", f, limits=Limits(max_turns=2))
+    assert ro.failure_class == "limit" and ro.turns == 2
+    assert ro.score is not None and ro.score < 1.0  # a limit is the agent's result: scored
+    f.close()
+
+
+def test_500_then_recovery_is_retried_and_never_scored_zero():
+    f = get_factory("local")
+    srv = shared_policy_server()
+    task = demo_tasks()[1]
+    # 1) two 500s: the client retries within the request and the rollout succeeds
+    srv.inject_failures(2, 500)
+    ro = run_rollout(task, "oracle", f, retry=FAST_RETRY)
+    assert ro.failure_class == "ok" and ro.score == 1.0 and ro.attempt == 1
+    # 2) more 500s than the client's tries: attempt 1 is infra, the rollout-level retry succeeds
+    srv.inject_failures(3, 503)
+    ro = run_rollout(task, "oracle", f, retry=FAST_RETRY, attempts=3, retry_wait_s=0.01)
+    assert ro.attempt == 2 and ro.failure_class == "ok" and ro.score == 1.0
+    assert len(ro.infra_errors) == 1 and "503" in ro.infra_errors[0]
+    # 3) an endpoint that stays down: infra, score None (never 0), every attempt used
+    srv.inject_failures(100, 500)
+    try:
+        ro = run_rollout(task, "oracle", f, retry=FAST_RETRY, attempts=2, retry_wait_s=0.01)
+    finally:
+        srv.fail_next.clear()
+    assert ro.failure_class == "infra" and ro.score is None and ro.verification is None
+    assert ro.attempt == 2 and ro.to_row()["score"] is None
+    # 4) an endpoint nobody listens on: infra too
+    dead = PolicySpec(name="dead", kind="openai", base_url="http://127.0.0.1:9/v1", model="x")
+    ro = run_rollout(task, dead, f, retry=RetryPolicy(attempts=2, backoff_s=0.01, timeout_s=5), attempts=1)
+    assert ro.failure_class == "infra" and ro.score is None
+    f.close()
+
+
+def test_api_key_never_stored(monkeypatch):
+    secret = "sk-clawgym-test-" + "9f3a" * 8
+    monkeypatch.setenv("CLAWGYM_TEST_API_KEY", secret)
+    srv = shared_policy_server()
+    spec = PolicySpec(name="keyed", kind="openai", base_url=srv.base_url, model="oracle",
+                      api_key_env="CLAWGYM_TEST_API_KEY")
+    task = demo_tasks()[1].model_copy(update={
+        "task_id": "leaky", "instruction": "Change the port in config/app.ini to 8443.",
+        "reference": [ToolCall(name="exec", arguments={"command": f"echo key={secret}; env | grep -c . "}),
+                      ToolCall(name="write", arguments={"path": "notes.txt", "content": f"token {secret}"}),
+                      *demo_tasks()[1].reference]})
+    srv.register(task)  # an "openai" policy that happens to be the oracle server
+    f = get_factory("local")
+    ro = run_rollout(task, spec, f, retry=FAST_RETRY)
+    f.close()
+    assert ro.failure_class == "ok" and ro.score == 1.0, ro.error
+    dumped = ro.model_dump_json() + json.dumps(ro.to_row(), default=str) + json.dumps(ro.steps())
+    assert secret not in dumped
+    assert "[REDACTED]" in dumped  # it really passed through the agent's tool results
+
+
+def test_policy_registry_from_env(monkeypatch):
+    monkeypatch.setenv("CLAWGYM_ENDPOINTS", json.dumps(
+        [{"name": "vllm", "base_url": "http://h:8000/v1", "model": "m", "api_key_env": "K"}]))
+    reg = policy_registry()
+    assert {"oracle", "noop", "vllm"} <= set(reg)
+    assert get_policy("vllm").kind == "openai" and get_policy("vllm").api_key_env == "K"
+    monkeypatch.setenv("CLAWGYM_ENDPOINTS", json.dumps({"bad": {"base_url": "x", "api_key": "sk-live"}}))
+    with pytest.raises(ValueError, match="api_key_env"):
+        policy_registry()
+    monkeypatch.delenv("CLAWGYM_ENDPOINTS")
+    with pytest.raises(KeyError):
+        get_policy("nope")
