@@ -232,9 +232,17 @@ def verify_noop(task: Task, factory, judge: Judge | str | None = None) -> Verifi
         return verify_task(task, sb, transcript=[], judge=judge)
 
 
-def verify_noop_many(tasks: Iterable[Task], factory, judge: Judge | str | None = None
+def verify_noop_many(tasks: Iterable[Task], factory, judge: Judge | str | None = None, workers: int = 1
                      ) -> list[VerificationResult]:
-    return [verify_noop(t, factory, judge) for t in tasks]
+    """No-op scores of many tasks, in input order. workers > 1 verifies that many tasks at once (the
+    factories are thread-safe; each task gets its own sandbox)."""
+    tasks = list(tasks)
+    if workers <= 1 or len(tasks) <= 1:
+        return [verify_noop(t, factory, judge) for t in tasks]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="clawgym-verify") as ex:
+        return list(ex.map(lambda t: verify_noop(t, factory, judge), tasks))
 
 
 __all__ = ["verify_task", "verify_noop", "verify_noop_many", "mean_of_checks", "parse_last_float",
