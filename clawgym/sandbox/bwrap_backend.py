@@ -110,9 +110,7 @@ class BwrapSandbox(Sandbox):
         self._cg = None
         try:
             self._cg = Cgroup.create(self._state.name, config.memory_mb, config.pids)
-            roots = {HOME: self._state.home, "/tmp": self._state.tmp}
-            if self._state.ws_separate:
-                roots[self._state.workspace] = self._state.ws
+            roots = {self._state.workspace: self._state.ws, "/tmp": self._state.tmp}  # host access: workspace + /tmp only
             self.fs = HostFS(config.workspace, roots, uid, gid)
             self._argv_static = self._build_static()
         except BaseException:

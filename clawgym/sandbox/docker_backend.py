@@ -139,9 +139,7 @@ class DockerSandbox(Sandbox):
         self._slot = slot
         self.container_id = slot.id
         st = slot.state
-        roots = {HOME: st.home, "/tmp": st.tmp}
-        if st.ws_separate:
-            roots[st.workspace] = st.ws
+        roots = {st.workspace: st.ws, "/tmp": st.tmp}  # host access: workspace + /tmp only
         self.fs = HostFS(config.workspace, roots, SANDBOX_UID, SANDBOX_GID)
         self._closed = False
         self._lock = threading.Lock()

@@ -199,6 +199,10 @@ class HostFS:
         """-> (sandbox root, host root dir, components below it)."""
         if not isinstance(path, str) or "\x00" in path:
             raise PermissionError(f"{path!r}: invalid path")
+        if not path.startswith("/"):
+            rel = posixpath.normpath(path)
+            if rel == ".." or rel.startswith("../"):
+                raise PermissionError(f"{path}: escapes the workspace")
         p = path if path.startswith("/") else posixpath.join(self.workspace, path)
         p = posixpath.normpath(p)
         if p.startswith("//"):

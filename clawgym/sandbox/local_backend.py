@@ -4,13 +4,17 @@ for debugging and for machines with neither docker nor bwrap; it logs a warning.
 The workspace is NOT at /root/.openclaw/workspace: commands run with cwd = a host temp dir
 (`sandbox.workspace`), and the env vars WORKSPACE and HOME point at it / its parent. Paths given to
 read/write/list under the configured workspace path (config.workspace) are mapped onto the temp dir.
-Timeouts still kill the whole process group; output is still capped.
+Timeouts still kill what the command started (marked by an env var, setsid children included) and
+processes do not outlive their exec; output is still capped.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import signal
+import time
 import posixpath
 import threading
 import weakref
@@ -23,6 +27,36 @@ from clawgym.sandbox.hostfs import HostFS, StateDir, run_capture
 log = logging.getLogger(__name__)
 
 
+MARK = "CLAWGYM_SANDBOX_EXEC"
+
+
+def kill_marked(token: str, timeout: float = 5.0) -> None:
+    """SIGKILL every process whose environment carries MARK=token (best effort: a process that
+    rewrites its environment escapes; local is not an isolating backend)."""
+    needle = f"{MARK}={token}".encode()
+    end = time.monotonic() + timeout
+    me = os.getpid()
+    while True:
+        found = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit() or int(d) == me:
+                continue
+            try:
+                with open(f"/proc/{d}/environ", "rb") as f:
+                    if needle in f.read().split(b"\0"):
+                        found.append(int(d))
+            except OSError:
+                continue
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if not found or time.monotonic() > end:
+            return
+        time.sleep(0.01)
+
+
 class LocalSandbox(Sandbox):
     backend = "local"
 
@@ -30,10 +64,11 @@ class LocalSandbox(Sandbox):
         super().__init__(config)
         self._state = StateDir("/root/.openclaw/workspace", config.disk_mb, None, None, tmpfs=False)
         self._ws = self._state.ws
-        roots = {self._ws: self._ws, config.workspace: self._ws, "/tmp": self._state.tmp}
+        roots = {self._ws: self._ws, config.workspace: self._ws, "/tmp": self._state.tmp}  # /tmp = $TMPDIR
         self.fs = HostFS(self._ws, roots)
         self._closed = False
         self._lock = threading.Lock()
+        self._counter = itertools.count()
         cleanup.register(self)
 
     @property
@@ -61,9 +96,14 @@ class LocalSandbox(Sandbox):
         e.update(self.config.env)
         if env:
             e.update(env)
-        cap = run_capture(argv, env=e, cwd=self._ws,
-                          timeout=float(timeout if timeout is not None else self.config.default_timeout_s),
-                          stdin=stdin, max_output=max_output)
+        token = f"{self._state.name}-{next(self._counter)}"
+        e[MARK] = token
+        try:
+            cap = run_capture(argv, env=e, cwd=self._ws,
+                              timeout=float(timeout if timeout is not None else self.config.default_timeout_s),
+                              stdin=stdin, max_output=max_output, on_timeout=lambda _p: kill_marked(token))
+        finally:
+            kill_marked(token)  # like bwrap: nothing an exec started outlives it (setsid included)
         return ExecResult(rc=cap.rc, stdout=cap.stdout.decode("utf-8", errors="replace"),
                           stderr=cap.stderr.decode("utf-8", errors="replace"), timed_out=cap.timed_out,
                           duration_s=cap.duration_s, truncated=cap.truncated)

@@ -1,0 +1,114 @@
+"""Shared test fixtures.
+
+Sandboxes (clawgym.sandbox):
+  docker_factory         session: starts dockerd (scripts/start_dockerd.sh) and builds the image
+                         (scripts/build_sandbox_image.sh, reuses an existing one) when needed; skips
+                         ONLY when a Docker engine truly cannot start here (the reason is shown).
+  bwrap_factory          session: bubblewrap on the debootstrapped rootfs (built when missing; host
+                         system dirs when debootstrap cannot run).
+  local_factory          session: the unisolated temp-dir backend.
+  any_isolating_factory  session: bwrap when it works here, else docker.
+Limits of these factories are small (256 MB memory, 128 pids, 64 MB disk) so hostile tests are fast.
+
+At the end of the session every sandbox still open is closed and the run fails if this process
+left anything behind (containers, tmpfs mounts, temp dirs, bwrap processes, cgroups).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+TEST_CONFIG = dict(memory_mb=256, pids=128, disk_mb=64, default_timeout_s=60.0)
+
+
+def _config():
+    from clawgym.sandbox.base import SandboxConfig
+
+    return SandboxConfig(**TEST_CONFIG)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_sandbox_leftovers():
+    yield
+    import sys
+
+    if "clawgym.sandbox.cleanup" not in sys.modules:  # no sandbox was ever made
+        return
+    from clawgym.sandbox import cleanup
+
+    cleanup.close_all()
+    left = cleanup.find_leftovers(pid=os.getpid())
+    if left:
+        cleanup.remove_leftovers(pid=os.getpid(), orphans_only=False)
+        pytest.fail(f"sandboxes leaked: {left.summary()}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def sandbox_rootfs():
+    """Path of the debootstrapped sandbox root, or None when it cannot be built here."""
+    from clawgym.sandbox import images
+    from clawgym.sandbox.base import SandboxError
+
+    try:
+        return images.ensure_rootfs()
+    except SandboxError as e:
+        import warnings
+
+        warnings.warn(f"sandbox rootfs not built, bwrap uses the host's system dirs: {e}")
+        return None
+
+
+@pytest.fixture(scope="session")
+def docker_factory(sandbox_rootfs):
+    from clawgym.sandbox import images
+    from clawgym.sandbox.base import SandboxError
+
+    try:
+        images.ensure_docker()
+    except SandboxError as e:
+        pytest.skip(f"no Docker engine can start on this machine: {e}")
+    try:
+        images.ensure_image()
+    except SandboxError as e:
+        pytest.fail(f"docker answers but the sandbox image cannot be built: {e}")
+    from clawgym.sandbox.docker_backend import DockerFactory
+
+    f = DockerFactory(_config(), pool_size=2)
+    f.warm(timeout=60)
+    yield f
+    f.close()
+
+
+@pytest.fixture(scope="session")
+def bwrap_factory(sandbox_rootfs):
+    from clawgym.sandbox import bwrap_backend
+
+    ok, why = bwrap_backend.available()
+    if not ok:
+        pytest.skip(f"bubblewrap cannot run here: {why}")
+    f = bwrap_backend.BwrapFactory(_config())
+    yield f
+    f.close()
+
+
+@pytest.fixture(scope="session")
+def local_factory():
+    from clawgym.sandbox.local_backend import LocalFactory
+
+    f = LocalFactory(_config())
+    yield f
+    f.close()
+
+
+@pytest.fixture(scope="session")
+def any_isolating_factory(request):
+    """An isolating sandbox factory: bwrap when it works here (fast, no daemon), else docker."""
+    from clawgym.sandbox import bwrap_backend
+
+    if bwrap_backend.available()[0]:
+        return request.getfixturevalue("bwrap_factory")
+    return request.getfixturevalue("docker_factory")
