@@ -308,8 +308,10 @@ def clean_messages(messages: list[dict]) -> list[dict]:
     skip_reply = False
     for m in messages:
         role, text = m.get("role"), text_of(m.get("content"))
-        if role == "user" and (_is_heartbeat(text) or _is_internal(text)):
-            skip_reply = True
+        if role == "user" and _is_heartbeat(text):
+            skip_reply = True  # the heartbeat's HEARTBEAT_OK answer goes too
+            continue
+        if role == "user" and _is_internal(text):
             continue
         if skip_reply and role == "assistant" and not m.get("tool_calls"):
             skip_reply = False

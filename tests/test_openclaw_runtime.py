@@ -1,0 +1,76 @@
+"""The real OpenClaw (openclaw@2026.9.6) inside bwrap and docker sandboxes, driven by the oracle policy
+behind the recording proxy. Needs scripts/install_openclaw.sh (CI runs it)."""
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from clawgym.agent.demo import demo_tasks
+from clawgym.agent.loop import Limits
+from clawgym.agent.openclaw import openclaw_installed, openclaw_sandbox_config
+from clawgym.agent.proxy import read_log, rebuild_sessions
+from clawgym.agent.rollout import run_rollout
+from clawgym.sandbox import get_factory
+
+pytestmark = pytest.mark.openclaw
+
+_ok, _why = openclaw_installed()
+if not _ok:
+    pytest.skip(f"OpenClaw is not installed: {_why}", allow_module_level=True)
+
+
+def _available(name):
+    if name == "bwrap":
+        from clawgym.sandbox.bwrap_backend import available
+    else:
+        from clawgym.sandbox.docker_backend import available
+    return available()
+
+
+def test_openclaw_oracle_scores_one_and_trajectories_rebuild(tmp_path):
+    jobs = []  # (backend, task): two tasks in bwrap, one in docker, run concurrently
+    factories = {}
+    for backend, tasks in (("bwrap", demo_tasks()[:2]), ("docker", demo_tasks()[1:2])):
+        ok, why = _available(backend)
+        if not ok:
+            continue
+        factories[backend] = get_factory(backend, openclaw_sandbox_config())
+        jobs += [(backend, t) for t in tasks]
+    if not jobs:
+        pytest.skip("neither bwrap nor docker sandboxes are available")
+    try:
+        with ThreadPoolExecutor(len(jobs)) as ex:
+            futs = [ex.submit(run_rollout, t, "oracle", factories[b], Limits(max_wall_s=400), None, "openclaw", 2,
+                              None, 2.0, {"log_dir": str(tmp_path / b)}) for b, t in jobs]
+            results = [f.result() for f in futs]
+    finally:
+        for f in factories.values():
+            f.close()
+    for (backend, task), ro in zip(jobs, results):
+        assert ro.runtime == "openclaw"
+        assert ro.failure_class == "ok", (backend, task.task_id, ro.error)
+        assert ro.score == 1.0, (backend, task.task_id, ro.verification)
+        # the trajectory comes from the proxy log: OpenClaw's own system prompt and tools, our tool calls
+        assert ro.proxy_log and os.path.exists(ro.proxy_log)
+        entries = read_log(ro.proxy_log)
+        assert entries and all(e["status"] == 200 for e in entries)
+        session = rebuild_sessions(entries)
+        assert len(session) == 1
+        (traj,) = session.values()
+        assert traj["messages"] == ro.messages
+        roles = [m["role"] for m in ro.messages]
+        assert roles[0] == "system" and "OpenClaw" in ro.messages[0]["content"]
+        assert roles[-1] == "assistant" and ro.messages[-1]["content"]
+        first_user = next(m for m in ro.messages if m["role"] == "user")
+        assert task.instruction in json.dumps(first_user)
+        assert ro.tool_calls == len(task.reference) and roles.count("tool") == len(task.reference)
+        assert ro.turns == len(task.reference) + 1
+        assert not any("OPENCLAW_INTERNAL_CONTEXT" in json.dumps(m) for m in ro.messages)
+        names = {t["function"]["name"] for t in ro.tools}
+        assert {"read", "write", "edit", "exec"} <= names and "web_search" not in names
+        edits = [tc for m in ro.messages for tc in m.get("tool_calls") or [] if tc["function"]["name"] == "edit"]
+        for tc in edits:  # the oracle adapted our edit{oldText,newText} to OpenClaw's edit{edits:[…]}
+            assert "edits" in json.loads(tc["function"]["arguments"])
+        assert ro.workspace_diff and all(not d["path"].startswith(".openclaw") for d in ro.workspace_diff)
