@@ -338,6 +338,11 @@ n = 0
 for t in job["tasks"]:
     files = {p: base64.b64decode(b) for p, b in t["files"].items()}
     scores = {}
+    try:
+        code = compile(t["code"], "check.py", "exec")
+    except BaseException as e:
+        code = None
+        cerr = "%s: %s" % (type(e).__name__, e)
     for vname, ov in t["variants"].items():
         n += 1
         d = os.path.join(root, "g%d" % n)
@@ -354,7 +359,9 @@ for t in job["tasks"]:
         try:
             os.chdir(d)
             signal.alarm(int(t.get("timeout", 120)))
-            exec(compile(t["code"], "check.py", "exec"), ns)
+            if code is None:
+                raise SyntaxError(cerr)
+            exec(code, ns)
             s, subs = mean(ns["grade"]([], d))
             scores[vname] = {"score": s, "subs": subs}
         except BaseException as e:

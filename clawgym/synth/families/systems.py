@@ -67,9 +67,9 @@ def log_error_summary(ctx: Ctx) -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-@family("config_migration", CAT, "environment configuration and deployment", ["read", "transform", "write", "verify"],
+@family("ini_to_yaml_migration", CAT, "environment configuration and deployment", ["read", "transform", "write", "verify"],
         ["ini", "md", "yaml"], "Migrate a legacy INI config to the new YAML schema following migration notes.", 3)
-def config_migration(ctx: Ctx) -> None:
+def ini_to_yaml_migration(ctx: Ctx) -> None:
     rng = ctx.rng
     db_host = rng.choice(["db.internal", "10.0.3.12", "pg-primary.local"])
     port = rng.choice([5432, 5433, 6432])
