@@ -180,17 +180,20 @@ class DockerSandbox(Sandbox):
         with self._lock:
             self._active += 1
         try:
+            for attempt in (1, 2):
+                try:
+                    eid = self._api.exec_create(self.container_id, argv, stdout=True, stderr=True,
+                                                stdin=stdin is not None, user=f"{SANDBOX_UID}:{SANDBOX_GID}",
+                                                environment=self._env(env), workdir=self.config.workspace)["Id"]
+                    sock = self._api.exec_start(eid, socket=True)
+                    break
+                except Exception as e:
+                    # the container stopped (e.g. its init died): start it again on the same state
+                    if attempt == 1 and self._recover():
+                        continue
+                    raise SandboxError(f"docker exec failed: {e}") from e
             try:
-                eid = self._api.exec_create(self.container_id, argv, stdout=True, stderr=True,
-                                            stdin=stdin is not None, user=f"{SANDBOX_UID}:{SANDBOX_GID}",
-                                            environment=self._env(env), workdir=self.config.workspace)["Id"]
-                sock = self._api.exec_start(eid, socket=True)
-            except Exception as e:
-                if self._recover():
-                    raise SandboxError(f"docker exec failed, container restarted: {e}") from e
-                raise SandboxError(f"docker exec failed: {e}") from e
-            try:
-                out, err, truncated, timed_out, flooded = self._pump(sock, stdin, deadline, max_output, flood)
+                out, err, truncated, timed_out, flooded = self._pump(sock, eid, stdin, deadline, max_output, flood)
             except BaseException:  # Ctrl-C / error while the command runs: kill what it started
                 self._kill_all()
                 raise
@@ -210,7 +213,10 @@ class DockerSandbox(Sandbox):
                           stderr=err.decode("utf-8", errors="replace"), timed_out=timed_out,
                           duration_s=time.monotonic() - t0, truncated=truncated)
 
-    def _pump(self, sock, stdin, deadline, max_output, flood):
+    def _pump(self, sock, eid, stdin, deadline, max_output, flood):
+        """Read the multiplexed exec stream until EOF. Background processes that keep stdout open
+        would hold it for docker's 2 s grace after the command exits, so the exec is polled while
+        the stream is idle and, once it has exited, what it left behind is killed."""
         raw = getattr(sock, "_sock", sock)
         bufs = {1: bytearray(), 2: bytearray()}
         truncated = timed_out = flooded = False
@@ -229,15 +235,30 @@ class DockerSandbox(Sandbox):
             pending = bytearray()
             want_hdr = True
             need, stream = 8, 1
+            poll, next_poll, exited_at = 0.05, time.monotonic() + 0.05, None
             while True:
-                left = deadline - time.monotonic()
+                now = time.monotonic()
+                left = deadline - now
                 if left <= 0:
                     timed_out = True
                     break
-                raw.settimeout(min(left, 5.0))
+                if exited_at is not None and now - exited_at > 3.0:
+                    break  # exited and still no EOF: stop waiting for stragglers
+                raw.settimeout(max(0.001, min(left, next_poll - now, 5.0)))
                 try:
                     chunk = raw.recv(1 << 16)
                 except socket.timeout:
+                    if exited_at is None and time.monotonic() >= next_poll:
+                        if not self._api.exec_inspect(eid).get("Running"):
+                            exited_at = time.monotonic()
+                            with self._lock:
+                                alone = self._active == 1
+                            if alone and self.kill_background:
+                                self._slot.sweep()
+                        poll = min(poll * 2, 0.5)
+                        next_poll = time.monotonic() + poll
+                    elif exited_at is not None:
+                        next_poll = time.monotonic() + 0.1
                     continue
                 except OSError:
                     break
@@ -385,7 +406,9 @@ class DockerFactory(SandboxFactory):
                 network_mode="bridge" if c.network else "none", read_only=True,
                 cap_drop=["ALL"], security_opt=["no-new-privileges"], init=True,
                 mem_limit=mem, memswap_limit=mem, pids_limit=int(c.pids),
-                nano_cpus=int(float(c.cpus) * 1e9), user=f"{SANDBOX_UID}:{SANDBOX_GID}",
+                # pid 1 (docker-init + sleep) runs as uid 0 without capabilities, so the sandbox
+                # user (1000, every exec) cannot signal it and stop the container
+                nano_cpus=int(float(c.cpus) * 1e9), user="0:0",
                 volumes=volumes, working_dir=c.workspace, environment={"HOME": HOME},
                 shm_size="64m",
             )

@@ -1,0 +1,62 @@
+"""Per-operation overhead of each sandbox backend on this machine.
+
+    python -m clawgym.sandbox.bench [docker] [bwrap] [local] [-n 30]
+
+Prints median/p90 milliseconds for exec(["true"]), exec("true") (through bash -lc), open+close
+(docker: from a warm pool) and write+read of a 4 KiB file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+from clawgym.sandbox import get_factory
+from clawgym.sandbox.base import SandboxConfig
+
+
+def _ms(fn, n: int) -> tuple[float, float]:
+    xs = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        xs.append((time.perf_counter() - t) * 1000)
+    xs.sort()
+    return statistics.median(xs), xs[min(len(xs) - 1, int(len(xs) * 0.9))]
+
+
+def measure(backend: str, n: int = 30) -> dict[str, tuple[float, float]]:
+    kw = {"pool_size": 2} if backend == "docker" else {}
+    out = {}
+    with get_factory(backend, SandboxConfig(), **kw) as f:
+        if backend == "docker":
+            f.warm(60)
+        with f.open() as sb:
+            sb.exec(["true"])  # warm caches
+            out["exec argv true"] = _ms(lambda: sb.exec(["true"]), n)
+            out["exec 'true' (bash -lc)"] = _ms(lambda: sb.exec("true"), n)
+            data = b"x" * 4096
+            out["write+read 4 KiB"] = _ms(lambda: (sb.write_file("f", data), sb.read_file("f")), n)
+
+        def oc():
+            if backend == "docker":
+                f.warm(60)
+            f.open().close()
+        out["open+close"] = _ms(oc, max(3, n // 5))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m clawgym.sandbox.bench")
+    ap.add_argument("backends", nargs="*", default=["docker", "bwrap"])
+    ap.add_argument("-n", type=int, default=30)
+    a = ap.parse_args(argv)
+    for b in a.backends:
+        for k, (med, p90) in measure(b, a.n).items():
+            print(f"{b:7s} {k:24s} median {med:8.1f} ms   p90 {p90:8.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,148 @@
+"""Backend-specific behaviour: registry selection, the setup scripts, docker's restart fallback and
+pool, bwrap's host fallback, concurrency, the cleanup command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from clawgym.sandbox import cleanup, get_factory, registry
+from clawgym.sandbox.base import SandboxConfig, SandboxError
+from clawgym.tasks.model import File
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_registry_selection(docker_factory, monkeypatch):
+    assert registry.resolve_auto() == "docker"  # an engine answers and has the image
+    monkeypatch.setenv("CLAWGYM_SANDBOX", "bwrap")
+    assert registry.resolve_auto() == "bwrap"
+    monkeypatch.setenv("CLAWGYM_SANDBOX", "nonsense")
+    with pytest.raises(SandboxError, match="CLAWGYM_SANDBOX"):
+        registry.resolve_auto()
+    monkeypatch.delenv("CLAWGYM_SANDBOX")
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    assert registry.resolve_auto() == "bwrap"  # no engine: bwrap, never local
+    with get_factory("auto", SandboxConfig(memory_mb=256, pids=64, disk_mb=16)) as f:
+        assert f.name == "bwrap"
+    with pytest.raises(SandboxError, match="unknown sandbox backend"):
+        get_factory("podman")
+
+
+def test_docker_missing_image_is_a_clear_error(docker_factory):
+    with pytest.raises(SandboxError, match="build_sandbox_image"):
+        get_factory("docker", SandboxConfig(image="clawgym-no-such-image:0"))
+
+
+def test_scripts_are_idempotent(docker_factory):
+    t0 = time.monotonic()
+    p = subprocess.run(["bash", str(REPO / "scripts/start_dockerd.sh")], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.strip().startswith("unix://")
+    p = subprocess.run(["bash", str(REPO / "scripts/build_sandbox_image.sh")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "rootfs" in p.stderr and "up to date" in p.stderr and "image clawgym-sandbox:latest up to date" in p.stderr
+    assert time.monotonic() - t0 < 30
+    stamp = Path(os.environ.get("CLAWGYM_ROOTFS", "/var/lib/clawgym/rootfs")) / ".clawgym-stamp"
+    assert "python3-yaml" in stamp.read_text() and "nodejs" in stamp.read_text()
+
+
+def test_docker_timeout_without_host_access_restarts_container(docker_factory):
+    """Where the container's processes cannot be reached from the host, a timeout SIGKILLs the
+    container and starts it again: everything dies, the workspace survives."""
+    marker = f"{5000 + uuid.uuid4().int % 4999}.{uuid.uuid4().int % 971}"
+    with docker_factory.open([File(path="keep.txt", content=b"kept")]) as s:
+        s._slot.procs_file = None  # as if not root on the host
+        r = s.exec(f"setsid sleep {marker} & sleep {marker}", timeout=1)
+        assert r.timed_out and r.rc == 124
+        assert s.exec("cat keep.txt; echo; ps -e --no-headers | grep -c sleep").stdout.split() == ["kept", "1"]
+        assert s._slot.procs_file is not None  # located again after the restart
+
+
+def test_docker_survives_kill_all_from_inside(docker_factory):
+    with docker_factory.open([File(path="a", content=b"1")]) as s:
+        s.exec("kill -9 -1")
+        assert s.exec("cat a").stdout == "1"
+        docker_factory.client.api.kill(s.container_id)  # the container dies under us: restarted
+        assert s.exec("cat a").stdout == "1"
+
+
+def test_docker_background_processes_do_not_outlive_exec(docker_factory):
+    with docker_factory.open() as s:
+        assert s.exec("sleep 300 & setsid sleep 301 & echo bg").stdout == "bg\n"
+        assert s.exec("ps -e --no-headers -o comm | grep -c '^sleep' ").stdout.strip() == "1"  # init's
+
+
+def test_warm_pool_makes_open_fast(docker_factory):
+    docker_factory.warm(60)
+    t0 = time.monotonic()
+    with docker_factory.open([File(path="x", content=b"y")]) as s:
+        opened = time.monotonic() - t0
+        assert s.exec("cat x").stdout == "y"
+    assert opened < 0.5, opened
+
+
+@pytest.mark.parametrize("backend", ["docker", "bwrap"])
+def test_concurrent_sandboxes(request, backend):
+    f = request.getfixturevalue(f"{backend}_factory")
+    errors, outs = [], {}
+
+    def work(i):
+        try:
+            with f.open([File(path="i.txt", content=str(i).encode())]) as s:
+                s.exec("cat i.txt > o.txt; echo -n $(cat i.txt) >> o.txt")
+                outs[i] = s.read_file("o.txt")
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    assert not errors and outs == {i: f"{i}{i}".encode() for i in range(4)}
+
+
+def test_bwrap_host_fallback_and_custom_workspace(bwrap_factory):
+    cfg = SandboxConfig(rootfs="host", workspace="/workspace", memory_mb=256, pids=64, disk_mb=16)
+    with get_factory("bwrap", cfg) as f:
+        assert f.rootfs is None
+        with f.open([File(path="in.txt", content=b"data")]) as s:
+            r = s.exec("pwd; cat in.txt; echo; python3 -c 'import yaml; print(yaml.safe_load(\"a: 1\"))'; "
+                       "cat /etc/shadow | wc -c; touch /usr/x 2>/dev/null || echo ro")
+            assert r.stdout.splitlines() == ["/workspace", "data", "{'a': 1}", "0", "ro"], r.stderr
+            s.exec("echo out > made")
+            assert s.list_files() == ["in.txt", "made"]
+
+
+def test_bwrap_rootfs_must_exist_when_named():
+    with pytest.raises(SandboxError, match="not built"):
+        get_factory("bwrap", SandboxConfig(rootfs="/nonexistent/rootfs"))
+
+
+def test_local_is_explicit_and_warns(caplog):
+    with caplog.at_level("WARNING"):
+        with get_factory("local", SandboxConfig(disk_mb=16)) as f, f.open([File(path="a.txt", content=b"A")]) as s:
+            assert s.workspace != "/root/.openclaw/workspace" and os.path.isdir(s.workspace)
+            assert s.exec('cat a.txt; echo " $WORKSPACE"').stdout == f"A {s.workspace}\n"
+    assert any("WITHOUT isolation" in r.message for r in caplog.records)
+
+
+def test_cleanup_command_dry_run(capsys):
+    assert cleanup.main(["--dry-run"]) == 0
+    assert capsys.readouterr().out.startswith("would remove: containers=")
+
+
+def test_closed_factory_refuses(bwrap_factory):
+    f = get_factory("bwrap", SandboxConfig(disk_mb=16))
+    s = f.open()
+    f.close()
+    with pytest.raises(SandboxError):
+        s.exec("true")  # closing a factory closes its sandboxes
+    with pytest.raises(SandboxError):
+        f.open()
