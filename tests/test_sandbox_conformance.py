@@ -103,6 +103,7 @@ def test_write_read_list_remove_snapshot(sb):
     assert sb.list_files() == ["a/b/c.txt", "abs.txt", "bin/run.sh", "bin/x", "d/e/f",
                                "hello.txt", "made.txt"]
     assert sb.list_files("d") == ["d/e/f"] and sb.list_files("missing") == []
+    assert sb.list_files("d/e/f") == ["d/e/f"] and sb.list_files("pipe") == []
     snap = sb.snapshot()
     assert snap["d/e/f"] == b"deep" and "pipe" not in snap and len(snap) == 7
     sb.remove("d")
@@ -311,7 +312,7 @@ def _assert_gone(traces, factory):
     for c in traces["cgroups"]:
         assert not os.path.exists(c), c
     if traces["containers"]:
-        ids = {c.id for c in factory.client.containers.list(all=True)}
+        ids = {c["Id"] for c in factory.client.api.containers(all=True)}
         assert not (set(traces["containers"]) & ids)
 
 

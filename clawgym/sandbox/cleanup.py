@@ -156,10 +156,20 @@ def find_leftovers(pid: int | None = None, orphans_only: bool = False,
     lo = Leftovers()
     host = os.uname().nodename
     client = docker_client or _docker_client()
+    try:
+        _find_into(lo, client, host, pid, orphans_only)
+    finally:
+        if client is not None and docker_client is None:
+            client.close()
+    return lo
+
+
+def _find_into(lo: Leftovers, client, host: str, pid: int | None, orphans_only: bool) -> None:
     if client is not None:
         try:
-            for c in client.containers.list(all=True, filters={"label": f"{LABEL}=1"}):
-                labels = c.labels or {}
+            # the low-level list: no per-container inspect that races with concurrent removals
+            for c in client.api.containers(all=True, filters={"label": f"{LABEL}=1"}):
+                labels = c.get("Labels") or {}
                 if labels.get(LABEL_HOST, host) != host:
                     continue
                 try:
@@ -167,7 +177,7 @@ def find_leftovers(pid: int | None = None, orphans_only: bool = False,
                 except ValueError:
                     owner = None
                 if _keep(owner, pid, orphans_only):
-                    lo.containers.append(c.id)
+                    lo.containers.append(c["Id"])
         except Exception as e:  # pragma: no cover
             log.warning("could not list containers: %s", e)
     mounts = our_mounts()
@@ -187,7 +197,6 @@ def find_leftovers(pid: int | None = None, orphans_only: bool = False,
     for cg in cgroups.our_cgroups(PREFIX):
         if _keep(owner_pid(cg), pid, orphans_only):
             lo.cgroups.append(cg)
-    return lo
 
 
 def remove_leftovers(pid: int | None = None, orphans_only: bool = True,
@@ -219,6 +228,8 @@ def remove_leftovers(pid: int | None = None, orphans_only: bool = True,
         if d in our_mounts():
             continue
         _rmtree(d)
+    if client is not None:
+        client.close()
     return lo
 
 

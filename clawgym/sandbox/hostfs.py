@@ -345,8 +345,14 @@ class HostFS:
             dfd = self._walk(path, parts, host_root, create=False)
         except FileNotFoundError:
             return []
-        except NotADirectoryError:
-            return []
+        except NotADirectoryError:  # a regular file: itself
+            try:
+                self.read(path, max_bytes=0)
+            except OSError:
+                return []
+            full = posixpath.join(root, *parts)
+            ws = self.workspace.rstrip("/") + "/"
+            return [full[len(ws):] if full.startswith(ws) else full]
         # report paths relative to the workspace when inside it, else absolute sandbox paths
         base = posixpath.join(root, *parts)
         ws = self.workspace
