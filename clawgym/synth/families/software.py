@@ -1,0 +1,1147 @@
+"""Software Development families: fix a bug, add a function with tests, migrate a config, extend a Makefile,
+write a CLI, pin dependencies, write tests that kill mutants.
+
+Code is checked in-process inside grade() (module loaded from the workspace, test functions called directly,
+a tiny pytest shim when pytest is absent) so one grade() stays well under a second.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import sys
+import types
+from collections import Counter
+
+from clawgym.synth.families.base import Ctx, family, json_text, people
+
+CAT = "software_development"
+
+# ----------------------------------------------------------------------------------------------
+# in-process python runner: used at generation time AND embedded in grade() code
+# ----------------------------------------------------------------------------------------------
+
+PYRUN = r'''
+def _shim_pytest():
+    import sys as _s, types as _t
+    try:
+        import pytest  # noqa: F401
+        return
+    except Exception:
+        pass
+    m = _t.ModuleType("pytest")
+    class _Raises:
+        def __init__(self, exc, match=None):
+            self.exc = exc
+        def __enter__(self):
+            return self
+        def __exit__(self, et, ev, tb):
+            if et is None:
+                raise AssertionError("DID NOT RAISE")
+            return issubclass(et, self.exc)
+    def approx(v, rel=1e-6, **kw):
+        tol_abs = kw.get("abs", 1e-12)
+        class _A:
+            def __eq__(s, o):
+                try:
+                    return o == v or builtins_abs(o - v) <= max(rel * builtins_abs(v), tol_abs)
+                except Exception:
+                    return False
+        return _A()
+    m.raises = _Raises
+    m.approx = approx
+    _s.modules["pytest"] = m
+
+def builtins_abs(x):
+    return x if x >= 0 else -x
+
+def _load_module(name, src):
+    import sys as _s, types as _t
+    for k in [k for k in _s.modules if k == name or k.startswith(name + ".")]:
+        del _s.modules[k]
+    m = _t.ModuleType(name)
+    m.__file__ = name + ".py"
+    exec(compile(src, name + ".py", "exec"), m.__dict__)
+    _s.modules[name] = m
+    return m
+
+def _run_tests(mod_name, mod_src, test_src):
+    """(n_tests, n_failed) running every test_* function of test_src against mod_src."""
+    import inspect as _i, tempfile as _tf, pathlib as _pl
+    _shim_pytest()
+    _load_module(mod_name, mod_src)
+    ns = {"__name__": "test_module"}
+    exec(compile(test_src, "test_module.py", "exec"), ns)
+    tests = [(k, v) for k, v in ns.items() if k.startswith("test") and callable(v)]
+    failed = 0
+    for k, fn in tests:
+        try:
+            params = list(_i.signature(fn).parameters)
+            kw = {p: _pl.Path(_tf.mkdtemp()) for p in params if p in ("tmp_path", "tmpdir")}
+            if len(kw) != len(params):
+                raise TypeError("unsupported fixture")
+            fn(**kw)
+        except BaseException:
+            failed += 1
+    return len(tests), failed
+'''
+
+_rt: dict = {}
+exec(compile(PYRUN, "pyrun", "exec"), _rt)
+
+
+def run_tests(mod_name: str, mod_src: str, test_src: str) -> tuple[int, int]:
+    saved = {k: v for k, v in sys.modules.items() if k == mod_name or k == "pytest"}
+    try:
+        return _rt["_run_tests"](mod_name, mod_src, test_src)
+    finally:
+        sys.modules.pop(mod_name, None)
+        sys.modules.update(saved)
+
+
+def _call_cases(mod_name: str, mod_src: str, fn: str, cases: list) -> list[bool]:
+    """Generation-time self check: which cases `fn` passes."""
+    saved = {k: v for k, v in sys.modules.items() if k == mod_name}
+    try:
+        m = _rt["_load_module"](mod_name, mod_src)
+        out = []
+        for args, want in cases:
+            try:
+                out.append(getattr(m, fn)(*args) == want)
+            except Exception:
+                out.append(False)
+        return out
+    finally:
+        sys.modules.pop(mod_name, None)
+        sys.modules.update(saved)
+
+
+_CASES_HELPER = '''
+def _cases_ok(ws, rel, name, fn, cases):
+    src = read_text(ws, rel)
+    if not src:
+        return []
+    m = _load_module(name, src)
+    out = []
+    for args, want in cases:
+        try:
+            got = getattr(m, fn)(*args)
+            out.append(_json.loads(_json.dumps(got)) == want)
+        except BaseException:
+            out.append(False)
+    return out
+'''
+
+
+def _add_runtime(ctx: Ctx) -> None:
+    ctx.grade.helper(PYRUN)
+    ctx.grade.helper(_CASES_HELPER)
+
+
+def _jsonable(cases):
+    return json.loads(json.dumps(cases))
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. fix a bug that a failing test exposes
+# ----------------------------------------------------------------------------------------------
+
+_BUGS = [
+    {
+        "module": "pager", "fn": "paginate",
+        "src": '''"""Pagination helpers for the listing API."""
+
+
+def paginate(items, page, per_page=10):
+    """Return the items of 1-based `page` (an empty list past the end)."""
+    if page < 1 or per_page < 1:
+        raise ValueError("page and per_page must be >= 1")
+    start = {BUG}
+    return items[start:start + per_page]
+
+
+def page_count(n_items, per_page=10):
+    return (n_items + per_page - 1) // per_page
+''',
+        "bug": "page * per_page", "fix": "(page - 1) * per_page",
+        "tests": '''from pager import paginate, page_count
+
+
+def test_first_page():
+    assert paginate(list(range(25)), 1, 10) == list(range(10))
+
+
+def test_last_page():
+    assert paginate(list(range(25)), 3, 10) == [20, 21, 22, 23, 24]
+
+
+def test_page_count():
+    assert page_count(25, 10) == 3
+
+
+def test_past_end():
+    assert paginate([1, 2, 3], 5, 2) == []
+''',
+        "cases": [[[[1, 2, 3, 4, 5], 2, 2], [3, 4]], [[[1, 2, 3, 4, 5], 1, 3], [1, 2, 3]],
+                  [[list(range(7)), 3, 3], [6]], [[["a", "b"], 1, 5], ["a", "b"]]],
+    },
+    {
+        "module": "durations", "fn": "parse_duration",
+        "src": '''"""Parse human durations like '1h30m', '45m', '2h' into minutes."""
+import re
+
+_PART = re.compile(r"(\\d+)\\s*([hm])")
+
+
+def parse_duration(text):
+    total = 0
+    for num, unit in _PART.findall(text.lower()):
+        total += int(num) * ({BUG} if unit == "h" else 1)
+    return total
+
+
+def format_minutes(m):
+    return f"{m // 60}h{m % 60:02d}m"
+''',
+        "bug": "100", "fix": "60",
+        "tests": '''from durations import parse_duration, format_minutes
+
+
+def test_minutes_only():
+    assert parse_duration("45m") == 45
+
+
+def test_hours_and_minutes():
+    assert parse_duration("1h30m") == 90
+
+
+def test_hours():
+    assert parse_duration("2h") == 120
+
+
+def test_format():
+    assert format_minutes(95) == "1h35m"
+''',
+        "cases": [[["3h"], 180], [["1h 5m"], 65], [["10m"], 10], [["2H15M"], 135]],
+    },
+    {
+        "module": "smoothing", "fn": "moving_average",
+        "src": '''"""Simple smoothing for sensor series."""
+
+
+def moving_average(xs, k):
+    """Means of every window of k consecutive values (len(xs) - k + 1 windows)."""
+    if k < 1:
+        raise ValueError("k must be >= 1")
+    return [sum(xs[i:i + k]) / k for i in range({BUG})]
+
+
+def clip(xs, lo, hi):
+    return [min(hi, max(lo, x)) for x in xs]
+''',
+        "bug": "len(xs) - k", "fix": "len(xs) - k + 1",
+        "tests": '''from smoothing import moving_average, clip
+
+
+def test_window_two():
+    assert moving_average([1, 2, 3, 4], 2) == [1.5, 2.5, 3.5]
+
+
+def test_window_one():
+    assert moving_average([5, 7], 1) == [5.0, 7.0]
+
+
+def test_clip():
+    assert clip([-5, 3, 12], 0, 10) == [0, 3, 10]
+''',
+        "cases": [[[[2, 4, 6], 3], [4.0]], [[[1, 1, 1, 1], 2], [1.0, 1.0, 1.0]], [[[3], 1], [3.0]],
+                  [[[1, 2], 3], []]],
+    },
+    {
+        "module": "calendar_utils", "fn": "is_leap",
+        "src": '''"""Calendar helpers."""
+
+
+def is_leap(year):
+    return year % 4 == 0 and ({BUG})
+
+
+def days_in_year(year):
+    return 366 if is_leap(year) else 365
+''',
+        "bug": "year % 100 != 0", "fix": "year % 100 != 0 or year % 400 == 0",
+        "tests": '''from calendar_utils import is_leap, days_in_year
+
+
+def test_common_year():
+    assert not is_leap(2023)
+
+
+def test_leap_year():
+    assert is_leap(2024)
+
+
+def test_century():
+    assert not is_leap(1900)
+
+
+def test_four_hundred():
+    assert is_leap(2000)
+    assert days_in_year(2000) == 366
+''',
+        "cases": [[[1600], True], [[2100], False], [[2400], True], [[1996], True], [[2001], False]],
+    },
+    {
+        "module": "pricing", "fn": "apply_discount",
+        "src": '''"""Cart pricing."""
+
+
+def apply_discount(total, percent):
+    """Total after a percentage discount, rounded to cents; percent is clamped to 0..100."""
+    percent = max(0, min(100, percent))
+    return round(total * (1 - {BUG}), 2)
+
+
+def add_tax(total, rate):
+    return round(total * (1 + rate), 2)
+''',
+        "bug": "percent / 10", "fix": "percent / 100",
+        "tests": '''from pricing import apply_discount, add_tax
+
+
+def test_ten_percent():
+    assert apply_discount(200.0, 10) == 180.0
+
+
+def test_zero():
+    assert apply_discount(99.99, 0) == 99.99
+
+
+def test_tax():
+    assert add_tax(100.0, 0.2) == 120.0
+''',
+        "cases": [[[50.0, 50], 25.0], [[80.0, 25], 60.0], [[10.0, 150], 0.0], [[19.99, 5], 18.99]],
+    },
+]
+
+
+@family("fix_failing_test", CAT, "debugging and issue fixing", ["read", "run tests", "analyze output", "modify code",
+        "write"], ["py", "json", "md"], "A small module has a one-line bug exposed by its test suite: find it, fix it "
+        "without touching the tests, report what failed.", difficulty=3)
+def fix_failing_test(ctx: Ctx) -> None:
+    rng = ctx.rng
+    b = rng.choice(_BUGS)
+    mod, fn = b["module"], b["fn"]
+    buggy = b["src"].replace("{BUG}", b["bug"])
+    fixed = b["src"].replace("{BUG}", b["fix"])
+    ntests, fails_before = run_tests(mod, buggy, b["tests"])
+    n2, fails_after = run_tests(mod, fixed, b["tests"])
+    assert fails_before > 0 and fails_after == 0, (mod, fails_before, fails_after)
+    assert all(_call_cases(mod, fixed, fn, b["cases"])) and not all(_call_cases(mod, buggy, fn, b["cases"]))
+    failing = []
+    tree = ast.parse(b["tests"])
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+            single = "\n".join([ast.get_source_segment(b["tests"], n) for n in tree.body
+                                if isinstance(n, (ast.Import, ast.ImportFrom))] + [ast.get_source_segment(b["tests"], node)])
+            if run_tests(mod, buggy, single + f"\n")[1]:
+                failing.append(node.name)
+    line = next(i for i, l in enumerate(fixed.splitlines(), 1) if b["fix"] in l)
+    ctx.file(f"{mod}.py", buggy)
+    ctx.file(f"tests/test_{mod}.py", b["tests"])
+    ctx.file("setup.cfg", "[tool:pytest]\ntestpaths = tests\n")
+    ctx.file("README.md", f"# {mod}\n\nRun the tests with `python3 -m pytest -q`.\n")
+    ctx.file("ISSUE.md", f"## Bug report from {people(rng, 1)[0]}\n\nCI is red since the last refactor of "
+                         f"`{fn}` in {mod}.py. Nobody touched the tests.\n")
+    ctx.distractors(1)
+    rep = "output/fix_report.json"
+    ctx.output(rep)
+    ctx.ask(
+        f"CI is failing for {mod}.py (see ISSUE.md). Please find and fix the bug in {mod}.py — do not change the tests "
+        f"in tests/test_{mod}.py. Then write {rep} with: function (the function you fixed), failing_tests (names of the "
+        "test functions that failed before your fix, sorted), tests_total (number of test functions in the suite), "
+        "tests_failing_before and tests_failing_after (counts), and line (the 1-based line number of the fixed line).")
+    ctx.expect("fn", fn)
+    ctx.expect("cases", _jsonable(b["cases"]))
+    ctx.expect("failing", sorted(failing))
+    ctx.expect("ntests", ntests)
+    ctx.expect("nfail", fails_before)
+    ctx.expect("line", line)
+    ctx.expect("tests_digest", __import__("hashlib").sha256(b["tests"].encode()).hexdigest())
+    _add_runtime(ctx)
+    trel = f"tests/test_{mod}.py"
+    ctx.check("bug_fixed", f"all(_cases_ok(ws, {mod + '.py'!r}, {mod!r}, E['fn'], E['cases']) or [False])")
+    ctx.check("suite_passes", f"_run_tests({mod!r}, T({mod + '.py'!r}), T({trel!r})) == (E['ntests'], 0) and "
+                              f"unchanged(ws, {trel!r}, E['tests_digest'])")
+    ctx.check("report_function", f"J({rep!r})['function'] == E['fn'] and to_num(J({rep!r})['line']) == E['line']")
+    ctx.check("report_failing", f"list_equal(J({rep!r})['failing_tests'], E['failing'])")
+    ctx.check("report_counts", f"to_num(J({rep!r})['tests_total']) == E['ntests'] and "
+                               f"to_num(J({rep!r})['tests_failing_before']) == E['nfail'] and "
+                               f"to_num(J({rep!r})['tests_failing_after']) == 0")
+    ctx.read("ISSUE.md")
+    ctx.read(f"{mod}.py")
+    ctx.read(trel)
+    ctx.exec("PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python3 -m pytest -q -p no:cacheprovider 2>&1 | tail -15")
+    ctx.edit(f"{mod}.py", b["bug"], b["fix"])
+    ctx.exec("PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python3 -m pytest -q -p no:cacheprovider 2>&1 | tail -3")
+    ctx.write(rep, json_text({"function": fn, "tests_total": ntests, "tests_failing_before": fails_before,
+                              "tests_failing_after": 0, "line": line, "failing_tests": sorted(failing)}))
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. add a function from a spec, with tests
+# ----------------------------------------------------------------------------------------------
+
+_SPECS = [
+    {"fn": "slugify", "sig": "slugify(text)",
+     "doc": "Lower-case the text, replace every run of characters that are not a-z or 0-9 with a single '-', and "
+            "strip leading/trailing '-'.",
+     "impl": '''
+
+def slugify(text):
+    import re
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+''',
+     "mutant": '''
+
+def slugify(text):
+    return text.lower().replace(" ", "-")
+''',
+     "cases": [[["Hello, World!"], "hello-world"], [["  Many   spaces "], "many-spaces"], [["Already-ok"], "already-ok"],
+               [["C++ & Rust 2026"], "c-rust-2026"], [["---"], ""]],
+     "tests": '''
+
+def test_slugify_basic():
+    assert textkit.slugify("Hello, World!") == "hello-world"
+
+
+def test_slugify_runs():
+    assert textkit.slugify("a  --  b") == "a-b"
+
+
+def test_slugify_edges():
+    assert textkit.slugify("  Trim me!  ") == "trim-me"
+'''},
+    {"fn": "chunk", "sig": "chunk(items, size)",
+     "doc": "Split a list into consecutive lists of length `size` (the last may be shorter). Raise ValueError when "
+            "size < 1.",
+     "impl": '''
+
+def chunk(items, size):
+    if size < 1:
+        raise ValueError("size must be >= 1")
+    return [items[i:i + size] for i in range(0, len(items), size)]
+''',
+     "mutant": '''
+
+def chunk(items, size):
+    return [items[i:i + size] for i in range(0, len(items) - size + 1, size)]
+''',
+     "cases": [[[[1, 2, 3, 4, 5], 2], [[1, 2], [3, 4], [5]]], [[[], 3], []], [[[1, 2, 3], 3], [[1, 2, 3]]],
+               [[["a", "b", "c"], 5], [["a", "b", "c"]]]],
+     "tests": '''
+
+def test_chunk_even():
+    assert textkit.chunk([1, 2, 3, 4], 2) == [[1, 2], [3, 4]]
+
+
+def test_chunk_remainder():
+    assert textkit.chunk([1, 2, 3], 2) == [[1, 2], [3]]
+
+
+def test_chunk_bad_size():
+    try:
+        textkit.chunk([1], 0)
+    except ValueError:
+        return
+    raise AssertionError("expected ValueError")
+'''},
+    {"fn": "initials", "sig": "initials(full_name)",
+     "doc": "Upper-case first letters of each whitespace-separated part of the name, joined with '.', with a "
+            "trailing '.'; hyphenated parts count as separate parts. Empty input gives ''.",
+     "impl": '''
+
+def initials(full_name):
+    parts = [p for p in full_name.replace("-", " ").split() if p]
+    return "".join(p[0].upper() + "." for p in parts)
+''',
+     "mutant": '''
+
+def initials(full_name):
+    parts = full_name.split()
+    return "".join(p[0].upper() + "." for p in parts)
+''',
+     "cases": [[["ada lovelace"], "A.L."], [["Jean-Luc Picard"], "J.L.P."], [[""], ""], [["  grace   hopper "], "G.H."]],
+     "tests": '''
+
+def test_initials_two():
+    assert textkit.initials("ada lovelace") == "A.L."
+
+
+def test_initials_hyphen():
+    assert textkit.initials("Jean-Luc Picard") == "J.L.P."
+
+
+def test_initials_empty():
+    assert textkit.initials("") == ""
+'''},
+    {"fn": "word_freq", "sig": "word_freq(text, n)",
+     "doc": "The n most common lower-cased words (runs of letters a-z) as [word, count] pairs, most common first, "
+            "ties broken alphabetically.",
+     "impl": '''
+
+def word_freq(text, n):
+    import re
+    counts = {}
+    for w in re.findall(r"[a-z]+", text.lower()):
+        counts[w] = counts.get(w, 0) + 1
+    return [[w, c] for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+''',
+     "mutant": '''
+
+def word_freq(text, n):
+    counts = {}
+    for w in text.lower().split():
+        counts[w] = counts.get(w, 0) + 1
+    return [[w, c] for w, c in sorted(counts.items(), key=lambda kv: -kv[1])[:n]]
+''',
+     "cases": [[["b a b, c a b!", 2], [["b", 3], ["a", 2]]], [["z y x", 2], [["x", 1], ["y", 1]]], [["", 3], []],
+               [["Dog dog DOG cat", 1], [["dog", 3]]]],
+     "tests": '''
+
+def test_word_freq_counts():
+    assert textkit.word_freq("a b a", 1) == [["a", 2]]
+
+
+def test_word_freq_ties():
+    assert textkit.word_freq("pear apple", 2) == [["apple", 1], ["pear", 1]]
+
+
+def test_word_freq_punctuation():
+    assert textkit.word_freq("Hi! hi, HI.", 1) == [["hi", 3]]
+'''},
+]
+
+_TEXTKIT = '''"""Small text utilities shared by our scripts."""
+
+
+def truncate(text, width=20, suffix="..."):
+    """Shorten text to at most `width` characters, ending with `suffix` when cut."""
+    if len(text) <= width:
+        return text
+    return text[:max(0, width - len(suffix))] + suffix
+
+
+def title_case(text):
+    return " ".join(w[:1].upper() + w[1:].lower() for w in text.split())
+'''
+
+
+@family("implement_spec_function", CAT, "code generation and implementation", ["read", "modify code", "write",
+        "run tests"], ["py", "md", "json"], "Add a function to a module from a written spec, write tests for it, and "
+        "report the test run.", difficulty=3)
+def implement_spec_function(ctx: Ctx) -> None:
+    rng = ctx.rng
+    sp = rng.choice(_SPECS)
+    fn = sp["fn"]
+    full = _TEXTKIT + sp["impl"]
+    assert all(_call_cases("textkit", full, fn, sp["cases"]))
+    assert not all(_call_cases("textkit", _TEXTKIT + sp["mutant"], fn, sp["cases"]))
+    test_src = "import textkit\n" + sp["tests"]
+    n, f = run_tests("textkit", full, test_src)
+    assert f == 0 and n == 3 and run_tests("textkit", _TEXTKIT + sp["mutant"], test_src)[1] > 0
+    ctx.file("textkit.py", _TEXTKIT)
+    ctx.file("tests/test_truncate.py", "import textkit\n\n\ndef test_truncate_short():\n    assert "
+                                       "textkit.truncate('abc', 5) == 'abc'\n")
+    ctx.file("docs/SPEC.md", f"# textkit additions\n\n## `{sp['sig']}`\n\n{sp['doc']}\n\nExamples:\n\n" +
+             "".join(f"- `{fn}({', '.join(json.dumps(a) for a in args)})` -> `{json.dumps(want)}`\n"
+                     for args, want in sp["cases"][:2]) + "\n## Later\n\n- `dedent_all(text)` (not yet, skip)\n")
+    ctx.distractors(1)
+    trel, rep = f"tests/test_{fn}.py", "output/test_report.json"
+    ctx.output(rep)
+    ctx.ask(
+        f"Please add `{sp['sig']}` to textkit.py exactly as described in docs/SPEC.md (keep the existing functions as "
+        f"they are), and write at least 3 test functions for it in {trel} (plain asserts, `import textkit`). Run the "
+        f"tests, then write {rep} with function, test_file, tests_written (number of test functions in your file) and "
+        "tests_passed.")
+    ctx.expect("fn", fn)
+    ctx.expect("cases", _jsonable(sp["cases"]))
+    ctx.expect("mutant_src", _TEXTKIT + sp["mutant"])
+    ctx.expect("trel", trel)
+    ctx.expect("old_cases", [[["abcdefghij", 6], "abc..."], [["short"], "short"]])
+    _add_runtime(ctx)
+    ctx.grade.helper(
+        "def _ntests(src):\n"
+        "    import ast as _ast\n"
+        "    return sum(1 for n in _ast.parse(src).body if isinstance(n, _ast.FunctionDef) and n.name.startswith('test'))\n")
+    ctx.check("function_cases", f"frac(sum(_cases_ok(ws, 'textkit.py', 'textkit', E['fn'], E['cases'])), len(E['cases']))")
+    ctx.check("existing_kept", "E['fn'] in T('textkit.py') and all(_cases_ok(ws, 'textkit.py', 'textkit', 'truncate', "
+                               "E['old_cases']) or [False])")
+    ctx.check("tests_written", f"_ntests(T({trel!r})) >= 3 and E['fn'] in T({trel!r})")
+    ctx.check("tests_pass", f"_run_tests('textkit', T('textkit.py'), T({trel!r}))[1] == 0 and "
+                            f"_run_tests('textkit', T('textkit.py'), T({trel!r}))[0] >= 3")
+    ctx.check("tests_catch_bug", f"_run_tests('textkit', E['mutant_src'], T({trel!r}))[1] > 0")
+    ctx.check("report", f"J({rep!r})['function'] == E['fn'] and J({rep!r})['test_file'] == E['trel'] and "
+                        f"to_num(J({rep!r})['tests_written']) == _ntests(T({trel!r})) == "
+                        f"to_num(J({rep!r})['tests_passed'])")
+    ctx.read("docs/SPEC.md")
+    ctx.read("textkit.py")
+    ctx.read("tests/test_truncate.py")
+    last = _TEXTKIT.rstrip("\n").splitlines()[-1]
+    ctx.edit("textkit.py", last + "\n", last + "\n" + sp["impl"])
+    ctx.write(trel, test_src)
+    ctx.exec("PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python3 -m pytest -q -p no:cacheprovider 2>&1 | tail -3")
+    ctx.write(rep, json_text({"function": fn, "test_file": trel, "tests_written": 3, "tests_passed": 3}))
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. rename a function across a small code base, keeping a deprecated alias
+# ----------------------------------------------------------------------------------------------
+
+_RENAMES = [
+    {"module": "money", "old": "fmt", "new": "format_money",
+     "body": '    return f"{currency} {amount:,.2f}"\n', "params": "amount, currency=\"USD\"", "args": "amount, currency",
+     "calls": [("1234.5", "\"EUR\""), ("99", "\"USD\""), ("0.5", "\"GBP\""), ("1000000", "\"JPY\"")],
+     "cases": [[[12.0, "USD"], "USD 12.00"], [[1234567.891, "EUR"], "EUR 1,234,567.89"]]},
+    {"module": "geo", "old": "dist", "new": "distance",
+     "body": "    return round(((a[0] - b[0]) ** 2 + (a[1] - b[1]) ** 2) ** 0.5, 3)\n", "params": "a, b", "args": "a, b",
+     "calls": [("(0, 0)", "(3, 4)"), ("(1, 1)", "(4, 5)"), ("(2, 0)", "(2, 7)"), ("(0, 0)", "(1, 1)")],
+     "cases": [[[[0, 0], [6, 8]], 10.0], [[[1, 2], [1, 2]], 0.0]]},
+    {"module": "textstats", "old": "wc", "new": "word_count",
+     "body": "    return len(text.split()) if sep is None else len([w for w in text.split(sep) if w])\n",
+     "params": "text, sep=None", "args": "text, sep",
+     "calls": [("\"a b c\"", "None"), ("\"x,y,,z\"", "\",\""), ("\"one\"", "None"), ("\"  lots   of  space \"", "None")],
+     "cases": [[["hello big world", None], 3], [["a;b;;c", ";"], 3]]},
+]
+
+
+@family("rename_with_alias", CAT, "code review and refactoring", ["read", "search", "modify code", "run tests",
+        "write"], ["py", "json"], "Rename a function across several files, keep a deprecated alias that warns, and "
+        "report the call sites changed.", difficulty=4)
+def rename_with_alias(ctx: Ctx) -> None:
+    rng = ctx.rng
+    r = rng.choice(_RENAMES)
+    mod, old, new = r["module"], r["old"], r["new"]
+    lib = (f'"""{mod}: shared helpers."""\n\n\ndef {old}({r["params"]}):\n    """Do not call directly from new code."""\n'
+           + r["body"] + "\n\nVERSION = \"1.4.0\"\n")
+    callers: dict[str, list[str]] = {}
+    sites = {}
+    for f in ("report.py", "cli.py", f"tests/test_{mod}.py"):
+        k = rng.randint(1, 3)
+        sites[f] = k
+        callers[f] = [rng.choice(r["calls"]) for _ in range(k)]
+    ns: dict = {}
+    exec(compile(lib, mod, "exec"), ns)
+    expected_report = [ns[old](*[eval(a) for a in c]) for c in callers["report.py"]]
+    rep_src = (f"import {mod}\n\n# {old} is used below; {old}_cache is unrelated\n{old}_cache = {{}}\n\n\ndef summary():\n"
+               "    out = []\n" + "".join(f"    out.append({mod}.{old}({a}, {b}))\n" for a, b in callers["report.py"]) +
+               "    return out\n")
+    cli_src = (f"import sys\n\nimport {mod}\n\n\ndef main(argv):\n" +
+               "".join(f"    print({mod}.{old}({a}, {b}))\n" for a, b in callers["cli.py"]) +
+               "    return 0\n\n\nif __name__ == '__main__':\n    sys.exit(main(sys.argv[1:]))\n")
+    test_src = (f"import {mod}\n\n\n" + "".join(
+        f"def test_call_{i}():\n    assert {mod}.{old}({a}, {b}) == {ns[old](eval(a), eval(b))!r}\n\n\n"
+        for i, (a, b) in enumerate(callers[f"tests/test_{mod}.py"])).rstrip("\n") + "\n")
+    ctx.file(f"{mod}.py", lib)
+    ctx.file("report.py", rep_src)
+    ctx.file("cli.py", cli_src)
+    ctx.file(f"tests/test_{mod}.py", test_src)
+    ctx.file("CHANGELOG.md", "# Changelog\n\n## Unreleased\n\n- (nothing yet)\n")
+    ctx.distractors(1)
+    rep = "output/rename_report.json"
+    ctx.output(rep)
+    total = sum(sites.values())
+    changed = sorted(["cli.py", "report.py", f"tests/test_{mod}.py", f"{mod}.py"])
+    ctx.ask(
+        f"We're renaming `{mod}.{old}` to `{mod}.{new}`. Please rename the function in {mod}.py, update every call "
+        f"site in the code base (report.py, cli.py, tests/) to the new name, and keep `{old}` in {mod}.py as a "
+        f"deprecated alias that emits a DeprecationWarning (warnings.warn) and returns the same result. Don't touch "
+        f"unrelated names that merely start with `{old}`. Run the tests, then write {rep} with old_name, new_name, "
+        "files_changed (sorted paths) and call_sites_updated (number of call sites you rewrote, not counting the "
+        "definition).")
+    ctx.expect("new", new)
+    ctx.expect("old", old)
+    ctx.expect("cases", _jsonable(r["cases"]))
+    ctx.expect("report_out", _jsonable(expected_report))
+    ctx.expect("files", changed)
+    ctx.expect("sites", total)
+    _add_runtime(ctx)
+    ctx.grade.helper(
+        "def _alias_warns(ws, mod, old, case):\n"
+        "    import warnings as _w\n"
+        "    m = _load_module(mod, read_text(ws, mod + '.py'))\n"
+        "    with _w.catch_warnings(record=True) as rec:\n"
+        "        _w.simplefilter('always')\n"
+        "        got = getattr(m, old)(*case[0])\n"
+        "    return got == case[1] and any(issubclass(x.category, DeprecationWarning) for x in rec)\n"
+        "def _report_runs(ws, mod):\n"
+        "    _load_module(mod, read_text(ws, mod + '.py'))\n"
+        "    ns = {}\n"
+        "    exec(compile(read_text(ws, 'report.py'), 'report.py', 'exec'), ns)\n"
+        "    return _json.loads(_json.dumps(ns['summary']()))\n"
+        "def _old_calls(ws, mod, old, files):\n"
+        "    return sum(len(_re.findall(r'\\b' + mod + r'\\.' + old + r'\\(', read_text(ws, f) or '')) for f in files)\n")
+    mp = mod + ".py"
+    ctx.check("new_name_works", f"all(_cases_ok(ws, {mp!r}, {mod!r}, E['new'], E['cases']) or [False])")
+    ctx.check("alias_deprecated", f"_alias_warns(ws, {mod!r}, E['old'], E['cases'][0])")
+    ctx.check("call_sites_renamed", f"_old_calls(ws, {mod!r}, E['old'], ['report.py', 'cli.py', 'tests/test_{mod}.py']) == 0"
+                                    f" and _old_calls(ws, {mod!r}, E['new'], ['report.py', 'cli.py', "
+                                    f"'tests/test_{mod}.py']) == E['sites'] and {old + '_cache = {}'!r} in T('report.py')")
+    ctx.check("behaviour_kept", f"_report_runs(ws, {mod!r}) == E['report_out'] and "
+                                f"_run_tests({mod!r}, T({mp!r}), T('tests/test_{mod}.py'))[1] == 0 and "
+                                f"_old_calls(ws, {mod!r}, E['new'], ['report.py']) > 0")
+    ctx.check("report", f"J({rep!r})['old_name'] == E['old'] and J({rep!r})['new_name'] == E['new'] and "
+                        f"list_equal(J({rep!r})['files_changed'], E['files']) and "
+                        f"to_num(J({rep!r})['call_sites_updated']) == E['sites']")
+    ctx.read(mp)
+    ctx.exec(f"grep -rn '{mod}\\.{old}(' --include=*.py .")
+    ctx.write(mp, lib.replace(f"def {old}(", f"def {new}(").replace('    """Do not call directly from new code."""\n', "")
+              + f"\n\ndef {old}({r['params']}):\n    \"\"\"Deprecated alias of {new}.\"\"\"\n    import warnings\n\n"
+              f"    warnings.warn(\"{old}() is deprecated; use {new}()\", DeprecationWarning, stacklevel=2)\n"
+              f"    return {new}({r['args']})\n")
+    for f, src in (("report.py", rep_src), ("cli.py", cli_src), (f"tests/test_{mod}.py", test_src)):
+        ctx.write(f, src.replace(f"{mod}.{old}(", f"{mod}.{new}("))
+    ctx.exec("PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python3 -m pytest -q -p no:cacheprovider 2>&1 | tail -3")
+    ctx.write(rep, json_text({"old_name": old, "new_name": new, "files_changed": changed, "call_sites_updated": total}))
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. extend a Makefile
+# ----------------------------------------------------------------------------------------------
+
+_WC_SCRIPT = '''"""Word statistics for text files: prints a JSON object."""
+import json
+import sys
+
+
+def main(paths):
+    files = {}
+    for p in sorted(paths):
+        with open(p, encoding="utf-8") as fh:
+            text = fh.read()
+        files[p] = {"lines": len(text.splitlines()), "words": len(text.split())}
+    total = {"files": len(files), "lines": sum(f["lines"] for f in files.values()),
+             "words": sum(f["words"] for f in files.values())}
+    print(json.dumps({"total": total, "files": files}, indent=2))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
+'''
+
+
+@family("makefile_stats_target", CAT, "DevOps and continuous delivery", ["read", "modify code", "run scripts",
+        "verify"], ["Makefile", "py", "txt", "json"], "Add build targets to an existing Makefile (a stats target with "
+        "a file output, wiring into all, a clean rule) and run it.", difficulty=3)
+def makefile_stats_target(ctx: Ctx) -> None:
+    rng = ctx.rng
+    words = ["alpha", "beta", "gamma", "delta", "river", "stone", "cloud", "ember", "north", "quiet"]
+    docs = {}
+    for i in range(rng.randint(3, 5)):
+        lines = [" ".join(rng.choice(words) for _ in range(rng.randint(3, 9))) for _ in range(rng.randint(2, 7))]
+        docs[f"docs/chapter{i + 1}.txt"] = "\n".join(lines) + "\n"
+    for p, t in docs.items():
+        ctx.file(p, t)
+    ctx.file("docs/notes.md", "# not part of the book\n\nignore me\n")
+    ctx.file("scripts/wordstats.py", _WC_SCRIPT)
+    mk = ("PYTHON ?= python3\n\n.PHONY: all lint\n\nall: lint\n\nlint:\n\t$(PYTHON) -m py_compile scripts/wordstats.py\n")
+    ctx.file("Makefile", mk)
+    ctx.distractors(1)
+    files = {p: {"lines": len(t.splitlines()), "words": len(t.split())} for p, t in sorted(docs.items())}
+    total = {"files": len(files), "lines": sum(f["lines"] for f in files.values()),
+             "words": sum(f["words"] for f in files.values())}
+    out = "output/stats.json"
+    ctx.ask(
+        "Please extend the Makefile: add a `stats` target that runs scripts/wordstats.py on every docs/*.txt file "
+        f"and writes its output to {out} (create output/ if needed); make `all` also build stats; add a `clean` "
+        "target that removes the output/ directory (mark stats and clean as phony). Then run `make stats` so the "
+        "file exists.")
+    ctx.expect("total", total)
+    ctx.expect("files", files)
+    ctx.output(out)
+    ctx.grade.helper(
+        "def _make_n(ws, target):\n"
+        "    import subprocess as _sp\n"
+        "    if not exists(ws, 'Makefile'):\n"
+        "        return ''\n"
+        "    r = _sp.run(['make', '-n', '-C', ws, target], capture_output=True, text=True, timeout=20)\n"
+        "    return r.stdout if r.returncode == 0 else ''\n")
+    ctx.check("stats_totals", f"J({out!r})['total'] == E['total']")
+    ctx.check("stats_per_file", f"J({out!r})['files'] == E['files']")
+    ctx.check("stats_target", f"'wordstats.py' in _make_n(ws, 'stats') and all(p in _make_n(ws, 'stats') for p in "
+                              "E['files'])")
+    ctx.check("all_builds_stats", "'output/stats.json' in _make_n(ws, 'all') and 'py_compile' in _make_n(ws, 'all')")
+    ctx.check("clean_target", "'rm' in _make_n(ws, 'clean') and 'output' in _make_n(ws, 'clean') and "
+                              "'clean' in ''.join(l for l in T('Makefile').splitlines() if l.startswith('.PHONY'))")
+    ctx.read("Makefile")
+    ctx.read("scripts/wordstats.py")
+    ctx.exec("ls docs/")
+    new_mk = ("PYTHON ?= python3\n\n.PHONY: all lint stats clean\n\nall: lint stats\n\nlint:\n\t$(PYTHON) -m "
+              f"py_compile scripts/wordstats.py\n\nstats:\n\tmkdir -p output\n\t$(PYTHON) scripts/wordstats.py "
+              f"$(wildcard docs/*.txt) > {out}\n\nclean:\n\trm -rf output\n")
+    ctx.write("Makefile", new_mk)
+    ctx.exec("make stats && cat " + out)
+    # the oracle's stats.json is produced by `make stats`; also pin the exact bytes (host/sandbox python agree)
+    ctx.write(out, json.dumps({"total": total, "files": files}, indent=2) + "\n")
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. write a log-summary CLI and run it
+# ----------------------------------------------------------------------------------------------
+
+_LOG_SCRIPT = '''"""Summarise an application log: python3 scripts/log_summary.py LOGFILE > summary.json"""
+import json
+import re
+import sys
+from collections import Counter
+
+LINE = re.compile(r"^(\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2})\\s+(DEBUG|INFO|WARN|ERROR)\\s+\\[([\\w.-]+)\\]\\s+(.*)$")
+
+
+def summarise(lines):
+    levels, errors, comps = Counter(), Counter(), Counter()
+    first = last = None
+    bad = 0
+    for line in lines:
+        m = LINE.match(line.rstrip("\\n"))
+        if not m:
+            if line.strip():
+                bad += 1
+            continue
+        ts, lvl, comp, msg = m.groups()
+        first = first or ts
+        last = ts
+        levels[lvl] += 1
+        if lvl == "ERROR":
+            errors[msg] += 1
+            comps[comp] += 1
+    top = sorted(errors.items(), key=lambda kv: (-kv[1], kv[0]))
+    return {"levels": {k: levels.get(k, 0) for k in ("DEBUG", "INFO", "WARN", "ERROR")},
+            "top_error": top[0][0] if top else None,
+            "errors_by_component": dict(sorted(comps.items())),
+            "first_ts": first, "last_ts": last, "malformed_lines": bad}
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1], encoding="utf-8") as fh:
+        print(json.dumps(summarise(fh), indent=2))
+'''
+
+_LOG_MSGS = {"INFO": ["request served", "cache warmed", "job scheduled", "user login"],
+             "DEBUG": ["pool size 8", "retrying fetch", "config loaded"],
+             "WARN": ["slow query", "disk 85% full", "deprecated endpoint used"],
+             "ERROR": ["db timeout", "upstream 502", "payment declined", "queue full"]}
+
+
+def _fake_log(rng, n: int) -> str:
+    import datetime as dt
+
+    t = dt.datetime(2026, rng.randint(1, 12), rng.randint(1, 28), rng.randint(0, 20), 0, 0)
+    comps = ["api", "worker", "db.pool", "billing"]
+    out = []
+    for _ in range(n):
+        t += dt.timedelta(seconds=rng.randint(1, 300))
+        lvl = rng.choices(["INFO", "DEBUG", "WARN", "ERROR"], [5, 2, 2, 2])[0]
+        out.append(f"{t.isoformat()} {lvl} [{rng.choice(comps)}] {rng.choice(_LOG_MSGS[lvl])}")
+        if rng.random() < 0.06:
+            out.append("    at com.example.Handler.run(Handler.java:42)")
+    return "\n".join(out) + "\n"
+
+
+@family("log_summary_cli", CAT, "code generation and implementation", ["read", "write", "run scripts", "analyze output"],
+        ["py", "log", "json"], "Write a reusable log-summary CLI (levels, top error, per-component errors, time span, "
+        "malformed lines) and run it on the service log.", difficulty=4)
+def log_summary_cli(ctx: Ctx) -> None:
+    rng = ctx.rng
+    log = _fake_log(rng, rng.randint(25, 45))
+    hidden = _fake_log(rng, rng.randint(15, 25))
+    ns: dict = {}
+    exec(compile(_LOG_SCRIPT, "log_summary", "exec"), ns)
+    exp = ns["summarise"](log.splitlines(True))
+    exp_hidden = ns["summarise"](hidden.splitlines(True))
+    ctx.file("logs/app.log", log)
+    ctx.file("logs/app.log.1.gz.txt", "(rotated archive placeholder; not part of this task)\n")
+    ctx.file("docs/log_format.md", "Each line: `<ISO timestamp> <LEVEL> [<component>] <message>`; LEVEL is one of "
+                                   "DEBUG, INFO, WARN, ERROR. Other non-empty lines (stack traces) are malformed.\n")
+    ctx.distractors(1)
+    out, scr = "output/log_summary.json", "scripts/log_summary.py"
+    ctx.ask(
+        f"Please write a small CLI, {scr}, that takes a log file path (format in docs/log_format.md) and prints a JSON "
+        "summary to stdout with: levels (counts for DEBUG, INFO, WARN, ERROR — all four keys), top_error (most frequent "
+        "ERROR message; ties alphabetical; null if none), errors_by_component (component -> number of ERROR lines), "
+        "first_ts and last_ts (first/last valid timestamp as written), malformed_lines (non-empty lines that don't "
+        f"match). Then run it on logs/app.log and save the output as {out}. Stdlib only — I'll reuse it on other logs.")
+    ctx.expect("exp", exp)
+    ctx.expect("hidden_log", hidden)
+    ctx.expect("hidden", exp_hidden)
+    ctx.output(out)
+    ctx.grade.helper(
+        "def _cli(ws, log_text):\n"
+        "    import subprocess as _sp, sys as _sys, tempfile as _tf\n"
+        "    if not exists(ws, 'scripts/log_summary.py'):\n"
+        "        return None\n"
+        "    with _tf.NamedTemporaryFile('w', suffix='.log', delete=False) as fh:\n"
+        "        fh.write(log_text)\n"
+        "    r = _sp.run([_sys.executable, _os.path.join(ws, 'scripts/log_summary.py'), fh.name], capture_output=True,\n"
+        "                text=True, timeout=20, cwd=ws)\n"
+        "    _os.unlink(fh.name)\n"
+        "    return _json.loads(r.stdout) if r.returncode == 0 else None\n")
+    ctx.check("levels", f"J({out!r})['levels'] == E['exp']['levels']")
+    ctx.check("top_error_and_components", f"J({out!r})['top_error'] == E['exp']['top_error'] and "
+                                          f"J({out!r})['errors_by_component'] == E['exp']['errors_by_component']")
+    ctx.check("time_span_malformed", f"J({out!r})['first_ts'] == E['exp']['first_ts'] and J({out!r})['last_ts'] == "
+                                     f"E['exp']['last_ts'] and J({out!r})['malformed_lines'] == E['exp']['malformed_lines']")
+    ctx.check("cli_on_hidden_log", "_cli(ws, E['hidden_log']) == E['hidden']")
+    ctx.check("cli_matches_output", f"_cli(ws, T('logs/app.log')) == J({out!r}) == E['exp']")
+    ctx.read("docs/log_format.md")
+    ctx.read("logs/app.log")
+    ctx.write(scr, _LOG_SCRIPT)
+    ctx.exec(f"mkdir -p output && python3 {scr} logs/app.log > {out}")
+    ctx.exec(f"python3 -m json.tool {out} | head -20")
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. pin dependencies to a lock file
+# ----------------------------------------------------------------------------------------------
+
+_PKGS = ["requests", "PyYAML", "numpy", "pandas", "click", "rich", "httpx", "pydantic", "Jinja2", "attrs",
+         "python-dateutil", "tqdm", "SQLAlchemy", "boto3"]
+
+
+@family("dependency_pinning", CAT, "environment configuration and deployment", ["read", "compare", "modify code",
+        "write"], ["txt", "json"], "Compare requirements.txt with a lock file: report unpinned, mismatched and unlocked "
+        "packages, then pin requirements to the locked versions.", difficulty=3)
+def dependency_pinning(ctx: Ctx) -> None:
+    rng = ctx.rng
+    pk = rng.sample(_PKGS, rng.randint(6, 9))
+    lock = {p: f"{rng.randint(0, 5)}.{rng.randint(0, 30)}.{rng.randint(0, 9)}" for p in pk}
+    missing = rng.sample(pk, 1)
+    req_lines, unpinned, mismatched = ["# runtime dependencies", ""], [], []
+    for p in pk:
+        style = rng.choice(["bare", "pin", "pin", "range", "wrong"])
+        if p == next(q for q in pk if q not in missing):
+            style = "wrong"
+        if p in missing:
+            style = "range"
+        name = p.lower() if rng.random() < 0.3 else p
+        if style == "bare":
+            req_lines.append(name)
+            unpinned.append(p.lower())
+        elif style == "pin":
+            req_lines.append(f"{name}=={lock[p]}")
+        elif style == "range":
+            req_lines.append(f"{name}>={lock[p].split('.')[0]}.0")
+            unpinned.append(p.lower())
+        else:
+            maj, mi, pa = lock[p].split(".")
+            wrong = f"{maj}.{int(mi) + 1}.{pa}"
+            req_lines.append(f"{name}=={wrong}  # bumped by hand")
+            mismatched.append({"name": p.lower(), "required": wrong, "locked": lock[p]})
+    req_lines.append("")
+    lock_lines = [f"{p.lower()}=={v}" for p, v in sorted(lock.items(), key=lambda kv: kv[0].lower()) if p not in missing]
+    lock_lines.insert(1, f"certifi==2026.{rng.randint(1, 9)}.1")  # transitive pins
+    lock_lines.insert(3, f"idna=={rng.randint(2, 3)}.{rng.randint(0, 9)}")
+    ctx.file("requirements.txt", "\n".join(req_lines) + "\n")
+    ctx.file("requirements.lock", "# generated by pip-compile; do not edit\n" + "\n".join(lock_lines) + "\n")
+    ctx.file("setup.py", "from setuptools import setup\nsetup(name='app', version='0.1')\n")
+    ctx.distractors(1)
+    miss = [p.lower() for p in missing]
+    unpinned_l = sorted(u for u in unpinned if u not in miss)
+    report = {"total_packages": len(pk), "unpinned": unpinned_l, "mismatched": sorted(mismatched, key=lambda m: m["name"]),
+              "missing_from_lock": sorted(miss)}
+    rep = "output/deps_report.json"
+    ctx.ask(
+        "Please audit requirements.txt against requirements.lock (package names are case-insensitive; compare in lower "
+        f"case). Write {rep} with total_packages (packages in requirements.txt), unpinned (packages without an exact "
+        "== pin that ARE in the lock), mismatched (list of {name, required, locked} where the == pin differs from the "
+        "lock), and missing_from_lock (packages not in the lock) — all sorted by name. Then rewrite requirements.txt so "
+        "every package in the lock is pinned as name==locked_version (lower-case name); leave packages missing from "
+        "the lock as they are and keep the comment line.")
+    ctx.expect("report", report)
+    ctx.expect("pins", {p.lower(): lock[p] for p in pk if p not in missing})
+    ctx.expect("to_fix", sorted(unpinned_l + [m["name"] for m in mismatched]))
+    ctx.expect("keep", [l for l in req_lines if l and any(l.lower().startswith(m) for m in miss)])
+    ctx.grade.helper(
+        "def _pins(text):\n"
+        "    out = {}\n"
+        "    for l in (text or '').splitlines():\n"
+        "        l = l.split('#')[0].strip()\n"
+        "        m = _re.match(r'^([A-Za-z0-9_.-]+)\\s*==\\s*([\\w.]+)$', l)\n"
+        "        if m:\n"
+        "            out[m.group(1).lower()] = m.group(2)\n"
+        "    return out\n")
+    ctx.check("report_total_unpinned", f"to_num(J({rep!r})['total_packages']) == E['report']['total_packages'] and "
+                                       f"list_equal(J({rep!r})['unpinned'], E['report']['unpinned'])")
+    ctx.check("report_mismatched", f"[(norm(m['name']), str(m['required']), str(m['locked'])) for m in J({rep!r})"
+                                   "['mismatched']] == [(m['name'], m['required'], m['locked']) for m in "
+                                   "E['report']['mismatched']]")
+    ctx.check("report_missing", f"list_equal(J({rep!r})['missing_from_lock'], E['report']['missing_from_lock'])")
+    ctx.check("requirements_pinned", "frac(sum(1 for k in E['to_fix'] if _pins(T('requirements.txt')).get(k) == "
+                                     "E['pins'][k]), len(E['to_fix'])) * float(all(_pins(T('requirements.txt')).get(k) "
+                                     "== v for k, v in E['pins'].items()) or 0.5) * float(all(l in T('requirements.txt') "
+                                     "for l in E['keep']) and '# runtime dependencies' in T('requirements.txt'))")
+    ctx.read("requirements.txt")
+    ctx.read("requirements.lock")
+    ctx.write(rep, json_text(report))
+    new_req = ["# runtime dependencies", ""]
+    for line in req_lines[2:-1]:
+        nm = re.split(r"[=<>!~ ]", line, maxsplit=1)[0]
+        key = next(p for p in pk if p.lower() == nm.lower())
+        new_req.append(line if key in missing else f"{key.lower()}=={lock[key]}")
+    ctx.write("requirements.txt", "\n".join(new_req) + "\n")
+    ctx.exec("diff <(grep -v '^#' requirements.txt | sort) <(grep -v '^#' requirements.lock | sort) || true")
+
+
+# ----------------------------------------------------------------------------------------------
+# 7. write tests that catch mutants
+# ----------------------------------------------------------------------------------------------
+
+_INV = '''"""Inventory bookkeeping."""
+
+
+class OutOfStock(Exception):
+    pass
+
+
+def add_stock(stock, sku, qty):
+    """Return a new dict with qty added to sku (qty must be positive)."""
+    if qty <= 0:
+        raise ValueError("qty must be positive")
+    new = dict(stock)
+    new[sku] = new.get(sku, 0) + qty
+    return new
+
+
+def remove_stock(stock, sku, qty):
+    """Return a new dict with qty removed; raise OutOfStock when there is not enough."""
+    have = stock.get(sku, 0)
+    if qty > have:
+        raise OutOfStock(sku)
+    new = dict(stock)
+    new[sku] = have - qty
+    if new[sku] == 0:
+        del new[sku]
+    return new
+
+
+def reorder_list(stock, thresholds, default=5):
+    """SKUs whose quantity is at or below their threshold (default when not listed), sorted."""
+    skus = set(stock) | set(thresholds)
+    return sorted(s for s in skus if stock.get(s, 0) <= thresholds.get(s, default))
+
+
+def stock_value(stock, prices):
+    """Total value, rounded to cents; unknown prices count as 0."""
+    return round(sum(q * prices.get(s, 0.0) for s, q in stock.items()), 2)
+'''
+
+_INV_MUTANTS = [
+    ("    if qty <= 0:\n        raise ValueError", "    if qty < 0:\n        raise ValueError"),
+    ("    if qty > have:", "    if qty >= have:"),
+    ("    if new[sku] == 0:\n        del new[sku]\n", ""),
+    ("stock.get(s, 0) <= thresholds", "stock.get(s, 0) < thresholds"),
+    ("thresholds.get(s, default)", "thresholds.get(s, 0)"),
+    ("    return round(sum(q * prices.get(s, 0.0) for s, q in stock.items()), 2)",
+     "    return round(sum(q * prices[s] for s, q in stock.items() if s in prices), 1)"),
+    ("    new = dict(stock)\n    new[sku] = new.get(sku, 0) + qty", "    new = stock\n    new[sku] = new.get(sku, 0) + qty"),
+]
+
+_INV_TESTS = '''import inventory
+from inventory import OutOfStock
+
+
+def test_add_new_and_existing():
+    s = inventory.add_stock({}, "A", 2)
+    assert s == {"A": 2}
+    assert inventory.add_stock(s, "A", 3) == {"A": 5}
+
+
+def test_add_does_not_mutate():
+    s = {"A": 1}
+    inventory.add_stock(s, "A", 1)
+    assert s == {"A": 1}
+
+
+def test_add_rejects_non_positive():
+    for bad in (0, -1):
+        try:
+            inventory.add_stock({}, "A", bad)
+        except ValueError:
+            continue
+        raise AssertionError("expected ValueError")
+
+
+def test_remove_exact_and_partial():
+    assert inventory.remove_stock({"A": 3}, "A", 1) == {"A": 2}
+    assert inventory.remove_stock({"A": 3}, "A", 3) == {}
+
+
+def test_remove_too_much():
+    try:
+        inventory.remove_stock({"A": 1}, "A", 2)
+    except OutOfStock:
+        return
+    raise AssertionError("expected OutOfStock")
+
+
+def test_reorder_list():
+    assert inventory.reorder_list({"A": 5, "B": 6, "C": 1}, {"C": 1}) == ["A", "C"]
+    assert inventory.reorder_list({"A": 2}, {"A": 1, "D": 0}) == ["D"]
+
+
+def test_stock_value():
+    assert inventory.stock_value({"A": 3, "B": 1}, {"A": 0.35, "B": 2.0}) == 3.05
+    assert inventory.stock_value({"Z": 4}, {}) == 0
+'''
+
+
+@family("tests_that_catch_bugs", CAT, "test writing and validation", ["read", "write", "run tests", "verify"],
+        ["py", "json"], "Write a unit-test suite for an untested module; graded by running it against hidden mutants "
+        "of the module.", difficulty=4)
+def tests_that_catch_bugs(ctx: Ctx) -> None:
+    rng = ctx.rng
+    muts = rng.sample(_INV_MUTANTS, 4)
+    srcs = []
+    for old, new in muts:
+        assert old in _INV
+        srcs.append(_INV.replace(old, new, 1))
+    assert run_tests("inventory", _INV, _INV_TESTS) == (7, 0)
+    assert all(run_tests("inventory", m, _INV_TESTS)[1] > 0 for m in srcs)
+    funcs = ["add_stock", "remove_stock", "reorder_list", "stock_value"]
+    ctx.file("inventory.py", _INV)
+    ctx.file("app.py", "import inventory\n\nif __name__ == '__main__':\n    print(inventory.stock_value({'A': 2}, "
+                       "{'A': 1.5}))\n")
+    ctx.file("CONTRIBUTING.md", "Tests live in tests/, use plain asserts, run with `python3 -m pytest -q`.\n")
+    ctx.distractors(1)
+    trel, rep = "tests/test_inventory.py", "output/test_summary.json"
+    ctx.output(rep)
+    ctx.ask(
+        f"inventory.py has no tests. Please write {trel} (plain asserts, `import inventory`) that pins down the "
+        "documented behaviour of every public function, including edge cases and error cases, so that a "
+        "regression in any of them makes a test fail. All tests must pass on the current code. Then write "
+        f"{rep} with test_functions (how many test functions the file has) and functions_covered (the public "
+        "function names your tests call, sorted).")
+    ctx.expect("mutants", srcs)
+    ctx.expect("orig", _INV)
+    ctx.expect("funcs", funcs)
+    _add_runtime(ctx)
+    ctx.grade.helper(
+        "def _ntests(src):\n"
+        "    import ast as _ast\n"
+        "    return sum(1 for n in _ast.parse(src).body if isinstance(n, _ast.FunctionDef) and n.name.startswith('test'))\n")
+    ctx.check("passes_on_original", f"_run_tests('inventory', E['orig'], T({trel!r}))[1] == 0 and "
+                                    f"_ntests(T({trel!r})) >= 3")
+    ctx.check("mutants_killed", f"frac(sum(1 for m in E['mutants'] if _run_tests('inventory', m, T({trel!r}))[1] > 0), "
+                                f"len(E['mutants'])) * float(_run_tests('inventory', E['orig'], T({trel!r}))[1] == 0)")
+    ctx.check("summary_count", f"to_num(J({rep!r})['test_functions']) == _ntests(T({trel!r}))")
+    ctx.check("summary_covered", f"list_equal(J({rep!r})['functions_covered'], E['funcs']) and "
+                                 f"all(f in T({trel!r}) for f in E['funcs'])")
+    ctx.read("CONTRIBUTING.md")
+    ctx.read("inventory.py")
+    ctx.write(trel, _INV_TESTS)
+    ctx.exec("PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python3 -m pytest -q -p no:cacheprovider 2>&1 | tail -3")
+    ctx.write(rep, json_text({"test_functions": 7, "functions_covered": funcs}))
+
+
+__all__ = ["CAT", "PYRUN", "run_tests"]
