@@ -374,62 +374,70 @@ def dose_schedule_check(ctx: Ctx) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
-@family("expense_policy_check", CAT, "financial analysis and support", ["read", "transform", "compute", "filter",
-        "write"], ["csv", "json", "yaml"], "Convert multi-currency expenses to USD, find policy violations (caps, "
-        "receipts) and total by category.", difficulty=3)
-def expense_policy_check(ctx: Ctx) -> None:
+@family("invoice_payment_match", CAT, "financial analysis and support", ["read", "extract", "match", "compute",
+        "write"], ["csv", "jsonl", "json"], "Reconcile bank payments (invoice refs written many ways) against open "
+        "invoices: paid/partial/unpaid/overpaid balances and unmatched payments.", difficulty=4)
+def invoice_payment_match(ctx: Ctx) -> None:
     rng = ctx.rng
-    fx = {"USD": 1.0, "EUR": rng.choice([1.08, 1.1, 1.12]), "GBP": rng.choice([1.25, 1.27, 1.3])}
-    caps = {"meals": rng.choice([60, 75, 90]), "lodging": rng.choice([200, 250]), "travel": rng.choice([500, 600]),
-            "office": rng.choice([100, 150])}
-    receipt_over = rng.choice([25, 50])
-    staff = people(rng, 4)
-    rows, viol, totals, usds, cats = [], [], {c: 0.0 for c in caps}, [], []
-    for i in range(rng.randint(10, 15)):
-        cat = rng.choice(list(caps))
-        cur = rng.choice(["USD", "USD", "EUR", "GBP"])
-        amt = round(rng.uniform(0.3, 1.4) * caps[cat] / fx[cur], 2)
-        rec = rng.choice(["yes", "yes", "no"])
-        eid = f"E{i + 1:03d}"
-        rows.append([eid, rng.choice(staff), dirty_text(rng, cat, 0.2), dirty_number(rng, amt), cur, rec])
-        usd = r2(amt * fx[cur])
-        usds.append(usd)
-        cats.append(cat)
-        totals[cat] = r2(totals[cat] + usd)
-        reasons = sorted(([("over_cap")] if usd > caps[cat] else []) + (["missing_receipt"] if rec == "no" and usd > receipt_over else []))
-        if reasons:
-            viol.append({"id": eid, "employee": rows[-1][1], "category": cat, "amount_usd": usd, "reason": ";".join(reasons)})
-    if not viol:  # guarantee at least one violation: drop the receipt of the largest expense
-        j = max(range(len(rows)), key=lambda k: usds[k])
-        rows[j][5] = "no"
-        viol.append({"id": rows[j][0], "employee": rows[j][1], "category": cats[j], "amount_usd": usds[j],
-                     "reason": "missing_receipt"})
-    ctx.csv("input/expenses.csv", ["id", "employee", "category", "amount", "currency", "receipt"], rows)
-    ctx.json("input/fx_to_usd.json", {"base": "USD", "rates": fx, "as_of": "2026-06-30"})
-    ctx.yaml("input/policy.yaml", {"caps_usd": caps, "receipt_required_over_usd": receipt_over})
-    ctx.distractors(2)
+    clients = rng.sample(["Acme Ltd", "Bluebird GmbH", "Cedar & Co", "Delta Foods", "Evergreen LLC", "Fjord AS",
+                          "Granite Inc", "Harbor Studio"], 5)
+    invs, pays, exp = [], [], []
+    n = rng.randint(6, 9)
+    base = rng.randint(100, 900)
+    for i in range(n):
+        num = base + i
+        amt = round(rng.uniform(120, 4800), 2)
+        invs.append([f"INV-{num:04d}", rng.choice(clients), f"{amt:.2f}", f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"])
+        kind = rng.choice(["paid", "paid", "partial", "unpaid", "split", "over"])
+        parts = {"paid": [amt], "partial": [round(amt * rng.choice([0.3, 0.5]), 2)], "unpaid": [],
+                 "split": [round(amt * 0.4, 2), round(amt - round(amt * 0.4, 2), 2)],
+                 "over": [round(amt + rng.choice([10, 25.5, 100]), 2)]}[kind]
+        for pamt in parts:
+            ref = rng.choice([f"INV-{num:04d}", f"inv {num}", f"Invoice #{num}", f"payment for INV{num:04d}"])
+            pays.append({"amount": pamt, "memo": f"{ref} {rng.choice(['thanks', '', 'ref ok', 'Q2'])}".strip()})
+        paid = round(sum(parts), 2)
+        bal = round(amt - paid, 2)
+        st = "unpaid" if paid == 0 else "paid" if bal == 0 else "partial" if bal > 0 else "overpaid"
+        exp.append({"invoice": f"INV-{num:04d}", "paid": paid, "balance": bal, "status": st})
+    stray = [{"amount": round(rng.uniform(20, 300), 2), "memo": rng.choice(["refund card 4421", "cash deposit",
+                                                                             f"INV-{base + n + 50:04d} wrong client"])}
+             for _ in range(rng.randint(1, 2))]
+    pays += stray
+    rng.shuffle(pays)
+    lines = []
+    unmatched = []
+    for k, p in enumerate(pays, 1):
+        pid = f"P{k:03d}"
+        lines.append({"id": pid, "date": f"2026-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}", **p})
+        if p in stray:
+            unmatched.append(pid)
+    ctx.csv("finance/invoices.csv", ["invoice", "client", "amount", "issued"], invs)
+    ctx.file("finance/bank_payments.jsonl", "".join(json.dumps(l) + "\n" for l in lines))
+    ctx.file("finance/README.md", "Payments reference invoices inconsistently: 'INV-0123', 'inv 123', 'Invoice #123', "
+                                  "'INV0123' all mean INV-0123. A reference to an invoice number that is not in "
+                                  "invoices.csv is unmatched.\n")
+    ctx.distractors(1)
     ctx.ask(
-        "Please check input/expenses.csv against input/policy.yaml. Convert each amount to USD with "
-        "input/fx_to_usd.json (round to cents; amounts may contain $ and thousands separators). A violation is "
-        "over_cap (USD amount above the category cap) and/or missing_receipt (no receipt and USD amount above the "
-        "receipt threshold). Write output/violations.csv with id,employee,category,amount_usd,reason (reasons joined "
-        "with ';' alphabetically), ordered by id, and output/category_totals.json with the USD total per category "
-        "(all categories in the policy, rounded to cents).")
-    ctx.expect("viol", viol)
-    ctx.expect("totals", totals)
-    vp, tp = "output/violations.csv", "output/category_totals.json"
-    ctx.check("violation_rows", f"rows_score(C({vp!r}), E['viol'], 'id', ['amount_usd', 'category'])")
-    ctx.check("violation_reasons", f"rows_score(C({vp!r}), E['viol'], 'id', ['reason', 'employee'])")
-    ctx.check("category_totals", f"frac(sum(1 for k, v in E['totals'].items() if close(J({tp!r}).get(k), v, 0.011)), "
-                                 "len(E['totals']))")
-    ctx.check("row_order", f"list_equal([r.get('id') for r in C({vp!r})], [v['id'] for v in E['viol']])")
-    ctx.read("input/policy.yaml")
-    ctx.read("input/fx_to_usd.json")
-    ctx.read("input/expenses.csv")
-    ctx.write(vp, csv_text(["id", "employee", "category", "amount_usd", "reason"],
-                           [[v["id"], v["employee"], v["category"], f"{v['amount_usd']:.2f}", v["reason"]] for v in viol]))
-    ctx.write(tp, json_text(totals))
-    ctx.verify_json(tp)
+        "Please reconcile finance/bank_payments.jsonl against finance/invoices.csv (see finance/README.md for how "
+        "payments reference invoices). Write output/reconciliation.csv with columns invoice,paid,balance,status for "
+        "every invoice in invoices.csv order (paid = sum of matched payments, balance = amount - paid, 2 decimals; "
+        "status = paid, partial, unpaid or overpaid) and output/unmatched_payments.json with the sorted list of "
+        "payment ids that match no invoice.")
+    ctx.expect("rows", exp)
+    ctx.expect("unmatched", sorted(unmatched))
+    rc, um = "output/reconciliation.csv", "output/unmatched_payments.json"
+    ctx.check("paid_amounts", f"rows_score(C({rc!r}), E['rows'], 'invoice', ['paid'])")
+    ctx.check("balances", f"rows_score(C({rc!r}), E['rows'], 'invoice', ['balance'])")
+    ctx.check("statuses", f"rows_score(C({rc!r}), E['rows'], 'invoice', ['status'])")
+    ctx.check("row_order", f"list_equal([r.get('invoice') for r in C({rc!r})], [e['invoice'] for e in E['rows']])")
+    ctx.check("unmatched", f"list_equal(J({um!r}), E['unmatched'])")
+    ctx.read("finance/README.md")
+    ctx.read("finance/invoices.csv")
+    ctx.read("finance/bank_payments.jsonl")
+    ctx.write(rc, csv_text(["invoice", "paid", "balance", "status"],
+                           [[e["invoice"], f"{e['paid']:.2f}", f"{e['balance']:.2f}", e["status"]] for e in exp]))
+    ctx.write(um, json_text(sorted(unmatched)))
+    ctx.verify_json(um)
 
 
 # ----------------------------------------------------------------------------------------------
