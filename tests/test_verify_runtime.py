@@ -230,3 +230,9 @@ def test_make_judge_specs(monkeypatch):
     assert j.name == "openai:m1"
     with pytest.raises(ValueError):
         make_judge("nonsense")
+
+
+def test_verify_task_opens_its_own_sandbox_from_factory():
+    t = grade_task(GRADE_OK)
+    r = verify_task(t, files=list(t.files) + [File(path="output/report.md", content=b"total 3")], factory=TmpFactory())
+    assert r.subscores["exists"] == 1.0 and r.subscores["mentions_total"] == 1.0

@@ -193,9 +193,24 @@ def _run_rubric(task: Task, sandbox, transcript: list | None, judge: Judge, res:
     return sum(r["score"] for r in rows) / len(rows) if rows else 0.0
 
 
-def verify_task(task: Task, sandbox, transcript: list | None = None, judge: Judge | str | None = None
-                ) -> VerificationResult:
-    """Score `task` on the sandbox's current workspace (call after the agent ends, same sandbox)."""
+def verify_task(task: Task, sandbox=None, transcript: list | None = None, judge: Judge | str | None = None, *,
+                files: Iterable | None = None, factory=None) -> VerificationResult:
+    """Score `task` on the sandbox's current workspace (call after the agent ends, same sandbox).
+
+    Convenience: without a sandbox, a fresh one is opened from `factory` (default: get_factory("auto"))
+    holding `files` (default task.files), verified and closed."""
+    if sandbox is None:
+        own = factory is None
+        if own:
+            from clawgym.sandbox import get_factory
+
+            factory = get_factory("auto")
+        try:
+            with factory.open(list(task.files if files is None else files)) as sb:
+                return verify_task(task, sb, transcript, judge)
+        finally:
+            if own:
+                factory.close()
     t0 = time.perf_counter()
     v = task.verifier
     res = VerificationResult(task_id=task.task_id, score=0.0, weights=v.weights())
