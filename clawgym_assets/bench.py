@@ -93,10 +93,10 @@ def bench_scores(context: dg.AssetExecutionContext, config: BenchScoresConfig, l
             rows = run_suite(tasks, spec, factory, model=model, suite=suite, repeats=config.repeats,
                              limits=Limits(max_turns=config.max_turns, max_wall_s=config.max_wall_s),
                              judge=judge.judge(), runtime=openclaw.runtime(), openclaw_opts=openclaw.opts(),
-                             run_id=context.run_id, pass_threshold=config.pass_threshold, log=context.log.info)
+                             run_id=context.run.run_id, pass_threshold=config.pass_threshold, log=context.log.info)
             lake.write("bench_results", rows, {"model": model, "suite": suite})
             stats = summarize(rows, n_boot=config.n_boot, seed=config.seed, pass_threshold=config.pass_threshold)
-            srows = [{**s.to_dict(), "model": model, "suite": suite, "parent": parent, "run_id": context.run_id}
+            srows = [{**s.to_dict(), "model": model, "suite": suite, "parent": parent, "run_id": context.run.run_id}
                      for s in stats]
             lake.write("bench_scores", srows, {"model": model, "suite": suite})
             all_rows += rows

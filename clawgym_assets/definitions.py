@@ -10,7 +10,7 @@ ASSETS = [
     synthesis.personas, synthesis.skills, synthesis.imported_tasks, synthesis.synthetic_tasks,
     synthesis.mock_workspaces, synthesis.verifiers,
     rollouts.trajectories, rollouts.steps, rollouts.sft_dataset,
-    training.checkpoints,
+    training.base_model, training.checkpoints,
     bench.bench_tasks, bench.bench_scores, bench.leaderboard,
 ]
 

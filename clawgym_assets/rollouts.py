@@ -69,7 +69,7 @@ def trajectories(context: dg.AssetExecutionContext, config: TrajectoriesConfig, 
                 ro = run_rollout(t, ep, factory, limits=limits, judge=judge.judge(), runtime=openclaw.runtime(),
                                  openclaw_opts=openclaw.opts())
                 ro.policy = policy
-                batch.append(ro.to_row(shard=shard, run_id=context.run_id))
+                batch.append(ro.to_row(shard=shard, run_id=context.run.run_id))
                 if len(batch) >= config.batch_size:
                     lake.append("trajectories", batch, part)
                     written += len(batch)
@@ -108,22 +108,37 @@ def steps(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.Materiali
 
 class SftConfig(dg.Config):
     min_score: float = 1.0  # keep trajectories scoring at least this
+    max_tokens: int = 8192
     policies: List[str] = []  # [] = every policy in the lake
+    contamination_threshold: float = 0.9  # vs bench tasks (all-MiniLM-L6-v2 cosine)
 
 
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"},
-          deps=[dg.AssetDep(trajectories, partition_mapping=dg.AllPartitionMapping())],
-          description="Cleaned multi-turn SFT rows (OpenAI `messages` + `tools`) from successful trajectories.")
-def sft_dataset(context: dg.AssetExecutionContext, config: SftConfig, lake: LakeResource) -> dg.MaterializeResult:
-    from clawgym.trajectories.sft import build_sft_dataset
+          deps=[dg.AssetDep(trajectories, partition_mapping=dg.AllPartitionMapping()), "base_model"],
+          description="Cleaned multi-turn SFT rows (OpenAI `messages` + `tools`) from successful trajectories; "
+                      "heartbeat/cron turns dropped, duplicates and bench-contaminated tasks removed.")
+def sft_dataset(context: dg.AssetExecutionContext, config: SftConfig, lake: LakeResource,
+                endpoints: ModelEndpointsResource) -> dg.MaterializeResult:
+    from clawgym.trajectories.sft import SFTCleanConfig, build_sft_dataset
 
     rows = lake.read("trajectories").to_pylist()
     if config.policies:
         rows = [r for r in rows if r["policy"] in config.policies]
-    sft_rows, stats = build_sft_dataset(rows, min_score=config.min_score)
-    lake.write("sft", sft_rows)
+    tasks = tasks_from_table(lake.read("tasks", {"source": "synthetic"})) + \
+        tasks_from_table(lake.read("tasks", {"source": "imported"}))
+    bench = []
+    for s in ("procedural", "clawgym", "pinchbench"):
+        bench += tasks_from_table(lake.read("tasks", {"source": f"bench_{s}"}))
+    bench += [t for t in tasks if t.split == "bench"]
+    cfg = SFTCleanConfig(min_score=config.min_score, max_tokens=config.max_tokens,
+                         tokenizer=str(endpoints.base_model_path()),
+                         contamination_threshold=config.contamination_threshold)
+    res = build_sft_dataset(rows, [t for t in tasks if t.split == "train"], bench, cfg)
+    lake.write("sft", res.rows)
+    stats = {k: v for k, v in res.stats.items() if k != "config"}
     return dg.MaterializeResult(metadata={
-        "n_rows": len(sft_rows), "n_trajectories_in": len(rows),
-        "stats": dg.MetadataValue.json(stats if isinstance(stats, dict) else {"stats": str(stats)}),
-        "by_category": md_counts("category", counts(r.get("category") for r in sft_rows)),
+        "n_rows": len(res.rows), "n_trajectories_in": len(rows), "n_rejected": len(res.rejected),
+        "rejected_by_reason": md_counts("reason", counts(r["reason"] for r in res.rejected)),
+        "stats": dg.MetadataValue.json(json.loads(json.dumps(stats, default=str))),
+        "by_category": md_counts("category", counts(r.get("category") for r in res.rows)),
     })

