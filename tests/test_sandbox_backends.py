@@ -146,3 +146,35 @@ def test_closed_factory_refuses(bwrap_factory):
         s.exec("true")  # closing a factory closes its sandboxes
     with pytest.raises(SandboxError):
         f.open()
+
+
+def test_bwrap_prlimit_fallback_contains_bombs(bwrap_factory, monkeypatch):
+    """Without a usable cgroup, per-process rlimits still stop memory and fork bombs."""
+    monkeypatch.setenv("CLAWGYM_SANDBOX_NO_CGROUP", "1")
+    with get_factory("bwrap", SandboxConfig(memory_mb=256, pids=64, disk_mb=16)) as f, f.open() as s:
+        assert s._cg is None
+        r = s.exec("python3 -c \"x = b'x' * (1 << 30); print('allocated')\"", timeout=60)
+        assert r.rc != 0 and "allocated" not in r.stdout
+        t0 = time.monotonic()
+        s.exec("bomb() { bomb | bomb & }; bomb; sleep 1", timeout=5)
+        assert time.monotonic() - t0 < 20
+        assert s.exec("echo ok").stdout == "ok\n"
+        marker = f"{6000 + uuid.uuid4().int % 3999}.{uuid.uuid4().int % 967}"
+        assert s.exec(f"setsid sleep {marker} & sleep {marker}", timeout=0.5).timed_out
+        end = time.monotonic() + 5
+        while _procs_with(f"sleep\0{marker}") and time.monotonic() < end:
+            time.sleep(0.05)
+        assert _procs_with(f"sleep\0{marker}") == []
+
+
+def _procs_with(marker: str) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as fh:
+                    if marker.encode() in fh.read():
+                        out.append(int(d))
+            except OSError:
+                pass
+    return out

@@ -140,14 +140,19 @@ class BwrapSandbox(Sandbox):
         a += ["--remount-ro", "/"]
         return a
 
+    def _inner_prefix(self) -> list[str]:
+        """Without a cgroup: per-process rlimits, set inside the sandbox (RLIMIT_NPROC then counts
+        only this sandbox's user namespace, not every uid-1000 process on the host)."""
+        if self._cg is not None:
+            return []
+        c = self.config
+        return ["prlimit", f"--as={int(c.memory_mb) * 1024 * 1024 * 4}", f"--nproc={int(c.pids)}",
+                f"--fsize={int(c.disk_mb) * 1024 * 1024}", "--"]
+
     def _prefix(self) -> list[str]:
         p: list[str] = []
         if self._cg is not None:
             p += self._cg.shell_join_prefix()
-        else:
-            c = self.config
-            p += ["prlimit", f"--as={int(c.memory_mb) * 1024 * 1024 * 4}",
-                  f"--nproc={int(c.pids)}", f"--fsize={int(c.disk_mb) * 1024 * 1024}", "--"]
         if self._privileged:
             p += ["setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_GID}", "--clear-groups"]
         return p
@@ -173,7 +178,7 @@ class BwrapSandbox(Sandbox):
         r, w = os.pipe()
         try:
             full = self._prefix() + self._argv_static[:1] + ["--json-status-fd", str(w)] + \
-                self._argv_static[1:] + ["--chdir", self.config.workspace, "--"] + argv
+                self._argv_static[1:] + ["--chdir", self.config.workspace, "--"] + self._inner_prefix() + argv
             on_timeout = (lambda _p: self._cg.kill_all()) if self._cg is not None else None
             cap = run_capture(full, env=self._env(env), cwd="/", timeout=timeout, stdin=stdin,
                               max_output=max_output, on_timeout=on_timeout, pass_fds=(w,))
