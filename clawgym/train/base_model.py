@@ -107,7 +107,15 @@ def prepare_base_model(out_dir: str | os.PathLike = DEFAULT_BASE_DIR, gguf_file:
     return out
 
 
-def make_tiny_model(out_dir: str | os.PathLike, tokenizer_src: str | os.PathLike = DEFAULT_BASE_DIR,
+def load_base_tokenizer(gguf_file: str | os.PathLike | None = None):
+    """The embedded model's tokenizer (read from the GGUF, a few seconds) with the tool chat template."""
+    from transformers import AutoTokenizer
+
+    gguf = Path(gguf_file) if gguf_file else smollm2_gguf_path()
+    return apply_tool_chat_template(AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name))
+
+
+def make_tiny_model(out_dir: str | os.PathLike, tokenizer_src: str | os.PathLike | None = None,
                     hidden_size: int = 64, num_layers: int = 2, seed: int = 0) -> Path:
     """A tiny randomly initialised Llama with the real tokenizer (and tool chat template) of `tokenizer_src`:
     fast enough to train and serve in tests. Not a useful model until trained."""
@@ -115,7 +123,7 @@ def make_tiny_model(out_dir: str | os.PathLike, tokenizer_src: str | os.PathLike
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
     out = Path(out_dir)
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_src))
+    tok = AutoTokenizer.from_pretrained(str(tokenizer_src)) if tokenizer_src else load_base_tokenizer()
     if not tok.chat_template or "generation" not in tok.chat_template:
         apply_tool_chat_template(tok)
     torch.manual_seed(seed)
@@ -134,5 +142,5 @@ def make_tiny_model(out_dir: str | os.PathLike, tokenizer_src: str | os.PathLike
     return out
 
 
-__all__ = ["prepare_base_model", "apply_tool_chat_template", "make_tiny_model", "smollm2_gguf_path",
+__all__ = ["prepare_base_model", "apply_tool_chat_template", "make_tiny_model", "load_base_tokenizer", "smollm2_gguf_path",
            "DEFAULT_BASE_DIR", "SMOL_IDENTITY"]

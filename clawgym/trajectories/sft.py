@@ -78,7 +78,7 @@ def is_noise_turn(text: str) -> str | None:
 
 def drop_noise_turns(messages: list[dict]) -> tuple[list[dict], Counter]:
     """Remove heartbeat / cron / internal-context user turns together with the assistant's reply to them
-    (and the tool exchange that reply started). Reuses the agent's aggregation cleaner first when present."""
+    (the tool exchange that reply started, up to its first assistant message without tool calls). Reuses the agent's aggregation cleaner first when present."""
     try:  # the recording proxy's aggregation helper (heartbeat + internal), same markers as here
         from clawgym.agent.proxy import clean_messages as _agent_clean
     except Exception:  # pragma: no cover - agent package absent
@@ -96,7 +96,10 @@ def drop_noise_turns(messages: list[dict]) -> tuple[list[dict], Counter]:
                 continue
             skipping = False
         elif skipping and role in ("assistant", "tool"):
+            # the reply to a noise turn: its tool exchange up to the first assistant message without tool calls
             dropped["noise_reply"] += 1
+            if role == "assistant" and not m.get("tool_calls"):
+                skipping = False
             continue
         out.append(m)
     if _agent_clean is not None:
