@@ -209,3 +209,78 @@ def test_folder_reports_every_bad_file(tmp_path):
     assert len(rep2.tasks) == 1 and len(rep2.errors) == len(BAD)
     with pytest.raises(TaskError):
         import_pinchbench_file(d / "noid.md")
+
+
+LLM_JUDGE = textwrap.dedent('''\
+    ---
+    id: task_92_tidy_readme
+    name: Tidy a README
+    category: content_transformation
+    grading_type: llm_judge
+    timeout_seconds: 90
+    workspace_files:
+      - source: messy_readme.txt
+        dest: README.txt
+    ---
+
+    # Task: Tidy a README
+
+    ## Prompt
+
+    Rewrite `README.txt` as clean markdown in `README.md`.
+
+    ---
+
+    ## Expected Behavior
+
+    The agent reads README.txt and writes README.md.
+
+    ---
+
+    ## LLM Judge Rubric
+
+    ### Criterion 1: Structure (Weight: 75%)
+
+    **Score 1.0**: Clear headings and lists.
+    **Score 0.5**: Some structure.
+    **Score 0.0**: A wall of text.
+
+    ### Criterion 2: Faithful (Weight: 25%)
+
+    **Score 1.0**: Nothing lost.
+    **Score 0.0**: Content lost.
+
+    ---
+
+    ## Additional Notes
+
+    ## Not a rubric heading either
+    ''')
+
+
+def test_llm_judge_weighted_criteria_and_repo_assets(tmp_path):
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "assets" / "messy_readme.txt").write_text("install: run make. usage: run it.")
+    p = tmp_path / "tasks" / "task_92_tidy_readme.md"
+    p.write_text(LLM_JUDGE)
+    t = import_pinchbench_file(p)  # asset found in <repo>/assets like PinchBench's layout
+    assert t.file_map() == {"README.txt": b"install: run make. usage: run it."}
+    assert t.verifier.kind == "none" and t.verifier.weights() == (0.0, 1.0)
+    assert [(r.name, r.weight) for r in t.verifier.rubric] == [
+        ("Criterion 1: Structure (Weight: 75%)", 0.75), ("Criterion 2: Faithful (Weight: 25%)", 0.25)]
+    assert t.verifier.rubric[0].scores == {"1": "Clear headings and lists.", "0.5": "Some structure.",
+                                           "0": "A wall of text."}
+
+    class FixedJudge:
+        name = "fixed"
+
+        def score_rules(self, ctx, items):
+            return [{"score": 1.0, "reason": "ok"}, {"score": 0.0, "reason": "lost"}]
+
+    with TmpSandbox(t.files) as sb:
+        r = verify_task(t, sb, transcript=[{"role": "assistant", "content": "done"}], judge=FixedJudge())
+    assert r.code_score is None and r.rubric_score == pytest.approx(0.75) and r.score == pytest.approx(0.75)
+    assert [x["weight"] for x in r.rule_scores] == [0.75, 0.25]
+    out = export_pinchbench_task(t, tmp_path / "out" / "tasks" / "x.md")
+    assert out.read_text() == LLM_JUDGE and (tmp_path / "out" / "tasks" / "messy_readme.txt").is_file()

@@ -101,12 +101,14 @@ class RubricRule(BaseModel):
 
     `file_path` "" means the rule is about the whole run (PinchBench-style): the judge sees the transcript.
     `proxy` (optional) declares the deterministic offline checks (see RubricProxy).
+    The rubric score is the mean over rules, weighted by `weight` when any rule sets one (ClawGym: plain mean).
     """
 
     name: str
     file_path: str
     scores: dict[str, str]
     proxy: RubricProxy | None = None
+    weight: float | None = None  # relative weight in the rubric mean (PinchBench "Weight: 25%"); None = 1
 
 
 class ToolCall(BaseModel):

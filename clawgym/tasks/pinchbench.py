@@ -50,6 +50,7 @@ CATEGORY_MAP = {
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _SCORE_LINE = re.compile(r"^\s*(?:[-*]\s*)?\**\s*Score\s*:?\s*([01](?:\.\d+)?)\s*\**\s*[:：\-–]?\s*\**\s*(.*)$", re.I)
+_WEIGHT = re.compile(r"\(\s*weight\s*:?\s*([0-9]+(?:\.[0-9]+)?)\s*(%?)\s*\)", re.I)
 _PATH_HINT = re.compile(r"`([\w.\-/]+\.[A-Za-z0-9]+)`")
 
 
@@ -114,9 +115,11 @@ def parse_rubric_section(section: str) -> list[RubricRule]:
         if not scores:
             text = "\n".join(lines).strip()
             scores = {"0": "The criterion is not met at all.", "1": text or head}
+        wm = _WEIGHT.search(head)
+        weight = float(wm.group(1)) / (100.0 if wm.group(2) else 1.0) if wm else None
         hint = _PATH_HINT.search(head) or next((_PATH_HINT.search(ln) for ln in lines
                                                  if ln.lower().lstrip("*- ").startswith("file")), None)
-        rules.append(RubricRule(name=head, file_path=hint.group(1) if hint else "", scores=scores))
+        rules.append(RubricRule(name=head, file_path=hint.group(1) if hint else "", scores=scores, weight=weight))
     return rules
 
 
@@ -141,7 +144,8 @@ def _workspace_files(fm: dict, file: str, md_path: Path, assets_dir: Path | None
             dest = e.get("dest") or Path(str(e["source"])).name
             src = str(e["source"])
             cands = ([assets_dir / src, assets_dir / Path(src).name] if assets_dir else []) + [
-                md_path.parent / src, md_path.parent.parent / src, md_path.parent / "assets" / src]
+                md_path.parent / src, md_path.parent.parent / src, md_path.parent / "assets" / src,
+                md_path.parent.parent / "assets" / src]
             hit = next((c for c in cands if c.is_file()), None)
             if hit is None:
                 raise TaskError(file, f"{where}.source", f"asset {src!r} not found")
@@ -309,7 +313,7 @@ def render_pinchbench(task: Task) -> str:
         except UnicodeDecodeError:
             raise TaskError(task.task_id, f"files[{f.path}]", "binary files cannot be inlined in PinchBench") from None
     fm["workspace_files"] = wf
-    if v.rubric and any(r.proxy is not None or r.file_path for r in v.rubric):
+    if v.rubric and any(r.proxy is not None or r.file_path or r.weight is not None for r in v.rubric):
         fm["rubric_rules"] = [r.model_dump(exclude_none=True) for r in v.rubric]
     secs = task.source.get("sections", {}) if task.source.get("format") == FORMAT else {}
     parts = ["---\n" + yaml.safe_dump(fm, sort_keys=False, allow_unicode=True, width=1000) + "---\n",

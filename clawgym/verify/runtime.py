@@ -190,7 +190,15 @@ def _run_rubric(task: Task, sandbox, transcript: list | None, judge: Judge, res:
             for i in slots:
                 rows[i]["error"] = msg
     res.rule_scores = rows
-    return sum(r["score"] for r in rows) / len(rows) if rows else 0.0
+    if not rows:
+        return 0.0
+    if any(r.weight is not None for r in rules):
+        ws = [1.0 if r.weight is None else float(r.weight) for r in rules]
+        if sum(ws) > 0:
+            for row, w in zip(rows, ws):
+                row["weight"] = w
+            return sum(w * row["score"] for w, row in zip(ws, rows)) / sum(ws)
+    return sum(r["score"] for r in rows) / len(rows)
 
 
 def verify_task(task: Task, sandbox=None, transcript: list | None = None, judge: Judge | str | None = None, *,
