@@ -193,7 +193,9 @@ def _taxonomy_slots(taxonomy: Any) -> list[tuple[str, str]]:
     """Accepts {category: [subcategory, ...]}, [(category, subcategory)], or [{category, subcategory}]."""
     slots: list[tuple[str, str]] = []
     if not taxonomy:
-        return [(c, "") for c in CATEGORIES]
+        from clawgym.synth.taxonomy import SUBCATEGORIES
+
+        taxonomy = SUBCATEGORIES
     if isinstance(taxonomy, dict):
         for cat, subs in taxonomy.items():
             for s in (subs or [""]):
@@ -321,51 +323,16 @@ ScoreFn = Callable[[Task, list[File]], float]
 
 
 def make_score_fn(factory=None) -> ScoreFn:
-    """Code score of `task`'s verifier on a workspace holding `files` (0.0 on any crash/timeout)."""
+    """Code score of `task`'s verifier on a fresh sandbox of `factory` holding `files` (clawgym.verify.verify_task:
+    a crash / timeout / unparsable result scores 0.0)."""
+    from clawgym.verify import verify_task
 
     def score(task: Task, files: list[File]) -> float:
         code_only = task.model_copy(update={"verifier": task.verifier.model_copy(update={"rubric": None})})
-        try:
-            from clawgym.verify import verify_task  # the verify engineer's runner
-        except Exception:  # pragma: no cover - fallback while clawgym.verify is missing
-            verify_task = None
-        if verify_task is not None:
-            res = verify_task(code_only, files=files, factory=factory)
-            for attr in ("code_score", "score"):
-                v = getattr(res, attr, None) if not isinstance(res, dict) else res.get(attr)
-                if v is not None:
-                    return float(v)
-            return float(res)  # pragma: no cover
-        return _score_in_sandbox(code_only, files, factory)
+        res = verify_task(code_only, files=files, factory=factory)
+        return float(res.code_score if res.code_score is not None else res.score)
 
     return score
-
-
-_RUNNER = r"""
-import json, sys
-ns = {"__name__": "verifier"}
-exec(compile(open(sys.argv[1]).read(), "verifier", "exec"), ns)
-res = ns["grade"]([], sys.argv[2])
-vals = [float(v) for v in res.values()] if isinstance(res, dict) else []
-print(json.dumps(sum(vals) / len(vals) if vals else 0.0))
-"""
-
-
-def _score_in_sandbox(task: Task, files: list[File], factory) -> float:
-    from clawgym.sandbox import get_factory
-
-    fac = factory or get_factory("auto")
-    with fac.open(files) as sb:
-        sb.write_file("/tmp/_cg_verifier.py", (task.verifier.code or "").encode())
-        sb.write_file("/tmp/_cg_runner.py", _RUNNER.encode())
-        r = sb.exec(f"python3 /tmp/_cg_runner.py /tmp/_cg_verifier.py {sb.workspace}",
-                    timeout=task.verifier.timeout_s)
-    if not r.ok:
-        return 0.0
-    try:
-        return max(0.0, min(1.0, float(r.stdout.strip().splitlines()[-1])))
-    except Exception:
-        return 0.0
 
 
 def run_code_gates(task: Task, score: ScoreFn) -> tuple[str | None, str, dict[str, float]]:
@@ -445,10 +412,23 @@ def generate_llm_tasks(
         raise ValueError(f"route must be 'persona' or 'skill', got {route!r}")
     cfg = ClientConfig.coerce(client_cfg)
     client = client or cfg.make_client()
-    score = score_fn or make_score_fn(factory)
+    own_factory = None
+    if score_fn is None and factory is None:
+        from clawgym.sandbox import get_factory
+
+        factory = own_factory = get_factory("auto")
+    try:
+        return _generate(personas, skills, taxonomy, cfg, client, n, route, max_repairs,
+                         score_fn or make_score_fn(factory), seed)
+    finally:
+        if own_factory is not None:
+            own_factory.close()
+
+
+def _generate(personas, skills, taxonomy, cfg: ClientConfig, client, n: int, route: str, max_repairs: int,
+              score: ScoreFn, seed: int) -> tuple[list[Task], list[dict[str, Any]]]:
     rnd = random.Random(seed)
     seeds = [_as_dict(p) for p in (personas if route == "persona" else skills)]
-    skill_list = [_as_dict(s) for s in skills] if route == "skill" else []
     if not seeds:
         raise ValueError(f"route {route!r} needs at least one {'persona' if route == 'persona' else 'skill'}")
     slots = _taxonomy_slots(taxonomy)
