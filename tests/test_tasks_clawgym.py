@@ -140,3 +140,14 @@ def test_hybrid_rubric_and_grade_task_export(tmp_path):
     assert t2.verifier.kind == "reward_dir" and t2.instruction == "make out.txt"
     check = (tmp_path / "own1" / "reward" / "check.py").read_text()
     assert "def grade" in check and "__main__" in check
+
+
+def test_import_any_single_task_and_bad_paths(sample, tmp_path):
+    rep = import_any(sample / "task_0168")
+    assert rep.ok and [t.task_id for t in rep.tasks] == ["task_0168"]
+    rep = import_any(tmp_path / "nope")
+    assert not rep.tasks and str(rep.errors[0]).endswith("nope: not found")
+    (tmp_path / "x.txt").write_text("?")
+    assert "unknown task format" in str(import_any(tmp_path / "x.txt").errors[0])
+    (tmp_path / "empty").mkdir()
+    assert "no ClawGym task folders" in str(import_any(tmp_path / "empty").errors[0])
