@@ -60,6 +60,7 @@ class BenchScoresConfig(dg.Config):
     repeats: int = 1  # >1 gives pass@k
     max_turns: int = 30
     max_wall_s: float = 600.0
+    max_completion_tokens: int = 1024  # per model request
     n_boot: int = 2000
     seed: int = 0
     pass_threshold: float = 1.0
@@ -91,7 +92,8 @@ def bench_scores(context: dg.AssetExecutionContext, config: BenchScoresConfig, l
                 context.log.warning(f"suite {suite}: no bench tasks (materialize bench_tasks[{suite}] first)")
                 continue
             rows = run_suite(tasks, spec, factory, model=model, suite=suite, repeats=config.repeats,
-                             limits=Limits(max_turns=config.max_turns, max_wall_s=config.max_wall_s),
+                             limits=Limits(max_turns=config.max_turns, max_wall_s=config.max_wall_s,
+                                           max_completion_tokens=config.max_completion_tokens),
                              judge=judge.judge(), runtime=openclaw.runtime(), openclaw_opts=openclaw.opts(),
                              run_id=context.run.run_id, pass_threshold=config.pass_threshold, log=context.log.info)
             lake.write("bench_results", rows, {"model": model, "suite": suite})

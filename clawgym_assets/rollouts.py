@@ -18,6 +18,7 @@ class TrajectoriesConfig(dg.Config):
     sources: List[str] = ["synthetic"]  # which task sources to roll out (train split only)
     max_turns: int = 30
     max_wall_s: float = 600.0
+    max_completion_tokens: int = 1024
     batch_size: int = 4  # rollouts per appended part file (the resume granularity)
     limit: int = 0  # 0 = every task of the shard
 
@@ -60,7 +61,8 @@ def trajectories(context: dg.AssetExecutionContext, config: TrajectoriesConfig, 
     todo = [t for t in tasks if t.task_id not in done]
     context.log.info(f"{policy}|{shard}: {len(tasks)} tasks, {len(done)} already written, {len(todo)} to run")
     spec = endpoints.policy(policy)
-    limits = Limits(max_turns=config.max_turns, max_wall_s=config.max_wall_s)
+    limits = Limits(max_turns=config.max_turns, max_wall_s=config.max_wall_s,
+                    max_completion_tokens=config.max_completion_tokens)
     batch: list = []
     written = 0
     if todo:

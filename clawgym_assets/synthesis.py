@@ -71,6 +71,12 @@ def imported_tasks(context: dg.AssetExecutionContext, config: ImportedTasksConfi
                    lake: LakeResource) -> dg.MaterializeResult:
     from clawgym.bench.suites import load_suite_folder
 
+    from clawgym.bench.suites import resolve_dir
+
+    if not resolve_dir(config.folder).is_dir():
+        context.log.warning(f"imported_tasks: folder {resolve_dir(config.folder)} does not exist; no tasks imported")
+        lake.write("tasks", [], {"source": "imported"})
+        return dg.MaterializeResult(metadata={"n": 0, "folder": config.folder, "status": "folder missing"})
     rep = load_suite_folder(config.folder, suite=config.suite, split="train", fmt=config.format)
     for e in rep.errors:
         context.log.warning(f"import error: {e}")

@@ -39,15 +39,20 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig, lak
     out_dir = endpoints.checkpoints_path() / name
     base = config.base or str(endpoints.base_model_path())
     parent = config.parent or endpoints.base_policy_name
-    sft_files = sorted(str(p) for p in (lake.lake_dir / "sft").glob("*.parquet"))
-    extras = {"checkpoint": name, "sft_files": sft_files, "base_model": base, "output_dir": str(out_dir),
-              **trainer.settings()}
-    res = pipes_subprocess_client.run(command=trainer.command(), context=context, extras=extras).get_materialize_result()
+    sft_dir = lake.lake_dir / "sft"
+    sft_files = sorted(p.name for p in sft_dir.glob("*.parquet"))
+    if not sft_files:
+        raise dg.Failure("the sft table is empty: materialize sft_dataset first")
+    data_version = ",".join(sft_files)
+    cfg = {"name": name, "base_model": base, "dataset_path": str(sft_dir), "output_dir": str(out_dir),
+           "dataset_version": data_version, **trainer.settings()}
+    res = pipes_subprocess_client.run(command=trainer.command(), context=context,
+                                      extras={"sft_config": cfg}).get_materialize_result()
     md = {k: getattr(v, "value", v) for k, v in (res.metadata or {}).items()}
-    data_version = ",".join(p.rsplit("/", 1)[-1] for p in sft_files)
     row = {"checkpoint": name, "path": str(out_dir), "base": base, "parent": parent, "data_version": data_version,
            "n_samples": md.get("n_samples"), "hyperparams_json": trainer.settings(),
-           "loss_curve_json": md.get("loss_curve"), "final_loss": md.get("final_loss"), "run_id": context.run.run_id}
+           "loss_curve_json": (md.get("loss_curve") or {}).get("points") if isinstance(md.get("loss_curve"), dict)
+           else md.get("loss_curve"), "final_loss": md.get("final_loss"), "run_id": context.run.run_id}
     reg = [r for r in lake.read("checkpoints").to_pylist() if r["checkpoint"] != name]
     lake.write("checkpoints", reg + [row])
     context.instance.add_dynamic_partitions(model_partitions.name, [name])

@@ -150,17 +150,19 @@ class TrainerResource(dg.ConfigurableResource):
 
     python: str = ""  # "" = this interpreter
     max_steps: int = 4
-    learning_rate: float = 1e-5
+    lr: float = 1e-5
     batch_size: int = 1
     max_length: int = 2048
-    extra_args: str = ""  # JSON object of further settings passed through
+    lora: bool = False
+    device: str = "cpu"
+    extra_args: str = ""  # JSON object of further SFTRunConfig fields passed through
 
     def command(self) -> list[str]:
         return [self.python or sys.executable, "-m", "clawgym.train.pipes_sft"]
 
     def settings(self) -> dict:
-        d = {"max_steps": self.max_steps, "learning_rate": self.learning_rate, "batch_size": self.batch_size,
-             "max_length": self.max_length}
+        d = {"max_steps": self.max_steps, "lr": self.lr, "batch_size": self.batch_size,
+             "max_length": self.max_length, "lora": self.lora, "device": self.device}
         if self.extra_args:
             d.update(json.loads(self.extra_args))
         return d

@@ -1,0 +1,147 @@
+"""`clawgym …`: query the lake, register bench partitions, print the leaderboard, clean sandboxes, run the demo.
+
+Dagster is imported lazily inside the commands that need an instance (the library itself never imports it).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from clawgym.lake.io import REPO_ROOT
+
+app = typer.Typer(help="clawgym: a Dagster-native factory for personal-agent data, training and evaluation.",
+                  no_args_is_help=True, add_completion=False)
+bench_app = typer.Typer(help="Bench partitions and the leaderboard.", no_args_is_help=True)
+sandbox_app = typer.Typer(help="Sandbox maintenance.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+app.add_typer(sandbox_app, name="sandbox")
+console = Console(width=200)
+
+PARTITION_KINDS = {"model": "model", "policy": "policy", "checkpoint": "checkpoint"}
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "∅"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    s = str(v)
+    return s if len(s) <= 80 else s[:77] + "…"
+
+
+def _instance():
+    from dagster import DagsterInstance
+
+    os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT))
+    Path(os.environ["DAGSTER_HOME"]).mkdir(parents=True, exist_ok=True)
+    return DagsterInstance.get()
+
+
+@app.command()
+def sql(query: str = typer.Argument(..., help="SQL over the lake's views, e.g. SELECT * FROM bench_scores"),
+        db: Optional[Path] = typer.Option(None, help="DuckDB catalog file (default <data>/clawgym.duckdb)"),
+        limit: int = typer.Option(200, help="print at most this many rows")):
+    """Run SQL against the DuckDB catalog (views are refreshed first) and print a table."""
+    from clawgym.lake.catalog import query as run
+
+    try:
+        cols, rows = run(query, db)
+    except Exception as e:  # duckdb errors: show the message, not a traceback
+        console.print(f"[red]error:[/red] {e}")
+        raise typer.Exit(1)
+    t = Table(*cols, show_lines=False)
+    for r in rows[:limit]:
+        t.add_row(*[_fmt(v) for v in r])
+    console.print(t)
+    console.print(f"{len(rows)} row(s)")
+
+
+@bench_app.command("add")
+def bench_add(name: str = typer.Argument(..., help="model / checkpoint / policy name"),
+              kind: str = typer.Option("model", help="which dynamic partitions: model (bench_scores), "
+                                                     "policy (trajectories) or checkpoint (checkpoints)")):
+    """Register a dynamic partition in the Dagster instance ($DAGSTER_HOME, default the repo root), so
+    `dagster asset materialize --select bench_scores --partition NAME -m clawgym_assets.definitions` works."""
+    import re
+
+    if kind not in PARTITION_KINDS:
+        console.print(f"[red]error:[/red] --kind must be one of {', '.join(PARTITION_KINDS)}")
+        raise typer.Exit(2)
+    if not re.match(r"^[A-Za-z0-9._+@-]+$", name):
+        console.print(f"[red]error:[/red] name {name!r} may only contain letters, digits and . _ + @ -")
+        raise typer.Exit(2)
+    inst = _instance()
+    pdef = PARTITION_KINDS[kind]
+    if inst.has_dynamic_partition(pdef, name):
+        console.print(f"{kind} partition {name!r} already registered")
+        return
+    inst.add_dynamic_partitions(pdef, [name])
+    console.print(f"registered {kind} partition {name!r} in {os.environ['DAGSTER_HOME']}")
+
+
+@bench_app.command("list")
+def bench_list(kind: str = typer.Option("model", help="model | policy | checkpoint")):
+    """The registered dynamic partitions of one kind."""
+    for k in _instance().get_dynamic_partitions(PARTITION_KINDS.get(kind, kind)):
+        console.print(k)
+
+
+@bench_app.command("leaderboard")
+def bench_leaderboard(suite: str = typer.Option("procedural", help="bench suite"),
+                      categories: bool = typer.Option(True, help="show per-category columns")):
+    """All scored models side by side (0–100, 95% CI), with the delta vs parent checkpoint."""
+    from clawgym.bench.leaderboard import leaderboard_rows, pivot
+    from clawgym.bench.stats import OVERALL
+    from clawgym.lake import read_table
+
+    scores = read_table("bench_scores", {"suite": suite}).to_pylist()
+    if not scores:
+        console.print(f"no bench scores for suite {suite!r} yet")
+        raise typer.Exit(1)
+    results = read_table("bench_results", {"suite": suite}).to_pylist()
+    reg = {r["checkpoint"]: r for r in read_table("checkpoints").to_pylist()}
+    board = leaderboard_rows(scores, results, reg)
+    _, cats, cell = pivot(scores, suite)
+    cats = [c for c in cats if c != OVERALL] if categories else []
+    t = Table("model", "overall", "95% CI", *[c.replace("_", " ") for c in cats], "parent", "Δ vs parent",
+              title=f"clawgym leaderboard — suite {suite}")
+    for b in board:
+        delta = "" if b["delta"] is None else \
+            f"{b['delta']:+.1f} [{b['delta_ci_low']:.1f}, {b['delta_ci_high']:.1f}]" + (" ⚠" if b["regression"] else "")
+        t.add_row(b["model"], f"{b['overall']:.1f}", f"[{b['ci_low']:.1f}, {b['ci_high']:.1f}]",
+                  *[("" if (b["model"], c) not in cell else f"{cell[(b['model'], c)]['mean']:.1f}") for c in cats],
+                  b["parent"] or "", delta)
+    console.print(t)
+
+
+@sandbox_app.command("cleanup")
+def sandbox_cleanup(all_: bool = typer.Option(False, "--all", help="also things whose maker is still alive"),
+                    dry_run: bool = typer.Option(False, help="only list what would be removed")):
+    """Find and remove what crashed sandbox runs left behind (containers, mounts, dirs, processes, cgroups)."""
+    from clawgym.sandbox.cleanup import remove_leftovers
+
+    lo = remove_leftovers(orphans_only=not all_, dry_run=dry_run)
+    console.print(("would remove: " if dry_run else "removed: ") + lo.summary() if lo else "nothing to clean up")
+
+
+@app.command()
+def demo(n_tasks: int = typer.Option(24, help="procedural tasks to synthesise"),
+         sft_steps: int = typer.Option(4, help="SFT steps for the demo checkpoint"),
+         models: bool = typer.Option(True, help="include the embedded SmolLM2 policies (base + SFT)"),
+         checkpoint: str = typer.Option("sft-demo", help="name of the demo checkpoint")):
+    """Materialize the whole graph at demo scale on embedded defaults and print the leaderboard."""
+    os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT))
+    from clawgym_assets.demo import run_demo
+
+    run_demo(n_tasks=n_tasks, sft_steps=sft_steps, models=models, checkpoint=checkpoint, log=console.print)
+    bench_leaderboard(suite="procedural", categories=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()
