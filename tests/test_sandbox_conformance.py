@@ -151,6 +151,17 @@ def test_close_is_idempotent(factory):
         s.exec("true")
 
 
+def test_close_during_exec_stops_the_command(factory):
+    marker = f"{7000 + uuid.uuid4().int % 2999}.{uuid.uuid4().int % 953}"
+    s = factory.open()
+    threading.Timer(0.7, s.close).start()
+    t0 = time.monotonic()
+    with pytest.raises(SandboxError, match="closed"):
+        s.exec(f"sleep {marker}", timeout=60)
+    assert time.monotonic() - t0 < 20
+    assert wait_gone(f"sleep\0{marker}") == []
+
+
 # ---------------------------------------------------------------------------------------------
 # the environment ClawGym tasks and verifiers expect (isolating backends)
 def test_environment_tools(isb):

@@ -179,7 +179,8 @@ class BwrapSandbox(Sandbox):
         try:
             full = self._prefix() + self._argv_static[:1] + ["--json-status-fd", str(w)] + \
                 self._argv_static[1:] + ["--chdir", self.config.workspace, "--"] + self._inner_prefix() + argv
-            on_timeout = (lambda _p: self._cg.kill_all()) if self._cg is not None else None
+            cg = self._cg
+            on_timeout = (lambda _p: cg.kill_all()) if cg is not None else None
             cap = run_capture(full, env=self._env(env), cwd="/", timeout=timeout, stdin=stdin,
                               max_output=max_output, on_timeout=on_timeout, pass_fds=(w,))
             os.close(w)
@@ -189,8 +190,11 @@ class BwrapSandbox(Sandbox):
             if w >= 0:
                 os.close(w)
             os.close(r)
-        if self._cg is not None and not cap.timed_out:
-            self._cg.kill_all()  # nothing should be left (pid namespace died); be sure
+        if self._closed:
+            raise SandboxError("sandbox was closed while a command ran")
+        cg = self._cg
+        if cg is not None and not cap.timed_out:
+            cg.kill_all()  # nothing should be left (pid namespace died); be sure
         if not cap.timed_out and b"child-pid" not in status:
             raise SandboxError(f"bwrap failed to start the sandbox (rc={cap.rc}): "
                                f"{cap.stderr.decode(errors='replace').strip()[:2000]}")

@@ -195,20 +195,30 @@ class DockerSandbox(Sandbox):
             try:
                 out, err, truncated, timed_out, flooded = self._pump(sock, eid, stdin, deadline, max_output, flood)
             except BaseException:  # Ctrl-C / error while the command runs: kill what it started
-                self._kill_all()
+                try:
+                    self._kill_all()
+                except Exception as e:
+                    log.warning("could not stop the interrupted command: %s", e)
                 raise
-            if timed_out or flooded:
-                self._kill_all()
-            rc = 124 if timed_out else 137 if flooded else self._exit_code(eid, time.monotonic() + 10)
-            if rc is None:  # the stream ended but the exec never finished
-                self._kill_all()
-                rc, timed_out = 124, True
+            try:
+                if timed_out or flooded:
+                    self._kill_all()
+                rc = 124 if timed_out else 137 if flooded else self._exit_code(eid, time.monotonic() + 10)
+                if rc is None:  # the stream ended but the exec never finished
+                    self._kill_all()
+                    rc, timed_out = 124, True
+            except Exception as e:
+                if self._closed:
+                    raise SandboxError("sandbox was closed while a command ran") from e
+                raise SandboxError(f"docker exec failed: {e}") from e
         finally:
             with self._lock:
                 self._active -= 1
                 last = self._active == 0
             if last and not self._closed and self.kill_background:
                 self._slot.sweep()  # like bwrap: nothing an exec started outlives it
+        if self._closed:
+            raise SandboxError("sandbox was closed while a command ran")
         return ExecResult(rc=rc, stdout=out.decode("utf-8", errors="replace"),
                           stderr=err.decode("utf-8", errors="replace"), timed_out=timed_out,
                           duration_s=time.monotonic() - t0, truncated=truncated)
@@ -288,6 +298,10 @@ class DockerSandbox(Sandbox):
                         truncated = True
                     want_hdr, need = True, 8
         finally:
+            try:
+                raw.shutdown(socket.SHUT_RDWR)  # also wakes a stdin writer blocked in sendall
+            except OSError:
+                pass
             for x in (sock, raw):
                 try:
                     x.close()

@@ -30,9 +30,9 @@ log = logging.getLogger(__name__)
 MARK = "CLAWGYM_SANDBOX_EXEC"
 
 
-def kill_marked(token: str, timeout: float = 5.0) -> None:
-    """SIGKILL every process whose environment carries MARK=token (best effort: a process that
-    rewrites its environment escapes; local is not an isolating backend)."""
+def kill_marked(token: str, timeout: float = 5.0, prefix: bool = False) -> None:
+    """SIGKILL every process whose environment carries MARK=token (MARK=token* with prefix; best
+    effort: a process that rewrites its environment escapes; local is not an isolating backend)."""
     needle = f"{MARK}={token}".encode()
     end = time.monotonic() + timeout
     me = os.getpid()
@@ -43,7 +43,8 @@ def kill_marked(token: str, timeout: float = 5.0) -> None:
                 continue
             try:
                 with open(f"/proc/{d}/environ", "rb") as f:
-                    if needle in f.read().split(b"\0"):
+                    env = f.read().split(b"\0")
+                    if any(v.startswith(needle) for v in env) if prefix else needle in env:
                         found.append(int(d))
             except OSError:
                 continue
@@ -104,6 +105,8 @@ class LocalSandbox(Sandbox):
                               stdin=stdin, max_output=max_output, on_timeout=lambda _p: kill_marked(token))
         finally:
             kill_marked(token)  # like bwrap: nothing an exec started outlives it (setsid included)
+        if self._closed:
+            raise SandboxError("sandbox was closed while a command ran")
         return ExecResult(rc=cap.rc, stdout=cap.stdout.decode("utf-8", errors="replace"),
                           stderr=cap.stderr.decode("utf-8", errors="replace"), timed_out=cap.timed_out,
                           duration_s=cap.duration_s, truncated=cap.truncated)
@@ -130,6 +133,7 @@ class LocalSandbox(Sandbox):
                 return
             self._closed = True
         try:
+            kill_marked(self._state.name + "-", prefix=True)  # commands still running
             self._state.remove()
         finally:
             cleanup.unregister(self)
