@@ -116,3 +116,22 @@ def test_official_gate_path_on_software_tasks(any_isolating_factory):
         v = validate_task(t, any_isolating_factory)
         assert v.passed, (name, v.reason, v.errors[:3])
         assert v.oracle_score == 1.0 and v.noop_score == 0.0
+
+
+def test_prose_families_have_rubrics_with_offline_proxies(any_isolating_factory):
+    """Hybrid tasks (code 0.7 + rubric 0.3): the oracle gets 1.0 from the offline judge too, no-op gets 0."""
+    from clawgym.agent.tools import apply_reference
+    from clawgym.verify import verify_task
+
+    prose = [f for f in MY_FAMILIES if f.generate(0).verifier.rubric]
+    assert len(prose) >= 3
+    for fam in prose:
+        t = fam.generate(4)
+        assert all(r.proxy is not None for r in t.verifier.rubric), fam.name
+        with any_isolating_factory.open(t.files) as sb:
+            apply_reference(sb, t.reference)
+            done = verify_task(t, sb, transcript=[], judge="offline")
+        with any_isolating_factory.open(t.files) as sb:
+            noop = verify_task(t, sb, transcript=[], judge="offline")
+        assert done.weights == (0.7, 0.3) and done.score == 1.0 and done.rubric_score == 1.0, (fam.name, done.errors)
+        assert noop.score == 0.0, fam.name

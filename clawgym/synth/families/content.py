@@ -6,9 +6,32 @@ import datetime as dt
 import json
 import re
 
-from clawgym.synth.families.base import (
-    Ctx, csv_text, dirty_number, dirty_text, family, json_text, md_table_text, people, r2,
-)
+from clawgym.synth.families.base import Ctx, csv_text, dirty_text, family, json_text, people, r2
+from clawgym.tasks.model import RubricProxy
+
+
+def _proxy(ctx: Ctx, **kw) -> None:
+    """Attach deterministic offline-judge checks to the last rubric rule."""
+    ctx.rubric[-1] = ctx.rubric[-1].model_copy(update={"proxy": RubricProxy(**kw)})
+
+
+def _append(path: str, text: str):
+    def fn(ov: dict) -> dict:
+        ov = dict(ov)
+        ov[path] = (ov.get(path) or b"") + text.encode()
+        return ov
+    return fn
+
+
+def _replace(path: str, old: str, new: str):
+    def fn(ov: dict) -> dict:
+        ov = dict(ov)
+        body = ov[path].decode()
+        if old not in body:
+            raise ValueError("mutation does not apply")
+        ov[path] = body.replace(old, new, 1).encode()
+        return ov
+    return fn
 
 CAT = "content_domain_support"
 
@@ -169,6 +192,11 @@ def release_newsletter(ctx: Ctx) -> None:
     ctx.rubric_rule("tone", out, {"0": "missing or not a newsletter", "0.25": "mostly jargon or copied changelog lines",
                                   "0.5": "readable but flat", "0.75": "friendly and clear with minor issues",
                                   "1": "friendly, plain-language, customer-focused"})
+    _proxy(ctx, required_headings=["New features", "Fixes"], forbidden_phrases=["[internal]", "[feature]", "[fix]",
+                                                                              "refactor", "eslint"],
+           required_phrases=[f"v{cur}"], max_words=limit)
+    ctx.mutation("internal_item_leaked", _append(out, f"- {internal[0]}\n"))
+    ctx.mutation("fix_dropped", _replace(out, f"- {fixes[-1]}\n", ""))
     ctx.read("CHANGELOG.md")
     ctx.read("docs/style_guide.md")
     body = (f"# What's new in v{cur}\n\nThis release ships {len(feats)} new features and {len(fixes)} fixes.\n\n"
@@ -302,6 +330,10 @@ def contract_clause_review(ctx: Ctx) -> None:
     ctx.rubric_rule("memo_clarity", mm, {"0": "missing", "0.25": "unclear or wrong", "0.5": "lists issues without "
                                          "explanation", "0.75": "clear with minor gaps", "1": "concise, accurate, "
                                          "actionable memo"})
+    _proxy(ctx, required_phrases=[f"Clause {f['clause']}" for f in flagged] + missing, min_words=15, max_words=400,
+           any_phrases=["not compliant", "compliant"])
+    ctx.mutation("verdict_flipped", _replace(rv, f'"compliant": {str(compliant).lower()}',
+                                             f'"compliant": {str(not compliant).lower()}'))
     ctx.read("input/policy.yaml")
     ctx.read("input/contract.md")
     ctx.exec("grep -n -i -E '" + "|".join(terms) + "' input/contract.md || true")
@@ -555,6 +587,12 @@ def support_reply_drafts(ctx: Ctx) -> None:
                              "E['replies'].items()), len(E['replies']))")
     ctx.check("reply_greeting", "frac(sum(contains_all(T('output/replies/' + k + '.md'), [v[0]]) for k, v in "
                                 "E['replies'].items()), len(E['replies']))")
+    first = next(e for e in exp if e["replied"] == "yes")
+    ctx.rubric_rule("reply_tone", f"output/replies/{first['id']}.md",
+                    {"0": "missing or rude", "0.25": "answers the wrong question", "0.5": "correct but curt",
+                     "0.75": "polite and correct", "1": "warm, personal, correct and concise"})
+    _proxy(ctx, required_phrases=[f"Hi {first['name']}", facts[first["topic"]]], max_words=150,
+           forbidden_phrases=["click here", "prize"])
     ctx.check("no_spam_replies", f"len(C({ix!r})) == len(E['rows']) and "
                                  "not any(exists(ws, 'output/replies/' + k + '.md') for k in E['spam'])")
     ctx.read("input/faq.md")
