@@ -12,6 +12,7 @@ from clawgym.agent.loop import Limits
 from clawgym.agent.openclaw import openclaw_installed, openclaw_sandbox_config
 from clawgym.agent.proxy import read_log, rebuild_sessions
 from clawgym.agent.rollout import run_rollout
+from clawgym.agent.servers import text_of
 from clawgym.sandbox import get_factory
 
 pytestmark = pytest.mark.openclaw
@@ -64,10 +65,10 @@ def test_openclaw_oracle_scores_one_and_trajectories_rebuild(tmp_path):
         assert roles[0] == "system" and "OpenClaw" in ro.messages[0]["content"]
         assert roles[-1] == "assistant" and ro.messages[-1]["content"]
         first_user = next(m for m in ro.messages if m["role"] == "user")
-        assert task.instruction in json.dumps(first_user)
+        assert task.instruction in text_of(first_user["content"])
         assert ro.tool_calls == len(task.reference) and roles.count("tool") == len(task.reference)
         assert ro.turns == len(task.reference) + 1
-        assert not any("OPENCLAW_INTERNAL_CONTEXT" in json.dumps(m) for m in ro.messages)
+        assert not any("OPENCLAW_INTERNAL_CONTEXT" in json.dumps(m) for m in ro.messages[1:])
         names = {t["function"]["name"] for t in ro.tools}
         assert {"read", "write", "edit", "exec"} <= names and "web_search" not in names
         edits = [tc for m in ro.messages for tc in m.get("tool_calls") or [] if tc["function"]["name"] == "edit"]
