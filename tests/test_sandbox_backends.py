@@ -178,3 +178,20 @@ def _procs_with(marker: str) -> list[int]:
             except OSError:
                 pass
     return out
+
+
+SPIN = "import time; t = time.time()\nwhile time.time() - t < 1.5: pass\nprint(round(time.process_time(), 2))"
+
+
+def test_cpu_limits(bwrap_factory, docker_factory):
+    with get_factory("bwrap", SandboxConfig(cpus=0.25, memory_mb=256, pids=64, disk_mb=16)) as f, f.open() as s:
+        if s._cg is not None:
+            assert s._cg.cpu_quota() == pytest.approx(0.25)
+            used = float(s.exec(["python3", "-c", SPIN]).stdout)
+            assert used <= 0.25 * 1.5 + 0.2  # 1.5 s of wall clock at a quarter of a CPU
+    with docker_factory.open() as s:
+        hc = docker_factory.client.api.inspect_container(s.container_id)["HostConfig"]
+        cfg = docker_factory.config
+        assert hc["NanoCpus"] == int(cfg.cpus * 1e9) and hc["PidsLimit"] == cfg.pids
+        assert hc["Memory"] == cfg.memory_mb << 20 and hc["ReadonlyRootfs"] and hc["NetworkMode"] == "none"
+        assert hc["CapDrop"] == ["ALL"] and "no-new-privileges" in hc["SecurityOpt"]

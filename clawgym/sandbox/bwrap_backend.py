@@ -109,7 +109,7 @@ class BwrapSandbox(Sandbox):
         self._state = StateDir(config.workspace, config.disk_mb, uid, gid)
         self._cg = None
         try:
-            self._cg = Cgroup.create(self._state.name, config.memory_mb, config.pids)
+            self._cg = Cgroup.create(self._state.name, config.memory_mb, config.pids, config.cpus)
             roots = {self._state.workspace: self._state.ws, "/tmp": self._state.tmp}  # host access: workspace + /tmp only
             self.fs = HostFS(config.workspace, roots, uid, gid)
             self._argv_static = self._build_static()

@@ -49,17 +49,54 @@ class Cgroup:
 
     # -- creation ---------------------------------------------------------------------------
     @classmethod
-    def create(cls, name: str, memory_mb: int, pids: int) -> "Cgroup | None":
+    def create(cls, name: str, memory_mb: int, pids: int, cpus: float | None = None) -> "Cgroup | None":
+        """memory + pids are required (else None); a CPU quota is added where the cpu controller
+        is available (v1: cpu.cfs_quota_us, v2: cpu.max)."""
         if os.environ.get("CLAWGYM_SANDBOX_NO_CGROUP") == "1" or os.geteuid() != 0:
             return None
         m = mode()
         try:
             if m == "v1":
-                return cls._create_v1(name, memory_mb, pids)
-            if m == "v2":
-                return cls._create_v2(name, memory_mb, pids)
+                cg = cls._create_v1(name, memory_mb, pids)
+            elif m == "v2":
+                cg = cls._create_v2(name, memory_mb, pids)
+            else:
+                return None
         except OSError as e:
             log.info("no cgroup for sandbox limits (%s); falling back to prlimit", e)
+            return None
+        if cpus:
+            cg._limit_cpu(name, float(cpus))
+        return cg
+
+    def _limit_cpu(self, name: str, cpus: float) -> None:
+        period = 100_000
+        quota = max(1000, int(cpus * period))
+        try:
+            if self.version == "v1":
+                d = os.path.join(ROOT, "cpu", _own_path_v1("cpu").lstrip("/"), name)
+                os.mkdir(d)
+                self.dirs.append(d)
+                _write(os.path.join(d, "cpu.cfs_period_us"), str(period))
+                _write(os.path.join(d, "cpu.cfs_quota_us"), str(quota))
+            else:
+                _write(os.path.join(self.dirs[0], "cpu.max"), f"{quota} {period}")
+        except OSError as e:
+            log.info("no CPU quota for the sandbox: %s", e)
+
+    def cpu_quota(self) -> float | None:
+        """The CPU limit in cpus, None without one."""
+        for d in self.dirs:
+            q = os.path.join(d, "cpu.cfs_quota_us")
+            if os.path.exists(q):
+                with open(q) as f, open(os.path.join(d, "cpu.cfs_period_us")) as g:
+                    quota, period = int(f.read()), int(g.read())
+                return None if quota < 0 else quota / period
+            q = os.path.join(d, "cpu.max")
+            if os.path.exists(q):
+                with open(q) as f:
+                    quota, period = f.read().split()
+                return None if quota == "max" else int(quota) / int(period)
         return None
 
     @classmethod
@@ -94,7 +131,9 @@ class Cgroup:
         for d in (ROOT, parent):
             with open(os.path.join(d, "cgroup.subtree_control")) as f:
                 have = f.read().split()
-            want = [c for c in ("memory", "pids") if c not in have]
+            with open(os.path.join(d, "cgroup.controllers")) as f:
+                avail = f.read().split()
+            want = [c for c in ("memory", "pids", "cpu") if c not in have and (c != "cpu" or c in avail)]
             if want:
                 _write(os.path.join(d, "cgroup.subtree_control"), " ".join("+" + c for c in want))
         d = os.path.join(parent, name)
@@ -117,7 +156,7 @@ class Cgroup:
 
     def shell_join_prefix(self) -> list[str]:
         """argv prefix that moves the process into this cgroup, then execs the rest."""
-        script = "; ".join(f'echo $$ > "{p}"' for p in self.procs_files()) + '; exec "$@"'
+        script = " && ".join(f'echo $$ > "{p}"' for p in self.procs_files()) + ' && exec "$@"'
         return ["/bin/sh", "-c", script, "sh"]
 
     def pids(self) -> list[int]:
@@ -182,7 +221,7 @@ def our_cgroups(prefix: str) -> list[str]:
     m = mode()
     bases = []
     if m == "v1":
-        for ctrl in ("memory", "pids"):
+        for ctrl in ("memory", "pids", "cpu"):
             bases.append(os.path.join(ROOT, ctrl, _own_path_v1(ctrl).lstrip("/")))
     elif m == "v2":
         bases.append(os.path.join(ROOT, "clawgym"))
