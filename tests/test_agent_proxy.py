@@ -116,3 +116,22 @@ def test_adapt_call_to_openclaw_schemas():
         ("exec", {"command": "ls", "timeoutSeconds": 5})
     assert adapt_call("ls", {"path": "in put"}, oc_tools) == ("exec", {"command": 'ls -1Ap -- "in put"'})
     assert adapt_call("edit", {"path": "a", "oldText": "x", "newText": "y"}, TOOL_SCHEMAS)[1]["oldText"] == "x"
+
+
+def test_proxy_enforces_turn_limit(policy_server, tmp_path):
+    task = demo_tasks()[0]
+    log = tmp_path / "p.jsonl"
+    with RecordingProxy(policy_server.base_url, str(log), model="oracle", max_requests=1) as px:
+        px.register_session("s", task_id=task.task_id)
+        c = openai.OpenAI(base_url=px.session_url("s"), api_key="x", max_retries=0)
+        msgs = [{"role": "user", "content": task.instruction}]
+        r1 = c.chat.completions.create(model="m", messages=msgs, tools=TOOL_SCHEMAS)
+        assert r1.choices[0].message.tool_calls
+        r2 = c.chat.completions.create(model="m", messages=msgs + [{"role": "user", "content": "go on"}],
+                                       stream=True)
+        text = "".join(ch.choices[0].delta.content or "" for ch in r2 if ch.choices)
+        assert "turn limit (1) reached" in text
+    entries = read_log(str(log))
+    assert [bool(e.get("limit")) for e in entries] == [False, True]
+    s = rebuild_sessions(entries)["s"]
+    assert s["n_requests"] == 1 and s["messages"][-1]["tool_calls"]

@@ -1,1 +1,23 @@
-"""clawgym.agent."""
+"""clawgym.agent: the OpenClaw tool surface, policies, the builtin loop, the recording proxy and the
+OpenClaw runtime.
+
+    from clawgym.agent import run_rollout, Limits
+    ro = run_rollout(task, "oracle", get_factory("bwrap"))              # builtin loop
+    ro = run_rollout(task, "oracle", get_factory("bwrap", openclaw_sandbox_config()), runtime="openclaw")
+"""
+
+from clawgym.agent.loop import Limits, LoopResult, run_builtin  # noqa: F401
+from clawgym.agent.policies import (  # noqa: F401
+    AgentRequestError, ChatClient, Endpoint, InfraError, PolicySpec, RetryPolicy, get_policy, open_endpoint,
+    policy_registry,
+)
+from clawgym.agent.rollout import Rollout, run_rollout, workspace_diff  # noqa: F401
+from clawgym.agent.secrets import redact, redact_obj  # noqa: F401
+from clawgym.agent.tools import TOOL_SCHEMAS, ToolResult, apply_reference, execute_tool  # noqa: F401
+
+
+def openclaw_sandbox_config(config=None):
+    """SandboxConfig for runtime="openclaw" (see clawgym.agent.openclaw)."""
+    from clawgym.agent.openclaw import openclaw_sandbox_config as _f
+
+    return _f(config)

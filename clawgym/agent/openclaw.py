@@ -155,7 +155,7 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
     log_path = os.path.join(log_dir, f"{session}.jsonl")
     sock = None if local else os.path.join(proxy_sock_dir(), f"{session}.sock")
     proxy = RecordingProxy(endpoint.base_url, log_path, api_key_env=endpoint.api_key_env, model=endpoint.model,
-                           uds=sock)
+                           uds=sock, max_requests=limits.max_turns, max_total_tokens=limits.max_total_tokens)
     proxy.register_session(session, task_id=task.task_id, policy=endpoint.kind)
     timeout = float(timeout_s or min(limits.max_wall_s, task.timeout_s or limits.max_wall_s))
     model_id = re.sub(r"[^A-Za-z0-9_.:-]", "-", endpoint.policy or "policy") or "policy"
@@ -206,7 +206,10 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
     upstream_fail = [e for e in entries if e.get("status", 200) in (429, 502, 503, 504, 599)
                      or e.get("status", 200) >= 500]
     last = entries[-1] if entries else None
-    if r.timed_out or (env_json and str(env_json.get("status", "")).lower() in ("timeout", "timed_out")):
+    limit_hit = next((e["limit"] for e in entries if e.get("limit")), None)
+    if limit_hit:
+        res.failure_class, res.error = "limit", f"{limit_hit} (enforced by the recording proxy)"
+    elif r.timed_out or (env_json and str(env_json.get("status", "")).lower() in ("timeout", "timed_out")):
         res.failure_class, res.error = "limit", f"OpenClaw wall-time limit ({timeout:g} s) reached"
     elif env_json and env_json.get("ok"):
         res.failure_class = "ok"
@@ -224,8 +227,6 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
         res.error = f"OpenClaw run failed (rc {r.rc}): {detail}"
     if res.failure_class != "infra" and not res.messages:
         res.failure_class, res.error = "infra", "no trajectory could be rebuilt from the proxy log"
-    if res.turns > limits.max_turns and res.failure_class == "ok":
-        res.failure_class, res.error = "limit", f"turn limit ({limits.max_turns}) exceeded ({res.turns} turns)"
     res.proxy_log = log_path
     return res, tools
 

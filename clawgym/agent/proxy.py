@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from clawgym.agent.secrets import redact
-from clawgym.agent.servers import ServerThread, text_of
+from clawgym.agent.servers import ServerThread, completion_json, sse_chunks, text_of
 
 HOP_HEADERS = {"host", "content-length", "connection", "transfer-encoding", "authorization", "accept-encoding",
                "keep-alive", "te", "upgrade"}
@@ -76,7 +76,8 @@ class RecordingProxy:
     request's model name when set (OpenClaw asks for its own provider-local id)."""
 
     def __init__(self, upstream: str, log_path: str, api_key_env: Optional[str] = None,
-                 model: Optional[str] = None, timeout_s: float = 600.0, uds: Optional[str] = None):
+                 model: Optional[str] = None, timeout_s: float = 600.0, uds: Optional[str] = None,
+                 max_requests: Optional[int] = None, max_total_tokens: Optional[int] = None):
         self.upstream = upstream.rstrip("/")
         self.log_path = log_path
         self.api_key_env = api_key_env
@@ -84,6 +85,9 @@ class RecordingProxy:
         self.timeout_s = timeout_s
         self.uds = uds
         self.sessions: dict[str, dict] = {}
+        # limits per session: past them the proxy answers a final text itself (logged with "limit": true)
+        self.max_requests, self.max_total_tokens = max_requests, max_total_tokens
+        self._usage: dict[str, list[int]] = {}  # session -> [requests forwarded, tokens used]
         self._lock = threading.Lock()
         self._seq = 0
         self._thread: Optional[ServerThread] = None
@@ -93,7 +97,25 @@ class RecordingProxy:
     def register_session(self, session: str, **meta) -> None:
         self.sessions[session] = meta
 
+    def _over_limit(self, session: str) -> Optional[str]:
+        with self._lock:
+            n, tok = self._usage.setdefault(session, [0, 0])
+            if self.max_requests is not None and n >= self.max_requests:
+                return f"turn limit ({self.max_requests}) reached"
+            if self.max_total_tokens is not None and tok >= self.max_total_tokens:
+                return f"token limit ({self.max_total_tokens}) reached"
+            self._usage[session][0] += 1
+        return None
+
+    def _count(self, session: str, response: Optional[dict]) -> None:
+        u = (response or {}).get("usage") or {}
+        with self._lock:
+            self._usage.setdefault(session, [0, 0])[1] += int(u.get("prompt_tokens") or 0) + \
+                int(u.get("completion_tokens") or 0)
+
     def _log(self, entry: dict) -> None:
+        if entry.get("status") == 200 and not entry.get("limit"):
+            self._count(entry["session"], entry.get("response"))
         line = redact(json.dumps(entry, ensure_ascii=False), extra_env=[self.api_key_env] if self.api_key_env else ())
         with self._lock:
             with open(self.log_path, "a", encoding="utf-8") as f:
@@ -139,6 +161,17 @@ class RecordingProxy:
             headers = proxy._headers(request, session)
             entry: dict[str, Any] = {"session": session, "seq": seq, "ts": t0, "request": body,
                                      "stream": bool(body.get("stream"))}
+            why = proxy._over_limit(session)
+            if why:
+                msg = {"role": "assistant", "content": f"[clawgym] {why}: stopping here."}
+                usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+                entry.update(status=200, limit=why, response=completion_json(msg, body.get("model", ""), usage),
+                             latency_s=0.0)
+                proxy._log(entry)
+                if body.get("stream"):
+                    return StreamingResponse(sse_chunks(msg, body.get("model", ""), usage, True),
+                                             media_type="text/event-stream")
+                return JSONResponse(entry["response"])
             url = proxy.upstream + "/chat/completions"
             if not body.get("stream"):
                 try:
@@ -332,7 +365,8 @@ def rebuild_sessions(entries: list[dict]) -> dict[str, dict]:
     for session, es in by_session.items():
         if session.startswith("cron:") or ":cron:" in session:
             continue
-        ok = [e for e in es if e.get("status") == 200 and e.get("response") and e.get("request")]
+        ok = [e for e in es if e.get("status") == 200 and e.get("response") and e.get("request")
+              and not e.get("limit")]
         dropped = len(es) - len(ok)
         main_first = None
         kept = []
