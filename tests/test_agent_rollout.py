@@ -172,3 +172,14 @@ def test_oracle_scores_one_on_procedural_tasks(factory):
         assert ro.tool_calls == len(task.reference)
         nro = run_rollout(task, "noop", factory, retry=FAST_RETRY)
         assert nro.score is not None and nro.score < 1.0, task.task_id
+
+
+def test_run_rollouts_concurrently_keeps_order():
+    from clawgym.agent.rollout import run_rollouts
+    f = get_factory("local")
+    tasks = demo_tasks() * 2
+    ros = run_rollouts(tasks, "oracle", f, workers=3, retry=FAST_RETRY)
+    f.close()
+    assert [r.task_id for r in ros] == [t.task_id for t in tasks]
+    assert all(r.score == 1.0 and r.policy == "oracle" for r in ros)
+    assert len({r.rollout_id for r in ros}) == len(ros)

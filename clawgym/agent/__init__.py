@@ -11,7 +11,7 @@ from clawgym.agent.policies import (  # noqa: F401
     AgentRequestError, ChatClient, Endpoint, InfraError, PolicySpec, RetryPolicy, get_policy, open_endpoint,
     policy_registry,
 )
-from clawgym.agent.rollout import Rollout, run_rollout, workspace_diff  # noqa: F401
+from clawgym.agent.rollout import Rollout, run_rollout, run_rollouts, workspace_diff  # noqa: F401
 from clawgym.agent.secrets import redact, redact_obj  # noqa: F401
 from clawgym.agent.tools import TOOL_SCHEMAS, ToolResult, apply_reference, execute_tool  # noqa: F401
 

@@ -202,8 +202,27 @@ def run_rollout(task, policy: str | PolicySpec | Endpoint, factory: SandboxFacto
     return out
 
 
+def run_rollouts(tasks, policy: str | PolicySpec | Endpoint, factory: SandboxFactory, workers: int = 4,
+                 **kwargs) -> list[Rollout]:
+    """Many rollouts with one endpoint (a `local` model server is started once) over `workers` threads.
+    kwargs go to run_rollout. Results keep the order of `tasks`."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    tasks = list(tasks)
+    spec = policy if isinstance(policy, Endpoint) else get_policy(policy)
+    cm = contextlib.nullcontext(spec) if isinstance(spec, Endpoint) else open_endpoint(spec, tasks=tasks)
+    with cm as ep:
+        if isinstance(spec, PolicySpec):
+            ep.policy = spec.name
+            ep.api_key_env = spec.api_key_env
+        if workers <= 1:
+            return [run_rollout(t, ep, factory, **kwargs) for t in tasks]
+        with ThreadPoolExecutor(workers) as ex:
+            return list(ex.map(lambda t: run_rollout(t, ep, factory, **kwargs), tasks))
+
+
 def rollout_id_for(task_id: str, policy: str, repeat: int = 0) -> str:
     return hashlib.sha1(f"{task_id}|{policy}|{repeat}".encode()).hexdigest()[:16]
 
 
-__all__ = ["Rollout", "run_rollout", "workspace_diff", "Limits", "FailureClass", "rollout_id_for"]
+__all__ = ["Rollout", "run_rollout", "run_rollouts", "workspace_diff", "Limits", "FailureClass", "rollout_id_for"]
