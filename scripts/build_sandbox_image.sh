@@ -37,7 +37,11 @@ else
   parent="$(dirname "$ROOTFS")"
   mkdir -p "$parent"
   tmp="$(mktemp -d "$parent/.rootfs-build.XXXXXX")"
-  trap 'rm -rf --one-file-system "$tmp"' EXIT
+  cleanup_tmp() {  # an interrupted debootstrap may leave proc/sys/dev mounted inside the target
+    awk -v t="$tmp/" 'index($2, t) == 1 {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
+    rm -rf --one-file-system "$tmp"
+  }
+  trap cleanup_tmp EXIT
   log "debootstrap $SUITE into $tmp (packages: $PACKAGES)"
   debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$tmp" "$MIRROR" >"$parent/debootstrap.log" 2>&1 \
     || { tail -30 "$parent/debootstrap.log" >&2; log "debootstrap failed (log: $parent/debootstrap.log)"; exit 1; }
