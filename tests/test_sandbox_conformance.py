@@ -4,6 +4,7 @@ Ctrl-C, SIGTERM). Fixtures: tests/conftest.py."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -284,6 +285,16 @@ def test_symlinks_never_followed_host_side(isb):
     assert time.monotonic() - t0 < 2
     assert isb.list_files() == ["leak"]
     assert set(isb.snapshot()) == {"leak"}
+
+
+def test_sparse_file_does_not_blow_host_memory(isb):
+    r = isb.exec("truncate -s 50G sparse && echo small > ok.txt")
+    assert r.ok, r.stderr
+    with pytest.raises(OSError) as ei:
+        isb.read_file("sparse")
+    assert ei.value.errno == errno.EFBIG
+    assert isb.read_file("sparse", max_bytes=10) == b"\0" * 10
+    assert isb.snapshot() == {"ok.txt": b"small\n"}
 
 
 def test_gigabyte_of_stdout_capped(isb):

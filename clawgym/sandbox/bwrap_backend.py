@@ -26,7 +26,7 @@ from typing import Iterable
 from clawgym.sandbox import cleanup
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError, SandboxFactory
 from clawgym.sandbox.cgroups import Cgroup
-from clawgym.sandbox.hostfs import HOME, SANDBOX_GID, SANDBOX_UID, HostFS, StateDir, run_capture
+from clawgym.sandbox.hostfs import HOME, SANDBOX_GID, SANDBOX_UID, HostFileMixin, HostFS, StateDir, run_capture
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def _system_args(rootfs: str | None) -> list[str]:
     return args
 
 
-class BwrapSandbox(Sandbox):
+class BwrapSandbox(HostFileMixin, Sandbox):
     backend = "bwrap"
 
     def __init__(self, config: SandboxConfig, rootfs: str | None):
@@ -111,7 +111,7 @@ class BwrapSandbox(Sandbox):
         try:
             self._cg = Cgroup.create(self._state.name, config.memory_mb, config.pids, config.cpus)
             roots = {self._state.workspace: self._state.ws, "/tmp": self._state.tmp}  # host access: workspace + /tmp only
-            self.fs = HostFS(config.workspace, roots, uid, gid)
+            self.fs = HostFS(config.workspace, roots, uid, gid, max_read=max(1, int(config.disk_mb)) << 20)
             self._argv_static = self._build_static()
         except BaseException:
             self._teardown()
@@ -210,27 +210,6 @@ class BwrapSandbox(Sandbox):
         return ExecResult(rc=rc, stdout=cap.stdout.decode("utf-8", errors="replace"),
                           stderr=cap.stderr.decode("utf-8", errors="replace"), timed_out=cap.timed_out,
                           duration_s=cap.duration_s, truncated=cap.truncated)
-
-    # -- files ---------------------------------------------------------------------------------
-    def _check(self):
-        if self._closed:
-            raise SandboxError("sandbox is closed")
-
-    def write_file(self, path, content, mode=0o644):
-        self._check()
-        self.fs.write(path, content, mode)
-
-    def read_file(self, path, max_bytes: int | None = None):
-        self._check()
-        return self.fs.read(path, max_bytes)
-
-    def list_files(self, path="."):
-        self._check()
-        return self.fs.list(path)
-
-    def remove(self, path):
-        self._check()
-        self.fs.remove(path)
 
     def memory_failcnt(self) -> int:
         """How often the sandbox hit its memory limit (cgroup), 0 without a cgroup."""

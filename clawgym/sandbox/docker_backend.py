@@ -27,7 +27,7 @@ from typing import Iterable
 
 from clawgym.sandbox import cleanup
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError, SandboxFactory
-from clawgym.sandbox.hostfs import HOME, SANDBOX_GID, SANDBOX_UID, HostFS, StateDir, flood_limit
+from clawgym.sandbox.hostfs import HOME, SANDBOX_GID, SANDBOX_UID, HostFileMixin, HostFS, StateDir, flood_limit
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class _Slot:
             return False
 
 
-class DockerSandbox(Sandbox):
+class DockerSandbox(HostFileMixin, Sandbox):
     backend = "docker"
 
     def __init__(self, config: SandboxConfig, factory: "DockerFactory", slot: _Slot):
@@ -140,7 +140,7 @@ class DockerSandbox(Sandbox):
         self.container_id = slot.id
         st = slot.state
         roots = {st.workspace: st.ws, "/tmp": st.tmp}  # host access: workspace + /tmp only
-        self.fs = HostFS(config.workspace, roots, SANDBOX_UID, SANDBOX_GID)
+        self.fs = HostFS(config.workspace, roots, SANDBOX_UID, SANDBOX_GID, max_read=max(1, int(config.disk_mb)) << 20)
         self._closed = False
         self._lock = threading.Lock()
         self._restart_lock = threading.Lock()
@@ -160,10 +160,6 @@ class DockerSandbox(Sandbox):
         if env:
             e.update(env)
         return [f"{k}={v}" for k, v in e.items()]
-
-    def _check(self):
-        if self._closed:
-            raise SandboxError("sandbox is closed")
 
     def exec(self, cmd, timeout=None, workdir=None, env=None, stdin=None, max_output=1_000_000) -> ExecResult:
         self._check()
@@ -348,23 +344,6 @@ class DockerSandbox(Sandbox):
         except Exception:
             pass
         return False
-
-    # -- files -----------------------------------------------------------------------------
-    def write_file(self, path, content, mode=0o644):
-        self._check()
-        self.fs.write(path, content, mode)
-
-    def read_file(self, path, max_bytes: int | None = None):
-        self._check()
-        return self.fs.read(path, max_bytes)
-
-    def list_files(self, path="."):
-        self._check()
-        return self.fs.list(path)
-
-    def remove(self, path):
-        self._check()
-        self.fs.remove(path)
 
     def close(self):
         with self._lock:

@@ -189,10 +189,13 @@ class HostFS:
     """
 
     def __init__(self, workspace: str, roots: dict[str, str], uid: int | None = None,
-                 gid: int | None = None):
+                 gid: int | None = None, max_read: int | None = None):
         self.workspace = posixpath.normpath(workspace)
         self.roots = {posixpath.normpath(k): v for k, v in roots.items()}
         self.uid, self.gid = uid, gid
+        # a file bigger than the sandbox's disk can only be sparse (`truncate -s 100G`): reading it
+        # whole would blow the host's memory, so read() refuses it (EFBIG) unless max_bytes is given
+        self.max_read = max_read
 
     # -- path mapping ---------------------------------------------------------------------
     def split(self, path: str) -> tuple[str, str, list[str]]:
@@ -324,6 +327,9 @@ class HostFS:
                 raise IsADirectoryError(errno.EISDIR, "is a directory", path)
             if not stat.S_ISREG(st.st_mode):
                 raise PermissionError(errno.EPERM, "not a regular file", path)
+            if max_bytes is None and self.max_read is not None and st.st_size > self.max_read:
+                raise OSError(errno.EFBIG, f"file is larger than {self.max_read} bytes "
+                                           f"({st.st_size}); read it with max_bytes", path)
             chunks, total = [], 0
             limit = max_bytes if max_bytes is not None else -1
             while True:
@@ -411,6 +417,52 @@ def _remove_at(dfd: int, name: str) -> None:
         os.rmdir(name, dir_fd=dfd)
     else:
         os.unlink(name, dir_fd=dfd)
+
+
+# ---------------------------------------------------------------------------------------------
+class HostFileMixin:
+    """read/write/list/remove/snapshot of a Sandbox through `self.fs` (a HostFS)."""
+
+    fs: HostFS
+
+    def _check(self) -> None:
+        if getattr(self, "_closed", False):
+            from clawgym.sandbox.base import SandboxError
+
+            raise SandboxError("sandbox is closed")
+
+    def write_file(self, path: str, content: bytes, mode: int = 0o644) -> None:
+        self._check()
+        self.fs.write(path, content, mode)
+
+    def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
+        """The file's bytes (never through a symlink); max_bytes: at most that many."""
+        self._check()
+        return self.fs.read(path, max_bytes)
+
+    def list_files(self, path: str = ".") -> list[str]:
+        self._check()
+        return self.fs.list(path)
+
+    def remove(self, path: str) -> None:
+        self._check()
+        self.fs.remove(path)
+
+    def snapshot(self) -> dict[str, bytes]:
+        """All regular files of the workspace; files too big to be real (sparse, larger than the
+        sandbox's disk) are left out with a warning."""
+        self._check()
+        out = {}
+        for p in self.fs.list("."):
+            try:
+                out[p] = self.fs.read(p)
+            except FileNotFoundError:  # removed meanwhile
+                continue
+            except OSError as e:
+                if e.errno != errno.EFBIG:
+                    raise
+                log.warning("snapshot: %s", e)
+        return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Iterable
 
 from clawgym.sandbox import cleanup
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError, SandboxFactory
-from clawgym.sandbox.hostfs import HostFS, StateDir, run_capture
+from clawgym.sandbox.hostfs import HostFileMixin, HostFS, StateDir, run_capture
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def kill_marked(token: str, timeout: float = 5.0, prefix: bool = False) -> None:
         time.sleep(0.01)
 
 
-class LocalSandbox(Sandbox):
+class LocalSandbox(HostFileMixin, Sandbox):
     backend = "local"
 
     def __init__(self, config: SandboxConfig):
@@ -66,7 +66,7 @@ class LocalSandbox(Sandbox):
         self._state = StateDir("/root/.openclaw/workspace", config.disk_mb, None, None, tmpfs=False)
         self._ws = self._state.ws
         roots = {self._ws: self._ws, config.workspace: self._ws, "/tmp": self._state.tmp}  # /tmp = $TMPDIR
-        self.fs = HostFS(self._ws, roots)
+        self.fs = HostFS(self._ws, roots, max_read=max(1, int(config.disk_mb)) << 20)
         self._closed = False
         self._lock = threading.Lock()
         self._counter = itertools.count()
@@ -77,10 +77,6 @@ class LocalSandbox(Sandbox):
         return self._ws
 
     host_workspace = workspace
-
-    def _check(self):
-        if self._closed:
-            raise SandboxError("sandbox is closed")
 
     def exec(self, cmd, timeout=None, workdir=None, env=None, stdin=None, max_output=1_000_000) -> ExecResult:
         self._check()
@@ -110,22 +106,6 @@ class LocalSandbox(Sandbox):
         return ExecResult(rc=cap.rc, stdout=cap.stdout.decode("utf-8", errors="replace"),
                           stderr=cap.stderr.decode("utf-8", errors="replace"), timed_out=cap.timed_out,
                           duration_s=cap.duration_s, truncated=cap.truncated)
-
-    def write_file(self, path, content, mode=0o644):
-        self._check()
-        self.fs.write(path, content, mode)
-
-    def read_file(self, path, max_bytes: int | None = None):
-        self._check()
-        return self.fs.read(path, max_bytes)
-
-    def list_files(self, path="."):
-        self._check()
-        return self.fs.list(path)
-
-    def remove(self, path):
-        self._check()
-        self.fs.remove(path)
 
     def close(self):
         with self._lock:
