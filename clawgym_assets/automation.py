@@ -8,7 +8,7 @@ from clawgym import lake as _lake
 from clawgym_assets.bench import bench_scores
 from clawgym_assets.partitions import model_partitions
 
-bench_job = dg.define_asset_job("bench_scores_job", selection=[bench_scores], partitions_def=model_partitions,
+bench_job = dg.define_asset_job("bench_scores_job", selection=[bench_scores],
                                 description="Score one model / checkpoint / policy on the bench suites.")
 
 
