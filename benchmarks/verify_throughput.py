@@ -64,10 +64,16 @@ def bare_loop(task_dirs: list[Path], rootfs: str | None) -> tuple[float, dict[st
     return time.perf_counter() - t0, scores
 
 
+CODE_S: list[float] = []  # per sequential harness round: summed time inside verify's code step (mostly exec)
+
+
 def harness_loop(tasks, factory, workers: int = 1) -> tuple[float, dict[str, float]]:
     t0 = time.perf_counter()
-    scores = {r.task_id: r.score for r in verify_noop_many(tasks, factory, workers=workers)}
-    return time.perf_counter() - t0, scores
+    results = verify_noop_many(tasks, factory, workers=workers)
+    dt = time.perf_counter() - t0
+    if workers == 1:
+        CODE_S.append(sum(r.code_duration_s for r in results))
+    return dt, {r.task_id: r.score for r in results}
 
 
 def main() -> int:
@@ -120,6 +126,10 @@ def main() -> int:
         ratio = best / bare_best
         print(f"{backend}: harness sequential {best:.2f} s ({best / n * 1000:.0f} ms/task) -> ratio {ratio:.2f} "
               f"(goal <= {goal}) {'OK' if ratio <= goal else 'OVER'}")
+        if CODE_S:
+            inside = min(CODE_S[-args.rounds:])
+            print(f"{backend}:   of which reward.sh exec + reward/ copy {inside / n * 1000:.0f} ms/task; "
+                  f"sandbox open/close + harness {(best - inside) / n * 1000:.0f} ms/task")
         if args.workers > 1:
             rc_ = best_conc / bare_best
             print(f"{backend}: harness {args.workers} workers {best_conc:.2f} s ({best_conc / n * 1000:.0f} ms/task) "
