@@ -264,6 +264,12 @@ def test_disk_fill_contained(isb):
     assert os.statvfs("/tmp").f_bavail > before - (200 << 20) // os.statvfs("/tmp").f_frsize
     isb.exec("rm -f big /tmp/big2")
     assert isb.exec("echo fine > f && cat f").stdout == "fine\n"
+    # an inode bomb (many empty files) is capped too
+    r = isb.exec(["python3", "-c", "import os\nos.mkdir('many')\nfor i in range(40000):\n"
+                  "    try: open(f'many/{i}', 'w').close()\n    except OSError as e: print(i, e.errno); break"])
+    n, err = r.stdout.split()
+    assert int(n) < 40000 and int(err) == errno.ENOSPC
+    isb.remove("many")
 
 
 def test_symlinks_never_followed_host_side(isb):

@@ -78,7 +78,10 @@ MNT_DETACH = 2
 
 
 def mount_tmpfs(target: str, size_mb: int, mode: int = 0o755) -> None:
-    opts = f"size={int(size_mb)}m,mode={mode:o}".encode()
+    """A size-limited tmpfs; the inode count is limited too (256 per MB, at least 16384), so a
+    sandbox cannot pin kernel memory with millions of empty files."""
+    inodes = max(16384, int(size_mb) * 256)
+    opts = f"size={int(size_mb)}m,nr_inodes={inodes},mode={mode:o}".encode()
     if _lib().mount(b"tmpfs", target.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts) != 0:
         e = ctypes.get_errno()
         raise OSError(e, f"mount tmpfs on {target}: {os.strerror(e)}")
