@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig
+from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError
 from clawgym.tasks.model import File, RubricProxy, RubricRule, Task, Verifier
 from clawgym.verify import OfflineJudge, VerificationResult, make_judge, verify_noop, verify_task
 
@@ -236,3 +236,14 @@ def test_verify_task_opens_its_own_sandbox_from_factory():
     t = grade_task(GRADE_OK)
     r = verify_task(t, files=list(t.files) + [File(path="output/report.md", content=b"total 3")], factory=TmpFactory())
     assert r.subscores["exists"] == 1.0 and r.subscores["mentions_total"] == 1.0
+
+
+def test_sandbox_failure_propagates_as_infra():
+    class Dead(TmpSandbox):
+        def exec(self, *a, **k):
+            raise SandboxError("container died")
+
+    t = grade_task(GRADE_OK)
+    with Dead(t.files) as sb:
+        with pytest.raises(SandboxError, match="container died"):
+            verify_task(t, sb)

@@ -11,6 +11,7 @@ Semantics (DESIGN §4, identical to ClawGym's harness for imported folders):
 - rubric: each rule against its file (missing file -> 0, never sent to the judge); judged on the scale
   {0, .25, .5, .75, 1}; rubric score = mean. No judge -> OfflineJudge (proxies), marked judge="offline".
 - final score: code only -> code score; rubric only -> rubric score; both -> weights() (0.7 / 0.3).
+- a SandboxError (the sandbox died) propagates: it is an infra failure, never scored as 0.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import math
 import time
 from typing import Any, Iterable
 
+from clawgym.sandbox.base import SandboxError
 from clawgym.tasks.model import Task
 from clawgym.verify.judge import Judge, JudgeError, OfflineJudge, RubricContext, RuleInput, make_judge
 from clawgym.verify.result import VerificationResult
@@ -227,8 +229,10 @@ def verify_task(task: Task, sandbox=None, transcript: list | None = None, judge:
         try:
             code = _run_reward_dir(task, sandbox, res) if v.kind == "reward_dir" else \
                 _run_grade(task, sandbox, transcript, res)
-        except Exception as e:  # the sandbox itself failed: record, score 0 (callers may treat as infra)
-            res.add_error(f"code: sandbox error: {type(e).__name__}: {e}")
+        except SandboxError:  # the sandbox itself failed: an infra failure, never a score of 0
+            raise
+        except Exception as e:  # anything else unexpected while checking: recorded, scores 0
+            res.add_error(f"code: {type(e).__name__}: {e}")
             code = 0.0
         res.code_score = code
         res.code_duration_s = time.perf_counter() - tc
