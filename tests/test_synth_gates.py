@@ -87,3 +87,20 @@ def test_numpy_minilm_matches_sentence_transformers_reference():
     v = load_minilm().encode(["Summarise the sales export into output/summary.json"])[0]
     ref = [-0.014037, 0.068816, -0.058462, 0.017484, -0.001962, 0.074528]
     assert v[:6].tolist() == pytest.approx(ref, abs=2e-5)
+
+
+def test_reference_less_task_gets_verifier_gates_only():
+    from clawgym.synth.gates import validate_many
+
+    code = ("import json, os\n"
+            "def grade(transcript, workspace_path):\n"
+            "    p = os.path.join(workspace_path, 'output/answer.json')\n"
+            "    try:\n        return {'answer': float(json.load(open(p)).get('x') == 42)}\n"
+            "    except Exception:\n        return {'answer': 0.0}\n")
+    t = Task(task_id="llm-x", route="persona", category="analysis_reasoning",
+             instruction="Put {\"x\": 42} in output/answer.json", verifier={"kind": "grade", "code": code})
+    leaky = t.model_copy(update={"task_id": "llm-leaky", "verifier": t.verifier.model_copy(
+        update={"code": "def grade(transcript, workspace_path):\n    return {'free': 1.0}\n"})})
+    ok, bad = validate_many([t, leaky], None)
+    assert ok.passed and ok.oracle_score is None and "not applicable" in ok.reason
+    assert not bad.passed and "no-op" in bad.reason

@@ -23,6 +23,7 @@ Two ways to run the gates:
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import re
@@ -62,8 +63,18 @@ class TaskValidation:
         return asdict(self)
 
 
-def _judge(v: TaskValidation, n_mutations_expected: int = 1) -> TaskValidation:
+def _judge(v: TaskValidation, n_mutations_expected: int = 1, has_reference: bool = True) -> TaskValidation:
     why = []
+    if not has_reference:  # e.g. LLM-route tasks: only the verifier gates apply (no oracle to replay)
+        if not v.compiles:
+            why.append("verifier does not compile")
+        if v.noop_score != 0.0:
+            why.append(f"no-op scores {v.noop_score} (must be 0)")
+        if v.scaffold_score != 0.0:
+            why.append(f"scaffold scores {v.scaffold_score} (must be 0)")
+        v.passed = not why
+        v.reason = "; ".join(why) if why else "no reference: oracle and mutation gates not applicable"
+        return v
     if not v.compiles:
         why.append("verifier does not compile")
     if v.noop_score is None or v.noop_score != 0.0:
@@ -230,12 +241,18 @@ def scaffold_overlay(outputs: list[str]) -> dict[str, bytes | None]:
     return {p: (b"{}\n" if p.endswith(".json") else b"placeholder\n") for p in outputs}
 
 
+_OUT_PATH = re.compile(r"\boutput/[\w.\-/]*\w")
+
+
 def task_outputs(task: Task) -> list[str]:
+    """Declared deliverables: source["outputs"], reference writes under output/, else paths in the instruction."""
     outs = list(task.source.get("outputs") or [])
     for c in task.reference or []:
         p = c.arguments.get("path", "")
         if c.name == "write" and p.startswith("output/") and p not in outs:
             outs.append(p)
+    if not outs:
+        outs = [p for p in dict.fromkeys(_OUT_PATH.findall(task.instruction)) if "." in p.rsplit("/", 1)[-1]]
     return outs
 
 
@@ -442,7 +459,7 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float) -> list[Tas
     # phase 3: grade everything
     graded = _run_driver(factory, GRADE_BATCH_DRIVER, {"tasks": jobs}, timeout)
     dt = (time.perf_counter() - t0) / max(1, len(tasks))
-    for v, g in zip(vals, graded):
+    for v, g, t in zip(vals, graded, tasks):
         for name, r in g.items():
             if "error" in r:
                 v.errors.append(f"{name}: {r['error']}")
@@ -453,7 +470,7 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float) -> list[Tas
         v.oracle_checks = g["oracle"].get("subs", {})
         v.mutation_scores = {k[4:]: r["score"] for k, r in g.items() if k.startswith("mut:")}
         v.duration_s = dt
-        _judge(v)
+        _judge(v, has_reference=bool(t.reference))
         if not v.compiles:
             v.passed, v.reason = False, v.reason or "verifier does not compile"
         if v.errors and not v.passed:
@@ -511,6 +528,13 @@ def validate_task(task: Task, factory: Any, judge: Any = None) -> TaskValidation
                 v.oracle_checks = dict(r.subscores)
             return r.code_score if r.code_score is not None else r.score
 
+    if not task.reference:
+        outs = task_outputs(task)
+        oracle_overlay: dict[str, bytes | None] = {}
+        v.noop_score = score({})
+        v.scaffold_score = score(scaffold_overlay(outs))
+        v.duration_s = time.perf_counter() - t0
+        return _judge(v, has_reference=False)
     with factory.open(task.files) as sb:
         results = apply_reference(sb, task.reference or [])
         for r in results:
@@ -529,7 +553,7 @@ def validate_task(task: Task, factory: Any, judge: Any = None) -> TaskValidation
     for name, mv in {**generic_mutations(outs, overlay, inputs), **family_mutations(task, overlay)}.items():
         v.mutation_scores[name] = score(mv)
     v.duration_s = time.perf_counter() - t0
-    return _judge(v)
+    return _judge(v, has_reference=bool(task.reference))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -567,9 +591,39 @@ def minilm_embedder() -> Callable[[list[str]], Any]:
         from clawgym.synth.embed import load_minilm
 
         model = load_minilm()
-        _EMBEDDER = lambda texts: model.encode(list(texts), normalize_embeddings=True, batch_size=64,  # noqa: E731
-                                               show_progress_bar=False)
+        cache: dict[str, Any] = {}
+
+        def _embed(texts: list[str]) -> Any:
+            import numpy as np
+
+            todo = [t for t in dict.fromkeys(texts) if t not in cache]
+            if todo:
+                for t, e in zip(todo, model.encode(todo, batch_size=32)):
+                    cache[t] = e
+            return np.stack([cache[t] for t in texts]) if texts else np.zeros((0, 384), np.float32)
+
+        _EMBEDDER = _embed
     return _EMBEDDER
+
+
+def _rep_text(t: Task) -> str:
+    """Text a task is compared by: its instruction; for a procedural family, the family's persona-free
+    seed-0 instruction (stable, so the embedding of a family is the same in every run)."""
+    if t.route == "procedural" and t.family:
+        try:
+            from clawgym.synth.families.base import get_family
+
+            return _family_text(t.family, id(get_family(t.family)))
+        except KeyError:
+            pass
+    return t.instruction
+
+
+@functools.lru_cache(maxsize=4096)
+def _family_text(name: str, _fid: int) -> str:
+    from clawgym.synth.families.base import get_family
+
+    return get_family(name).generate(0).instruction
 
 
 def dedupe(tasks: list[Task], threshold: float = 0.90, embed: Callable[[list[str]], Any] | None = None
@@ -611,7 +665,7 @@ def dedupe(tasks: list[Task], threshold: float = 0.90, embed: Callable[[list[str
             reps.append(t)
         if len(reps) < 2:
             continue
-        emb = np.asarray(embed([t.instruction for t in reps]))
+        emb = np.asarray(embed([_rep_text(t) for t in reps]))
         keep_idx: list[int] = []
         for i, t in enumerate(reps):
             if keep_idx:
