@@ -470,6 +470,9 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float) -> list[Tas
         v.oracle_checks = g["oracle"].get("subs", {})
         v.mutation_scores = {k[4:]: r["score"] for k, r in g.items() if k.startswith("mut:")}
         v.duration_s = dt
+        if not t.reference:
+            v.oracle_score = v.oracle_score_2 = None
+            v.mutation_scores, v.oracle_checks = {}, {}
         _judge(v, has_reference=bool(t.reference))
         if not v.compiles:
             v.passed, v.reason = False, v.reason or "verifier does not compile"
