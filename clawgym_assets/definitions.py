@@ -1,5 +1,7 @@
 """The clawgym asset graph (DESIGN §2): `dagster dev` / `dagster asset materialize -m clawgym_assets.definitions`."""
 
+import os
+
 import dagster as dg
 
 from clawgym_assets import automation, bench, rollouts, synthesis, training
@@ -21,4 +23,8 @@ defs = dg.Definitions(
     sensors=[automation.new_checkpoint_sensor],
     schedules=[automation.weekly_rescore_schedule],
     resources=default_resources(),
+    # one machine, few cores: steps run in the run's own process (no per-step re-import). Set
+    # CLAWGYM_EXECUTOR=multiprocess to run steps in parallel subprocesses (bounded by the "sandboxes" pool).
+    executor=dg.multiprocess_executor if os.environ.get("CLAWGYM_EXECUTOR") == "multiprocess"
+    else dg.in_process_executor,
 )
