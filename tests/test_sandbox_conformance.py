@@ -193,6 +193,13 @@ def test_host_files_unreachable(isb, tmp_path):
         assert "pwned" not in f.read()
 
 
+def test_no_privileges(isb):
+    r = isb.exec("id -u; grep CapEff /proc/self/status; unshare -Ur true 2>/dev/null && echo NESTED-USERNS; "
+                 "mount -t tmpfs x /tmp 2>/dev/null && echo MOUNTED; echo end")
+    uid, _, capeff, *rest = r.stdout.split()
+    assert uid == "1000" and int(capeff, 16) == 0 and rest == ["end"], r.stdout
+
+
 @pytest.fixture(scope="module")
 def host_server():
     srv = socket.socket()

@@ -54,6 +54,20 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
+_features: dict[str, bool] = {}
+
+
+def _supports(flag: str) -> bool:
+    """Whether this bwrap knows `flag` (e.g. --disable-userns needs bubblewrap >= 0.8)."""
+    if flag not in _features:
+        try:
+            h = subprocess.run([bwrap_path() or "bwrap", "--help"], capture_output=True, text=True, timeout=10)
+            _features[flag] = flag in h.stdout + h.stderr
+        except (OSError, subprocess.TimeoutExpired):
+            _features[flag] = False
+    return _features[flag]
+
+
 def available() -> tuple[bool, str]:
     """(True, "") when bwrap can create a sandbox here, else (False, reason)."""
     b = bwrap_path()
@@ -128,7 +142,9 @@ class BwrapSandbox(HostFileMixin, Sandbox):
         a = [bwrap_path() or "bwrap", "--unshare-all", "--unshare-user"]
         if c.network:
             a.append("--share-net")
-        a += ["--disable-userns", "--die-with-parent", "--new-session",
+        if _supports("--disable-userns"):
+            a.append("--disable-userns")  # no nested user namespaces inside the sandbox
+        a += ["--die-with-parent", "--new-session",
               "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "clawgym"]
         a += _system_args(self.rootfs)
         a += ["--proc", "/proc", "--dev", "/dev", "--dir", "/run", "--dir", "/home"]
