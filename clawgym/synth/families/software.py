@@ -347,7 +347,10 @@ def fix_failing_test(ctx: Ctx) -> None:
                                 if isinstance(n, (ast.Import, ast.ImportFrom))] + [ast.get_source_segment(b["tests"], node)])
             if run_tests(mod, buggy, single + f"\n")[1]:
                 failing.append(node.name)
-    line = next(i for i, l in enumerate(fixed.splitlines(), 1) if b["fix"] in l)
+    line = next(i for i, l in enumerate(b["src"].splitlines(), 1) if "{BUG}" in l)
+    bug_line = b["src"].splitlines()[line - 1]
+    old_text, new_text = bug_line.replace("{BUG}", b["bug"]), bug_line.replace("{BUG}", b["fix"])
+    assert buggy.count(old_text) == 1
     ctx.file(f"{mod}.py", buggy)
     ctx.file(f"tests/test_{mod}.py", b["tests"])
     ctx.file("setup.cfg", "[tool:pytest]\ntestpaths = tests\n")
@@ -383,7 +386,7 @@ def fix_failing_test(ctx: Ctx) -> None:
     ctx.read(f"{mod}.py")
     ctx.read(trel)
     ctx.exec("PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python3 -m pytest -q -p no:cacheprovider 2>&1 | tail -15")
-    ctx.edit(f"{mod}.py", b["bug"], b["fix"])
+    ctx.edit(f"{mod}.py", old_text, new_text)
     ctx.exec("PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python3 -m pytest -q -p no:cacheprovider 2>&1 | tail -3")
     ctx.write(rep, json_text({"function": fn, "tests_total": ntests, "tests_failing_before": fails_before,
                               "tests_failing_after": 0, "line": line, "failing_tests": sorted(failing)}))
