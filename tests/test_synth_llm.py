@@ -204,3 +204,27 @@ def test_deterministic_gates_and_leak_check():
     leaky = spec_to_task(s, task_id="t2", category="analysis_reasoning", route="persona", persona_id="p",
                          skill_ids=[], seed=0, meta={})
     assert leak_check(leaky) == "Total revenue for March was 42 units."
+
+
+def test_leak_check_ignores_headers_and_copied_rows():
+    s = spec("case-good")
+    s["workspace_files"].append({"path": "input/orders.csv", "content": "id,customer,amount\n1,Ana Costa,120.50\n"
+                                                                          "2,Ben Ito,99.00\n3,Chen Xu,310.25\n"})
+    s["instruction"] += " Write output/big.csv with columns id,customer,amount (orders over 100)."
+    s["reference_outputs"] = [{"path": "output/big.csv", "content": "id,customer,amount\n1,Ana Costa,120.50\n"
+                                                                     "3,Chen Xu,310.25\n"}]
+    t = spec_to_task(s, task_id="t3", category="analysis_reasoning", route="persona", persona_id="p",
+                     skill_ids=[], seed=0, meta={})
+    assert leak_check(t) is None
+    s["workspace_files"].append({"path": "notes/expected.csv", "content": s["reference_outputs"][0]["content"]})
+    t2 = spec_to_task(s, task_id="t4", category="analysis_reasoning", route="persona", persona_id="p",
+                      skill_ids=[], seed=0, meta={})
+    assert leak_check(t2) is not None
+
+
+def test_workers_keep_candidate_order(server, local_factory):
+    url, _ = server
+    acc, rej = generate_llm_tasks(PERSONAS[:2] * 2, [], None, {"base_url": url, "model": "scripted"}, n=4,
+                                  factory=local_factory, workers=3, max_repairs=1)
+    assert [t.persona_id for t in acc] == ["case-good", "case-repair", "case-good", "case-repair"], rej
+    assert len({t.task_id for t in acc}) == 4

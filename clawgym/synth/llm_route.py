@@ -304,18 +304,25 @@ def _norm_ws(s: str) -> str:
 
 
 def leak_check(task: Task, min_chars: int = 24) -> str | None:
-    """Deterministic answer-leak check: a reference output (or one of its long lines) appears verbatim in
-    the instruction or in an input file. Returns the leaked text or None."""
-    haystacks = [_norm_ws(task.instruction)] + [_norm_ws(f.text) for f in task.files]
+    """Deterministic answer-leak check. Returns the leaked text or None.
+
+    - the instruction contains a whole reference output, or one of its lines that carries a number
+      (a computed value) and is at least `min_chars` long (column headers and prose rules are fine);
+    - an input file contains a whole reference output (copying single input rows, as filter tasks do, is fine).
+    """
+    instr = _norm_ws(task.instruction)
+    inputs = [_norm_ws(f.text) for f in task.files]
     for c in task.reference or []:
         if c.name != "write":
             continue
         body = str(c.arguments.get("content", ""))
-        cands = [body] + [ln for ln in body.splitlines()]
-        for cand in cands:
-            n = _norm_ws(cand)
-            if len(n) >= min_chars and any(n in h for h in haystacks):
-                return cand.strip()[:200]
+        whole = _norm_ws(body)
+        if len(whole) >= min_chars and (whole in instr or any(whole in h for h in inputs)):
+            return body.strip()[:200]
+        for ln in body.splitlines():
+            n = _norm_ws(ln)
+            if len(n) >= min_chars and re.search(r"\d", n) and n in instr:
+                return ln.strip()[:200]
     return None
 
 
@@ -401,12 +408,15 @@ def generate_llm_tasks(
     seed: int = 0,
     client=None,
     score_fn: ScoreFn | None = None,
+    workers: int = 1,
 ) -> tuple[list[Task], list[dict[str, Any]]]:
     """Generate `n` candidate tasks through the LLM route and gate them.
 
     Returns (accepted tasks, rejected records). Every rejected record has ``reason`` (the gate:
     schema|llm_error|compile|noop|scaffold|oracle|review|audit), ``detail``, ``index``, ``rounds``.
     `factory` is the SandboxFactory in which verifiers run (default: clawgym.sandbox.get_factory("auto")).
+    `workers` > 1 processes candidates concurrently (threads; the openai client and factories are thread-safe).
+    Results are in candidate order and deterministic in `seed` for a deterministic endpoint.
     """
     if route not in ("persona", "skill"):
         raise ValueError(f"route must be 'persona' or 'skill', got {route!r}")
@@ -419,111 +429,118 @@ def generate_llm_tasks(
         factory = own_factory = get_factory("auto")
     try:
         return _generate(personas, skills, taxonomy, cfg, client, n, route, max_repairs,
-                         score_fn or make_score_fn(factory), seed)
+                         score_fn or make_score_fn(factory), seed, workers)
     finally:
         if own_factory is not None:
             own_factory.close()
 
 
 def _generate(personas, skills, taxonomy, cfg: ClientConfig, client, n: int, route: str, max_repairs: int,
-              score: ScoreFn, seed: int) -> tuple[list[Task], list[dict[str, Any]]]:
-    rnd = random.Random(seed)
+              score: ScoreFn, seed: int, workers: int = 1) -> tuple[list[Task], list[dict[str, Any]]]:
     seeds = [_as_dict(p) for p in (personas if route == "persona" else skills)]
     if not seeds:
         raise ValueError(f"route {route!r} needs at least one {'persona' if route == 'persona' else 'skill'}")
     slots = _taxonomy_slots(taxonomy)
-    accepted: list[Task] = []
-    rejected: list[dict[str, Any]] = []
 
-    for i in range(n):
-        src = seeds[i % len(seeds)]
-        category, subcategory = slots[(i + rnd.randrange(len(slots))) % len(slots)] if slots else ("", "")
-        if route == "persona":
-            seed_id, seed_text = _ident(src, "persona_id", "id", "name"), _persona_text(src)
-            persona_id, skill_ids = seed_id, []
-        else:
-            seed_id, seed_text = _ident(src, "skill_id", "id", "name"), _skill_text(src)
-            persona_id, skill_ids = None, [seed_id]
-        base = {"index": i, "route": route, "persona_id": persona_id, "skill_ids": skill_ids,
-                "category": category, "subcategory": subcategory}
-        task_id = f"llm-{route}-{seed}-{i:05d}-" + hashlib.sha1(f"{seed_id}|{category}|{subcategory}".encode()).hexdigest()[:8]
-        meta = {"model": cfg.model, "seed_id": seed_id}
-        history: list[dict[str, Any]] = []
+    def one(i: int) -> tuple[Task | None, dict[str, Any] | None]:
+        return _one_task(i, seeds[i % len(seeds)], slots, cfg, client, route, max_repairs, score, seed)
 
-        try:
-            spec = _chat_json(client, cfg, SYSTEM_GEN, _gen_prompt(route, seed_text, category, subcategory, rnd),
-                              TASK_SCHEMA, "task_spec")
-        except Exception as e:
-            rejected.append({**base, "reason": "llm_error", "detail": _err(e), "rounds": 0})
-            continue
+    if workers <= 1:
+        results = [one(i) for i in range(n)]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
 
-        task: Task | None = None
-        verdict: tuple[str, str] | None = None
-        for rnd_no in range(max_repairs + 1):
-            try:
-                task = spec_to_task(spec, task_id=task_id, category=category, route=route, persona_id=persona_id,
-                                    skill_ids=skill_ids, seed=seed, meta={**meta, "repairs": rnd_no})
-                gate, problem, scores = run_code_gates(task, score)
-                guidance = problem
-                if gate is None:
-                    review = _chat_json(client, cfg, SYSTEM_REVIEW, _task_view(task, with_reference=True),
-                                        REVIEW_SCHEMA, "task_review", model=cfg.review_model)
-                    if review.get("pass") and review.get("coverage_pass"):
-                        task.source["llm"]["review"] = review
-                        task.source["llm"]["gate_scores"] = scores
-                        verdict = None
-                        break
-                    gate = "review"
-                    problem = "; ".join(str(x) for x in (review.get("issues") or [])
-                                        + (review.get("missing_task_requirements") or [])
-                                        + (review.get("weak_or_incorrect_checks") or [])) or "reviewer rejected"
-                    guidance = str(review.get("repair_guidance") or problem)
-            except LLMReplyError as e:
-                verdict = ("llm_error", _err(e))
-                break
-            except Exception as e:  # bad spec (pydantic / KeyError / TypeError)
-                gate, problem, guidance = "schema", _err(e), f"the spec is invalid: {_err(e)}"
-                if "openai" in type(e).__module__:
-                    verdict = ("llm_error", _err(e))
-                    break
-            history.append({"round": rnd_no, "gate": gate, "problem": problem[:500]})
-            verdict = (gate, problem)
-            if rnd_no == max_repairs:
-                break
-            try:
-                spec = _chat_json(client, cfg, SYSTEM_GEN, _repair_prompt(spec, problem, guidance),
-                                  TASK_SCHEMA, "task_spec")
-            except Exception as e:
-                verdict = ("llm_error", _err(e))
-                break
-
-        if verdict is not None or task is None:
-            reason, detail = verdict or ("schema", "no task")
-            rejected.append({**base, "reason": reason, "detail": detail[:1000], "rounds": len(history),
-                             "history": history})
-            continue
-
-        leaked = leak_check(task)
-        if leaked:
-            rejected.append({**base, "reason": "audit", "detail": f"answer leak: {leaked!r}",
-                             "rounds": len(history), "history": history})
-            continue
-        try:
-            audit = _chat_json(client, cfg, SYSTEM_AUDIT, _task_view(task, with_reference=True), AUDIT_SCHEMA,
-                               "task_audit", model=cfg.review_model)
-        except Exception as e:
-            rejected.append({**base, "reason": "llm_error", "detail": _err(e), "rounds": len(history)})
-            continue
-        if not audit.get("pass") or audit.get("answer_leak") or audit.get("factual_errors"):
-            what = ([f"answer leak: {audit.get('leaked_text', '')!r}"] if audit.get("answer_leak") else []) + \
-                [f"factual error: {x}" for x in audit.get("factual_errors") or []]
-            rejected.append({**base, "reason": "audit", "detail": "; ".join(what) or "audit failed",
-                             "rounds": len(history), "history": history})
-            continue
-        task.source["llm"]["audit"] = audit
-        task.source["llm"]["repair_rounds"] = len(history)
-        accepted.append(task)
+        with ThreadPoolExecutor(workers) as ex:
+            results = list(ex.map(one, range(n)))
+    accepted = [t for t, _ in results if t is not None]
+    rejected = [r for _, r in results if r is not None]
     return accepted, rejected
+
+
+def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], cfg: ClientConfig, client, route: str,
+              max_repairs: int, score: ScoreFn, seed: int) -> tuple[Task | None, dict[str, Any] | None]:
+    """Generate, gate, repair and audit candidate `i`. Returns (task, None) or (None, rejection record)."""
+    rnd = random.Random(f"{seed}:{i}")
+    category, subcategory = slots[(i + rnd.randrange(len(slots))) % len(slots)] if slots else ("", "")
+    if route == "persona":
+        seed_id, seed_text = _ident(src, "persona_id", "id", "name"), _persona_text(src)
+        persona_id, skill_ids = seed_id, []
+    else:
+        seed_id, seed_text = _ident(src, "skill_id", "id", "name"), _skill_text(src)
+        persona_id, skill_ids = None, [seed_id]
+    base = {"index": i, "route": route, "persona_id": persona_id, "skill_ids": skill_ids,
+            "category": category, "subcategory": subcategory}
+    task_id = (f"llm-{route}-{seed}-{i:05d}-"
+               + hashlib.sha1(f"{seed_id}|{category}|{subcategory}".encode()).hexdigest()[:8])
+    meta = {"model": cfg.model, "seed_id": seed_id}
+    history: list[dict[str, Any]] = []
+
+    def reject(reason: str, detail: str) -> tuple[None, dict[str, Any]]:
+        return None, {**base, "reason": reason, "detail": detail[:1000], "rounds": len(history), "history": history}
+
+    try:
+        spec = _chat_json(client, cfg, SYSTEM_GEN, _gen_prompt(route, seed_text, category, subcategory, rnd),
+                          TASK_SCHEMA, "task_spec")
+    except Exception as e:
+        return reject("llm_error", _err(e))
+
+    task: Task | None = None
+    verdict: tuple[str, str] | None = None
+    for rnd_no in range(max_repairs + 1):
+        try:
+            task = spec_to_task(spec, task_id=task_id, category=category, route=route, persona_id=persona_id,
+                                skill_ids=skill_ids, seed=seed, meta={**meta, "repairs": rnd_no})
+            gate, problem, scores = run_code_gates(task, score)
+            guidance = problem
+            if gate is None:
+                review = _chat_json(client, cfg, SYSTEM_REVIEW, _task_view(task, with_reference=True),
+                                    REVIEW_SCHEMA, "task_review", model=cfg.review_model)
+                if review.get("pass") and review.get("coverage_pass"):
+                    task.source["llm"]["review"] = review
+                    task.source["llm"]["gate_scores"] = scores
+                    verdict = None
+                    break
+                gate = "review"
+                problem = "; ".join(str(x) for x in (review.get("issues") or [])
+                                    + (review.get("missing_task_requirements") or [])
+                                    + (review.get("weak_or_incorrect_checks") or [])) or "reviewer rejected"
+                guidance = str(review.get("repair_guidance") or problem)
+        except LLMReplyError as e:
+            verdict = ("llm_error", _err(e))
+            break
+        except Exception as e:  # bad spec (pydantic / KeyError / TypeError) or the endpoint failed
+            if "openai" in type(e).__module__:
+                verdict = ("llm_error", _err(e))
+                break
+            gate, problem, guidance = "schema", _err(e), f"the spec is invalid: {_err(e)}"
+        history.append({"round": rnd_no, "gate": gate, "problem": problem[:500]})
+        verdict = (gate, problem)
+        if rnd_no == max_repairs:
+            break
+        try:
+            spec = _chat_json(client, cfg, SYSTEM_GEN, _repair_prompt(spec, problem, guidance), TASK_SCHEMA,
+                              "task_spec")
+        except Exception as e:
+            verdict = ("llm_error", _err(e))
+            break
+
+    if verdict is not None or task is None:
+        return reject(*(verdict or ("schema", "no task")))
+    leaked = leak_check(task)
+    if leaked:
+        return reject("audit", f"answer leak: {leaked!r}")
+    try:
+        audit = _chat_json(client, cfg, SYSTEM_AUDIT, _task_view(task, with_reference=True), AUDIT_SCHEMA,
+                           "task_audit", model=cfg.review_model)
+    except Exception as e:
+        return reject("llm_error", _err(e))
+    if not audit.get("pass") or audit.get("answer_leak") or audit.get("factual_errors"):
+        what = ([f"answer leak: {audit.get('leaked_text', '')!r}"] if audit.get("answer_leak") else []) + \
+            [f"factual error: {x}" for x in audit.get("factual_errors") or []]
+        return reject("audit", "; ".join(what) or "audit failed")
+    task.source["llm"]["audit"] = audit
+    task.source["llm"]["repair_rounds"] = len(history)
+    return task, None
 
 
 def _err(e: BaseException) -> str:
