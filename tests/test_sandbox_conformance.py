@@ -166,16 +166,15 @@ def test_close_during_exec_stops_the_command(factory):
 # ---------------------------------------------------------------------------------------------
 # the environment ClawGym tasks and verifiers expect (isolating backends)
 def test_environment_tools(isb):
-    assert isb.exec("pwd").stdout.strip() == WS
-    r = isb.exec("python3 -c 'import yaml, pytest, sys; print(sys.version_info[0])'")
-    assert r.ok and r.stdout == "3\n", r.stderr
-    for tool in ("git --version", "make --version", "node --version", "bash --version"):
-        r = isb.exec(tool)
-        assert r.ok, (tool, r.stderr)
-    assert isb.exec("id -u").stdout.strip() != "0"  # never root inside
-    r = isb.exec("cd $WORKSPACE && git init -q r && cd r && git -c user.email=a@b -c user.name=a "
-                 "commit -q --allow-empty -m x && git log --oneline | wc -l")
-    assert r.ok and r.stdout.strip() == "1", r.stderr
+    r = isb.exec("pwd; python3 -c 'import yaml, pytest, sys; print(sys.version_info[0])'; "
+                 "git --version; make --version | head -1; node --version; bash --version | head -1; "
+                 "git init -q r && cd r && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m x "
+                 "&& git log --oneline | wc -l")
+    lines = r.stdout.splitlines()
+    assert r.ok and len(lines) == 7, (r.stdout, r.stderr)
+    assert lines[0] == WS and lines[1] == "3" and lines[2].startswith("git version")
+    assert lines[3].startswith("GNU Make") and lines[4].startswith("v") and "bash" in lines[5]
+    assert lines[6] == "1"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -246,7 +245,7 @@ def test_no_network(isb, host_server):
 
 def test_fork_bomb_contained(isb):
     t0 = time.monotonic()
-    r = isb.exec("bomb() { bomb | bomb & }; bomb; sleep 2; echo survived", timeout=8)
+    r = isb.exec("bomb() { bomb | bomb & }; bomb; sleep 1; echo survived", timeout=6)
     assert time.monotonic() - t0 < 30
     assert subprocess.run(["true"]).returncode == 0  # the host can still fork
     r = isb.exec("echo alive; ps -e --no-headers | wc -l")
