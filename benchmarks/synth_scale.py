@@ -36,10 +36,16 @@ def main() -> None:
         from clawgym.sandbox import get_factory
 
         factory = get_factory(a.backend, SandboxConfig(disk_mb=512, memory_mb=1024, default_timeout_s=600))
+    import resource
+
     fams = all_families()
+    r0s, r0c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     res = synthesize(a.n, seed=a.seed, factory=factory, personas=expand_personas(), workers=a.workers, chunk=a.chunk)
     wall = time.perf_counter() - t0
+    r1s, r1c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_self = (r1s.ru_utime + r1s.ru_stime) - (r0s.ru_utime + r0s.ru_stime)
+    cpu_kids = (r1c.ru_utime + r1c.ru_stime) - (r0c.ru_utime + r0c.ru_stime)
     if factory is not None:
         factory.close()
     passed = sum(v.passed for v in res.validations)
@@ -53,6 +59,10 @@ def main() -> None:
         reasons[key] = reasons.get(key, 0) + 1
     for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:10]:
         print(f"  rejected {k}: {v}")
+    cpu = cpu_self + cpu_kids
+    print(f"cpu: {cpu:.1f} s ({cpu_self:.1f} s this process, {cpu_kids:.1f} s sandboxes/drivers) = "
+          f"{cpu / a.n * 1000:.0f} ms cpu per task; load average now {os.getloadavg()[0]:.1f}")
+    print(f"cpu-bound projection 13,500 tasks on 2 idle cores: {13500 * cpu / a.n / 2 / 60:.1f} min")
     rate = a.n / wall
     print(f"throughput: {rate:.1f} tasks/s  ({wall:.1f} s wall)")
     print(f"projection 13,500 tasks: {13500 / rate / 60:.1f} min (goal <= 10 min)")

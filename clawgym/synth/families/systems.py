@@ -237,8 +237,8 @@ def host_health_incident(ctx: Ctx) -> None:
                                                               "1": "states impact and next steps per host"})
     ctx.exec("ls health/")
     ctx.read("config/thresholds.yaml")
-    ctx.exec("for f in health/*.json; do python3 -c \"import json,sys; d=json.load(open('$f')); print(d['host'], "
-             "d['cpu_pct'], d['mem_pct'], d['disk_pct'], d['services'])\"; done")
+    ctx.exec("python3 -c \"import glob, json\nfor f in sorted(glob.glob('health/*.json')):\n    d = json.load(open(f)); "
+             "print(d['host'], d['cpu_pct'], d['mem_pct'], d['disk_pct'], d['services'])\"")
     ctx.write("output/incident.json", json_text({"failing": failing}))
     ctx.write("output/incident.md", "# Incident note\n\n" + "".join(
         f"- {f['host']}: {', '.join(f['reasons'])} - investigate and remediate\n" for f in failing))
