@@ -70,6 +70,7 @@ def test_rollout_rows_and_steps():
     assert set(steps[0]) == set(SCHEMAS["steps"].names)
     assert [s["tool_name"] for s in steps] == ["ls", "exec", "write"]
     assert "Grace Hopper" in steps[1]["tool_result"]
+    assert all(isinstance(s["duration_s"], float) for s in steps)
     assert Rollout.model_validate_json(ro.model_dump_json()).score == 1.0
     f.close()
 
@@ -186,3 +187,26 @@ def test_run_rollouts_concurrently_keeps_order():
     assert [r.task_id for r in ros] == [t.task_id for t in tasks]
     assert all(r.score == 1.0 and r.policy == "oracle" for r in ros)
     assert len({r.rollout_id for r in ros}) == len(ros)
+
+
+def test_sandbox_dying_before_verification_is_infra_not_zero():
+    from clawgym.sandbox.base import SandboxError, SandboxFactory
+
+    class DyingFactory(SandboxFactory):
+        """Sandboxes whose exec fails (the container died): the task below only needs read/edit, so
+        the agent finishes and the verifier is the first to notice."""
+        inner = get_factory("local")
+
+        def open(self, files=()):
+            sb = self.inner.open(files)
+
+            def dead(*a, **k):
+                raise SandboxError("container died")
+            sb.exec = dead
+            return sb
+
+    f = DyingFactory()
+    ro = run_rollout(demo_tasks()[1], "oracle", f, retry=FAST_RETRY, attempts=2, retry_wait_s=0.01)
+    f.inner.close()
+    assert ro.failure_class == "infra" and ro.score is None and ro.attempt == 2
+    assert "container died" in ro.error

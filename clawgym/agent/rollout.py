@@ -54,6 +54,7 @@ class Rollout(BaseModel):
     attempt: int = 1
     infra_errors: list[str] = Field(default_factory=list)  # errors of earlier, retried attempts
     proxy_log: str | None = None  # openclaw runtime: path of the recording proxy's log
+    tool_durations: list[float] = Field(default_factory=list)  # builtin runtime: seconds per tool call, in order
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 
     def to_row(self, shard: int = 0, run_id: str = "") -> dict[str, Any]:
@@ -87,7 +88,9 @@ class Rollout(BaseModel):
                              "content": m.get("content") or "", "tool_name": fn.get("name"),
                              "tool_args_json": fn.get("arguments") if isinstance(fn.get("arguments"), str)
                              else json.dumps(fn.get("arguments")),
-                             "tool_result": _text(res.get("content")), "duration_s": None})
+                             "tool_result": _text(res.get("content")),
+                             "duration_s": self.tool_durations[len(rows)]
+                             if len(rows) < len(self.tool_durations) else None})
         return rows
 
 
@@ -149,6 +152,7 @@ def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, limit
         ro.tool_types = tool_types(lr.messages)
         ro.failure_class, ro.error = lr.failure_class, lr.error
         ro.proxy_log = lr.proxy_log
+        ro.tool_durations = [round(x, 4) for x in lr.tool_durations]
         if ro.failure_class != "infra":
             try:
                 after = sandbox.snapshot()
@@ -162,6 +166,9 @@ def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, limit
                 v = verify_task(task, sandbox, ro.messages, judge)
                 ro.verification = v.to_dict()
                 ro.score = float(v.score)
+                broken = [e for e in v.errors if "sandbox error" in e]
+                if broken:  # the verifier could not run because the sandbox died: infra, not a 0
+                    ro.failure_class, ro.error = "infra", f"verification: {broken[0]}"
     except SandboxError as e:
         ro.failure_class, ro.error = "infra", f"sandbox: {e}"
     except Exception as e:  # a bug or an unexpected failure in our own machinery: not the agent's
