@@ -104,3 +104,23 @@ def test_reference_less_task_gets_verifier_gates_only():
     ok, bad = validate_many([t, leaky], None)
     assert ok.passed and ok.oracle_score is None and "not applicable" in ok.reason
     assert not bad.passed and "no-op" in bad.reason
+
+
+def test_grade_keys_must_not_depend_on_the_workspace():
+    from clawgym.synth.families.base import Family
+    from clawgym.synth.gates import validate_many
+
+    def build(ctx):
+        ctx.file("input/a.txt", "hello\n")
+        ctx.ask("Copy input/a.txt to output/a.txt.")
+        ctx.check("copied", "T('output/a.txt') == 'hello\\n'")
+        ctx.grade.helper("_orig_grade = None")
+        ctx.read("input/a.txt")
+        ctx.write("output/a.txt", "hello\n")
+    t = Family("keys_vary", "analysis_reasoning", "data analysis and calculation", ["read"], ["txt"], "x", build).generate(1)
+    code = t.verifier.code + ("\n_g = grade\ndef grade(transcript, workspace_path):\n    s = _g(transcript, workspace_path)\n"
+                              "    if s['copied']:\n        s['bonus'] = 1.0\n    return s\n")
+    t2 = t.model_copy(update={"verifier": t.verifier.model_copy(update={"code": code})})
+    ok, bad = validate_many([t, t2], None)
+    assert ok.passed and ok.same_keys
+    assert not bad.passed and "different keys" in bad.reason

@@ -58,6 +58,7 @@ class TaskValidation:
     errors: list[str] = field(default_factory=list)
     duration_s: float = 0.0
     oracle_checks: dict[str, float] = field(default_factory=dict)  # the oracle's per-check scores
+    same_keys: bool = True  # grade() returned the same sub-score keys on no-op, scaffold and oracle
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -72,6 +73,8 @@ def _judge(v: TaskValidation, n_mutations_expected: int = 1, has_reference: bool
             why.append(f"no-op scores {v.noop_score} (must be 0)")
         if v.scaffold_score != 0.0:
             why.append(f"scaffold scores {v.scaffold_score} (must be 0)")
+        if not v.same_keys:
+            why.append("grade() returns different keys on no-op / scaffold")
         v.passed = not why
         v.reason = "; ".join(why) if why else "no reference: oracle and mutation gates not applicable"
         return v
@@ -90,6 +93,8 @@ def _judge(v: TaskValidation, n_mutations_expected: int = 1, has_reference: bool
     for name, s in sorted(v.mutation_scores.items()):
         if v.oracle_score is not None and not s < v.oracle_score:
             why.append(f"mutation {name} does not lose score ({s})")
+    if not v.same_keys:
+        why.append("grade() returns different keys on no-op / scaffold / oracle")
     v.passed = not why
     v.reason = "; ".join(why)
     return v
@@ -468,6 +473,8 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float) -> list[Tas
         v.oracle_score = g["oracle"]["score"]
         v.oracle_score_2 = g["oracle_2"]["score"]
         v.oracle_checks = g["oracle"].get("subs", {})
+        keysets = [set(g[k].get("subs") or {}) for k in ("noop", "scaffold", "oracle")]
+        v.same_keys = keysets[0] == keysets[1] == keysets[2] or not t.reference and keysets[0] == keysets[1]
         v.mutation_scores = {k[4:]: r["score"] for k, r in g.items() if k.startswith("mut:")}
         v.duration_s = dt
         if not t.reference:
@@ -518,6 +525,8 @@ def validate_task(task: Task, factory: Any, judge: Any = None) -> TaskValidation
     except SyntaxError as e:
         v.errors.append(f"compile: {e}")
 
+    keys: list[set[str]] = []
+
     def score(overlay: dict[str, bytes | None]) -> float:
         with factory.open(task.files) as sb:
             for p, b in overlay.items():
@@ -527,6 +536,7 @@ def validate_task(task: Task, factory: Any, judge: Any = None) -> TaskValidation
                     sb.write_file(p, b)
             r = verify_task(task, sb, transcript=[], judge=judge)
             v.errors += r.errors
+            keys.append(set(r.subscores))
             if overlay is oracle_overlay:
                 v.oracle_checks = dict(r.subscores)
             return r.code_score if r.code_score is not None else r.score
@@ -536,6 +546,7 @@ def validate_task(task: Task, factory: Any, judge: Any = None) -> TaskValidation
         oracle_overlay: dict[str, bytes | None] = {}
         v.noop_score = score({})
         v.scaffold_score = score(scaffold_overlay(outs))
+        v.same_keys = keys[0] == keys[1]
         v.duration_s = time.perf_counter() - t0
         return _judge(v, has_reference=False)
     with factory.open(task.files) as sb:
@@ -553,6 +564,7 @@ def validate_task(task: Task, factory: Any, judge: Any = None) -> TaskValidation
     v.scaffold_score = score(scaffold_overlay(outs))
     v.oracle_score = score(overlay)
     v.oracle_score_2 = score(overlay)
+    v.same_keys = keys[0] == keys[1] == keys[2]
     for name, mv in {**generic_mutations(outs, overlay, inputs), **family_mutations(task, overlay)}.items():
         v.mutation_scores[name] = score(mv)
     v.duration_s = time.perf_counter() - t0
