@@ -26,3 +26,10 @@ def test_check_family_reports_problems():
     errs = check_family("analysis_reasoning", "cooking", ["read", "teleport", "web_search"])
     assert any("cooking" in e for e in errs) and any("teleport" in e for e in errs) and any("network" in e for e in errs)
     assert check_family("nope", "x", []) == ["unknown category 'nope'"]
+
+
+def test_every_registered_family_fits_the_taxonomy():
+    bad = {f.name: check_family(f.category, f.subcategory, f.operations) for f in all_families()}
+    assert not {k: v for k, v in bad.items() if v}
+    cats = {f.category for f in all_families()}
+    assert cats <= set(CATEGORIES)

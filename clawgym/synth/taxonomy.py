@@ -40,6 +40,8 @@ SUBCATEGORIES: dict[str, list[str]] = {
     "software_development": [
         "code generation and implementation", "code review and refactoring", "test writing and validation",
         "debugging and issue fixing", "prototype development and delivery", "algorithm design and problem solving",
+        # cross-listed with systems_automation: build / dependency / CI work done inside a code repository
+        "environment configuration and deployment", "DevOps and continuous delivery",
     ],
 }
 
@@ -48,9 +50,11 @@ OPERATION_CATEGORIES: dict[str, list[str]] = {
     "file_and_content_handling": ["read", "write", "edit", "redact"],
     "system_and_environment": ["inspect", "search", "run"],
     "data_extraction_and_analysis": ["extract", "parse", "transform", "filter", "sort", "rank", "dedupe", "join",
-                                     "compute", "aggregate", "count", "compare", "classify"],
+                                     "compute", "aggregate", "count", "compare", "classify", "match"],
     "communication_and_coordination": ["draft", "rewrite", "summarize", "schedule"],
-    "development_and_execution": ["modify_code", "test", "verify", "debug"],
+    # short tags plus ClawGym's own phrasing of the development operations
+    "development_and_execution": ["modify_code", "test", "verify", "debug", "run scripts", "inspect code",
+                                  "modify code", "run tests", "analyze output"],
 }
 ATOMIC_OPERATIONS: dict[str, str] = {op: cat for cat, ops in OPERATION_CATEGORIES.items() for op in ops}
 OFFLINE_EXCLUDED = frozenset(OPERATION_CATEGORIES["web_information_retrieval"])
