@@ -37,14 +37,17 @@ def test_openclaw_oracle_scores_one_and_trajectories_rebuild(tmp_path):
         ok, why = _available(backend)
         if not ok:
             continue
-        factories[backend] = get_factory(backend, openclaw_sandbox_config())
+        # bwrap: a plain factory (run_rollout derives one with the OpenClaw binds); docker: configured up front
+        factories[backend] = get_factory(backend) if backend == "bwrap" else \
+            get_factory(backend, openclaw_sandbox_config())
         jobs += [(backend, t) for t in tasks]
     if not jobs:
         pytest.skip("neither bwrap nor docker sandboxes are available")
     try:
         with ThreadPoolExecutor(len(jobs)) as ex:
             futs = [ex.submit(run_rollout, t, "oracle", factories[b], Limits(max_wall_s=400), None, "openclaw", 2,
-                              None, 2.0, {"log_dir": str(tmp_path / b)}) for b, t in jobs]
+                              None, 2.0, {"log_dir": str(tmp_path / b), "tools_dir": str(tmp_path / "no-install")})
+                    for b, t in jobs]
             results = [f.result() for f in futs]
     finally:
         for f in factories.values():
@@ -75,3 +78,22 @@ def test_openclaw_oracle_scores_one_and_trajectories_rebuild(tmp_path):
         for tc in edits:  # the oracle adapted our edit{oldText,newText} to OpenClaw's edit{edits:[…]}
             assert "edits" in json.loads(tc["function"]["arguments"])
         assert ro.workspace_diff and all(not d["path"].startswith(".openclaw") for d in ro.workspace_diff)
+
+
+def test_openclaw_factory_derivation():
+    from clawgym.agent.openclaw import SANDBOX_OPENCLAW_DIR, SANDBOX_SOCK_DIR, has_openclaw_binds, openclaw_dir
+    from clawgym.agent.rollout import _openclaw_factory
+
+    ok, why = _available("bwrap")
+    if not ok:
+        pytest.skip(f"bwrap unavailable: {why}")
+    plain = get_factory("bwrap")
+    assert not has_openclaw_binds(plain.config)
+    sib = _openclaw_factory(plain, {"tools_dir": "/nonexistent"})
+    assert sib is not plain and sib is _openclaw_factory(plain, None)
+    binds = dict((inside, host) for host, inside in sib.config.extra_ro_binds)
+    assert binds[SANDBOX_OPENCLAW_DIR] == openclaw_dir() and SANDBOX_SOCK_DIR in binds
+    assert sib.config.memory_mb >= 3072
+    configured = get_factory("bwrap", openclaw_sandbox_config())
+    assert _openclaw_factory(configured, None) is configured
+    assert _openclaw_factory(get_factory("local"), None).name == "local"

@@ -91,15 +91,24 @@ def openclaw_installed(path: str | None = None) -> tuple[bool, str]:
     return True, ""
 
 
-def openclaw_sandbox_config(config: SandboxConfig | None = None) -> SandboxConfig:
+def resolve_openclaw_dir(*candidates: str | None) -> str:
+    """The first candidate directory holding an install, else the default (CLAWGYM_OPENCLAW_DIR)."""
+    for d in candidates:
+        if d and openclaw_installed(d)[0]:
+            return d
+    return openclaw_dir()
+
+
+def openclaw_sandbox_config(config: SandboxConfig | None = None, install_dir: str | None = None) -> SandboxConfig:
     """A copy of `config` that can run OpenClaw: the install and the proxy socket directory bound
     read-only, and enough memory/pids/disk for Node."""
     c = config or SandboxConfig()
+    install_dir = resolve_openclaw_dir(install_dir)
     sock = proxy_sock_dir()
     os.makedirs(sock, exist_ok=True)
     os.chmod(sock, 0o755)
     binds = [b for b in c.extra_ro_binds if b[1] not in (SANDBOX_OPENCLAW_DIR, SANDBOX_SOCK_DIR)]
-    binds += [(openclaw_dir(), SANDBOX_OPENCLAW_DIR), (sock, SANDBOX_SOCK_DIR)]
+    binds += [(install_dir, SANDBOX_OPENCLAW_DIR), (sock, SANDBOX_SOCK_DIR)]
     return replace(c, extra_ro_binds=binds, memory_mb=max(c.memory_mb, 3072), pids=max(c.pids, 1024),
                    disk_mb=max(c.disk_mb, 1024))
 
@@ -134,13 +143,26 @@ def _has_bind(sandbox: Sandbox, inside: str) -> bool:
     return any(b[1] == inside for b in sandbox.config.extra_ro_binds)
 
 
+def has_openclaw_binds(config: SandboxConfig) -> bool:
+    inside = {b[1] for b in config.extra_ro_binds}
+    return SANDBOX_OPENCLAW_DIR in inside and SANDBOX_SOCK_DIR in inside
+
+
 def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | None = None,
-                 log_dir: str | None = None, timeout_s: float | None = None) -> tuple[LoopResult, list]:
+                 log_dir: str | None = None, timeout_s: float | None = None, tools_dir: str | None = None,
+                 install_dir: str | None = None) -> tuple[LoopResult, list]:
     """Run OpenClaw on `task` in `sandbox` with `endpoint` behind a recording proxy.
-    Returns (LoopResult with messages rebuilt from the proxy log, the tool schemas OpenClaw offered)."""
+    Returns (LoopResult with messages rebuilt from the proxy log, the tool schemas OpenClaw offered).
+    install_dir / tools_dir: where scripts/install_openclaw.sh installed it (first one that holds an
+    install wins; default $CLAWGYM_OPENCLAW_DIR or /var/lib/clawgym/openclaw). For isolating backends the
+    directory bound into the sandbox is used."""
     limits = limits or Limits()
     res = LoopResult()
-    ok, why = openclaw_installed()
+    host_dir = resolve_openclaw_dir(install_dir, tools_dir)
+    bound = [b[0] for b in sandbox.config.extra_ro_binds if b[1] == SANDBOX_OPENCLAW_DIR]
+    if bound and sandbox.backend != "local":
+        host_dir = bound[0]
+    ok, why = openclaw_installed(host_dir)
     if not ok:
         res.failure_class, res.error = "infra", f"openclaw not installed: {why}"
         return res, []
@@ -165,7 +187,7 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
         if local:
             run_dir = tempfile.mkdtemp(prefix="clawgym-openclaw-")
             base_url = proxy.session_url(session)
-            oc = openclaw_dir()
+            oc = host_dir
         else:
             run_dir = SANDBOX_RUN_DIR
             base_url = f"http://127.0.0.1:{SANDBOX_PORT}/s/{session}/v1"
@@ -231,5 +253,6 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
     return res, tools
 
 
-__all__ = ["run_openclaw", "openclaw_installed", "openclaw_sandbox_config", "openclaw_config", "OPENCLAW_VERSION",
+__all__ = ["run_openclaw", "openclaw_installed", "openclaw_sandbox_config", "has_openclaw_binds",
+           "resolve_openclaw_dir", "openclaw_config", "OPENCLAW_VERSION",
            "openclaw_dir", "proxy_sock_dir"]

@@ -9,9 +9,11 @@ Everything stored is passed through secret redaction.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
+import threading
 import time
 import uuid
 from datetime import datetime, timezone
@@ -116,6 +118,40 @@ def workspace_diff(before: dict[str, bytes], after: dict[str, bytes]) -> list[di
     return out
 
 
+_OC_FACTORIES: dict[int, tuple[SandboxFactory, SandboxFactory]] = {}
+_OC_LOCK = threading.Lock()
+
+
+def _openclaw_factory(factory: SandboxFactory, opts: dict | None) -> SandboxFactory:
+    """`factory` itself when its sandboxes can run OpenClaw, else a sibling factory (same backend, config
+    plus the OpenClaw binds), made once per factory and closed at exit."""
+    from clawgym.agent.openclaw import has_openclaw_binds, openclaw_sandbox_config
+
+    if getattr(factory, "name", "") == "local" or has_openclaw_binds(factory.config):
+        return factory
+    with _OC_LOCK:
+        hit = _OC_FACTORIES.get(id(factory))
+        if hit is not None and hit[0] is factory:
+            return hit[1]
+        from clawgym.sandbox import get_factory
+
+        o = opts or {}
+        cfg = openclaw_sandbox_config(factory.config, o.get("install_dir") or o.get("tools_dir"))
+        sib = get_factory(factory.name, cfg)
+        _OC_FACTORIES[id(factory)] = (factory, sib)
+        return sib
+
+
+@atexit.register
+def _close_openclaw_factories() -> None:
+    for _, sib in list(_OC_FACTORIES.values()):
+        try:
+            sib.close()
+        except Exception:
+            pass
+    _OC_FACTORIES.clear()
+
+
 def _endpoint_cm(spec: "PolicySpec | Endpoint", task):
     if isinstance(spec, Endpoint):
         if spec.kind in ("oracle", "noop"):
@@ -131,6 +167,8 @@ def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, limit
     t0 = time.monotonic()
     ro = Rollout(task_id=task.task_id, suite=task.suite, category=task.category, family=task.family,
                  route=task.route, policy=getattr(spec, "name", None) or spec.policy, runtime=runtime, tools=TOOL_SCHEMAS)
+    if runtime == "openclaw":
+        factory = _openclaw_factory(factory, openclaw_opts)
     try:
         sandbox = factory.open(task.files)
     except Exception as e:
