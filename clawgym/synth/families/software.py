@@ -8,11 +8,10 @@ a tiny pytest shim when pytest is absent) so one grade() stays well under a seco
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 import sys
-import types
-from collections import Counter
 
 from clawgym.synth.families.base import Ctx, family, json_text, people
 
@@ -326,12 +325,10 @@ def test_tax():
 ]
 
 
-@family("fix_failing_test", CAT, "debugging and issue fixing", ["read", "run tests", "analyze output", "modify code",
-        "write"], ["py", "json", "md"], "A small module has a one-line bug exposed by its test suite: find it, fix it "
-        "without touching the tests, report what failed.", difficulty=3)
-def fix_failing_test(ctx: Ctx) -> None:
-    rng = ctx.rng
-    b = rng.choice(_BUGS)
+@functools.lru_cache(maxsize=None)
+def _bug_facts(k: int) -> tuple[int, int, tuple[str, ...], int, str, str]:
+    """Self-check of bug k (runs its tests against the buggy and fixed code) and the facts the task needs."""
+    b = _BUGS[k]
     mod, fn = b["module"], b["fn"]
     buggy = b["src"].replace("{BUG}", b["bug"])
     fixed = b["src"].replace("{BUG}", b["fix"])
@@ -341,16 +338,27 @@ def fix_failing_test(ctx: Ctx) -> None:
     assert all(_call_cases(mod, fixed, fn, b["cases"])) and not all(_call_cases(mod, buggy, fn, b["cases"]))
     failing = []
     tree = ast.parse(b["tests"])
+    imports = [ast.get_source_segment(b["tests"], n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
-            single = "\n".join([ast.get_source_segment(b["tests"], n) for n in tree.body
-                                if isinstance(n, (ast.Import, ast.ImportFrom))] + [ast.get_source_segment(b["tests"], node)])
-            if run_tests(mod, buggy, single + f"\n")[1]:
+            if run_tests(mod, buggy, "\n".join(imports + [ast.get_source_segment(b["tests"], node)]) + "\n")[1]:
                 failing.append(node.name)
     line = next(i for i, l in enumerate(b["src"].splitlines(), 1) if "{BUG}" in l)
     bug_line = b["src"].splitlines()[line - 1]
     old_text, new_text = bug_line.replace("{BUG}", b["bug"]), bug_line.replace("{BUG}", b["fix"])
     assert buggy.count(old_text) == 1
+    return ntests, fails_before, tuple(sorted(failing)), line, old_text, new_text
+
+
+@family("fix_failing_test", CAT, "debugging and issue fixing", ["read", "run tests", "analyze output", "modify code",
+        "write"], ["py", "json", "md"], "A small module has a one-line bug exposed by its test suite: find it, fix it "
+        "without touching the tests, report what failed.", difficulty=3)
+def fix_failing_test(ctx: Ctx) -> None:
+    rng = ctx.rng
+    b = rng.choice(_BUGS)
+    mod, fn = b["module"], b["fn"]
+    buggy = b["src"].replace("{BUG}", b["bug"])
+    ntests, fails_before, failing, line, old_text, new_text = _bug_facts(_BUGS.index(b))
     ctx.file(f"{mod}.py", buggy)
     ctx.file(f"tests/test_{mod}.py", b["tests"])
     ctx.file("setup.cfg", "[tool:pytest]\ntestpaths = tests\n")
@@ -367,7 +375,7 @@ def fix_failing_test(ctx: Ctx) -> None:
         "tests_failing_before and tests_failing_after (counts), and line (the 1-based line number of the fixed line).")
     ctx.expect("fn", fn)
     ctx.expect("cases", _jsonable(b["cases"]))
-    ctx.expect("failing", sorted(failing))
+    ctx.expect("failing", list(failing))
     ctx.expect("ntests", ntests)
     ctx.expect("nfail", fails_before)
     ctx.expect("line", line)
@@ -389,7 +397,7 @@ def fix_failing_test(ctx: Ctx) -> None:
     ctx.edit(f"{mod}.py", old_text, new_text)
     ctx.exec("PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 python3 -m pytest -q -p no:cacheprovider 2>&1 | tail -3")
     ctx.write(rep, json_text({"function": fn, "tests_total": ntests, "tests_failing_before": fails_before,
-                              "tests_failing_after": 0, "line": line, "failing_tests": sorted(failing)}))
+                              "tests_failing_after": 0, "line": line, "failing_tests": list(failing)}))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -541,6 +549,18 @@ def title_case(text):
 '''
 
 
+@functools.lru_cache(maxsize=None)
+def _spec_selfcheck(k: int) -> bool:
+    sp = _SPECS[k]
+    full = _TEXTKIT + sp["impl"]
+    assert all(_call_cases("textkit", full, sp["fn"], sp["cases"]))
+    assert not all(_call_cases("textkit", _TEXTKIT + sp["mutant"], sp["fn"], sp["cases"]))
+    test_src = "import textkit\n" + sp["tests"]
+    n, f = run_tests("textkit", full, test_src)
+    assert f == 0 and n == 3 and run_tests("textkit", _TEXTKIT + sp["mutant"], test_src)[1] > 0
+    return True
+
+
 @family("implement_spec_function", CAT, "code generation and implementation", ["read", "modify code", "write",
         "run tests"], ["py", "md", "json"], "Add a function to a module from a written spec, write tests for it, and "
         "report the test run.", difficulty=3)
@@ -548,12 +568,8 @@ def implement_spec_function(ctx: Ctx) -> None:
     rng = ctx.rng
     sp = rng.choice(_SPECS)
     fn = sp["fn"]
-    full = _TEXTKIT + sp["impl"]
-    assert all(_call_cases("textkit", full, fn, sp["cases"]))
-    assert not all(_call_cases("textkit", _TEXTKIT + sp["mutant"], fn, sp["cases"]))
+    _spec_selfcheck(_SPECS.index(sp))
     test_src = "import textkit\n" + sp["tests"]
-    n, f = run_tests("textkit", full, test_src)
-    assert f == 0 and n == 3 and run_tests("textkit", _TEXTKIT + sp["mutant"], test_src)[1] > 0
     ctx.file("textkit.py", _TEXTKIT)
     ctx.file("tests/test_truncate.py", "import textkit\n\n\ndef test_truncate_short():\n    assert "
                                        "textkit.truncate('abc', 5) == 'abc'\n")
@@ -1099,6 +1115,14 @@ def test_stock_value():
 '''
 
 
+@functools.lru_cache(maxsize=None)
+def _inventory_selfcheck() -> bool:
+    assert run_tests("inventory", _INV, _INV_TESTS) == (7, 0)
+    for old, new in _INV_MUTANTS:
+        assert old in _INV and run_tests("inventory", _INV.replace(old, new, 1), _INV_TESTS)[1] > 0, old
+    return True
+
+
 @family("tests_that_catch_bugs", CAT, "test writing and validation", ["read", "write", "run tests", "verify"],
         ["py", "json"], "Write a unit-test suite for an untested module; graded by running it against hidden mutants "
         "of the module.", difficulty=4)
@@ -1109,8 +1133,7 @@ def tests_that_catch_bugs(ctx: Ctx) -> None:
     for old, new in muts:
         assert old in _INV
         srcs.append(_INV.replace(old, new, 1))
-    assert run_tests("inventory", _INV, _INV_TESTS) == (7, 0)
-    assert all(run_tests("inventory", m, _INV_TESTS)[1] > 0 for m in srcs)
+    _inventory_selfcheck()
     funcs = ["add_stock", "remove_stock", "reorder_list", "stock_value"]
     ctx.file("inventory.py", _INV)
     ctx.file("app.py", "import inventory\n\nif __name__ == '__main__':\n    print(inventory.stock_value({'A': 2}, "
