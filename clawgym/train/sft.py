@@ -164,7 +164,7 @@ def run_sft(cfg: SFTRunConfig, on_log=None) -> dict[str, Any]:
         lr_scheduler_type=cfg.lr_scheduler, weight_decay=cfg.weight_decay,
         logging_steps=cfg.logging_steps, save_steps=cfg.save_steps, save_total_limit=cfg.save_total_limit,
         seed=cfg.seed, data_seed=cfg.seed, use_cpu=(device == "cpu"), bf16=use_bf16,
-        gradient_checkpointing=cfg.gradient_checkpointing, assistant_only_loss=cfg.assistant_only_loss,
+        activation_checkpointing=cfg.gradient_checkpointing, assistant_only_loss=cfg.assistant_only_loss,
         max_length=cfg.max_length, packing=cfg.packing, report_to=[], disable_tqdm=True,
         include_num_input_tokens_seen="non_padding", dataloader_num_workers=0, save_only_model=False,
         **cfg.extra,

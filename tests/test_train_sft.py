@@ -1,0 +1,103 @@
+"""checkpoints path: a CPU SFT run (TRL SFTTrainer) of a tiny model with the real tokenizer, resumed out of
+process through Dagster Pipes, then served OpenAI-compatibly; it answers with a parseable tool call."""
+
+import json
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+TOOLS = [{"type": "function", "function": {
+    "name": "write", "description": "Create or overwrite a file in the workspace.",
+    "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                   "required": ["path", "content"]}}}]
+PROMPT = "Write hi to out.txt"
+CONV = [
+    {"role": "user", "content": PROMPT},
+    {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "id": "c1", "function": {"name": "write", "arguments": {"path": "out.txt", "content": "hi"}}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "Wrote 2 bytes to out.txt"},
+    {"role": "assistant", "content": "Done."},
+]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    from clawgym.train.base_model import make_tiny_model
+    from clawgym.trajectories.sft import save_hf_dataset
+
+    d = tmp_path_factory.mktemp("sft")
+    base = make_tiny_model(d / "tiny", hidden_size=64, num_layers=2)
+    ds = save_hf_dataset([{"messages": CONV, "tools": TOOLS, "sample_id": "s1", "task_id": "t1", "category": "c",
+                           "n_tokens": 0}], d / "ds")
+    return {"dir": d, "base": str(base), "ds": str(ds)}
+
+
+def _cfg(setup, **kw):
+    from clawgym.train.sft import SFTRunConfig
+
+    base = dict(base_model=setup["base"], dataset_path=setup["ds"], output_dir=str(setup["dir"] / "ckpt-tiny"),
+                lr=5e-3, max_length=1024, save_steps=15, logging_steps=5, seed=0, dataset_version="v-test")
+    base.update(kw)
+    return SFTRunConfig(**base)
+
+
+def test_sft_then_resume_through_pipes_then_serve(setup):
+    import dagster as dg
+
+    from clawgym.train.sft import read_registry_row, run_sft
+
+    # 1) in-process: the first 15 steps (a Trainer checkpoint is saved at step 15)
+    row1 = run_sft(_cfg(setup, max_steps=15))
+    out = setup["dir"] / "ckpt-tiny"
+    assert row1["steps"] == 15 and (out / "_trainer" / "checkpoint-15").is_dir()
+    assert row1["loss_curve"][-1]["loss"] < row1["loss_curve"][0]["loss"]
+
+    # 2) out of process through Dagster Pipes: resumes from step 15 and finishes at 45
+    cfg2 = {k: v for k, v in _cfg(setup, max_steps=45, resume=True).__dict__.items()}
+
+    @dg.asset(partitions_def=dg.DynamicPartitionsDefinition(name="checkpoint"))
+    def checkpoints(context: dg.AssetExecutionContext, pipes_subprocess_client: dg.PipesSubprocessClient):
+        return pipes_subprocess_client.run(
+            command=[sys.executable, "-m", "clawgym.train.pipes_sft"], context=context,
+            extras={"sft_config": cfg2}, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        ).get_materialize_result()
+
+    inst = dg.DagsterInstance.ephemeral()
+    inst.add_dynamic_partitions("checkpoint", ["ckpt-tiny"])
+    res = dg.materialize([checkpoints], partition_key="ckpt-tiny", instance=inst,
+                         resources={"pipes_subprocess_client": dg.PipesSubprocessClient()})
+    assert res.success
+    md = res.asset_materializations_for_node("checkpoints")[0].metadata
+    assert md["steps"].value == 45
+    assert md["checkpoint"].value == "ckpt-tiny"  # the partition key names the checkpoint
+    assert md["resumed_from"].value.endswith("checkpoint-15")
+    assert md["tokens_per_s"].value > 0 and md["n_samples"].value == 1
+    # the curve spans the whole run: steps 5..15 restored from the checkpoint, 20..45 from the resumed run
+    assert [p["step"] for p in md["loss_curve"].value["points"]] == list(range(5, 50, 5))
+    row = read_registry_row(out)
+    assert row["steps"] == 45 and row["data_version"] == "v-test" and row["base"] == setup["base"]
+    assert (out / "loss.png").stat().st_size > 1000
+    assert row["final_loss"] < 0.5, row["loss_curve"]
+
+    # 3) the checkpoint loads and serves; its answer is a parseable OpenAI tool call
+    import openai
+    from transformers import AutoModelForCausalLM
+
+    from clawgym.train.serve import ModelServer
+
+    AutoModelForCausalLM.from_pretrained(str(out))
+    srv = ModelServer(out, continuous_batching=False)
+    with srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="none")
+        r = client.chat.completions.create(model=srv.model_name, messages=[{"role": "user", "content": PROMPT}],
+                                           tools=TOOLS, max_tokens=48, temperature=0)
+        pid = srv.pid
+    calls = r.choices[0].message.tool_calls
+    assert calls, r.choices[0].message
+    assert calls[0].function.name == "write"
+    assert json.loads(calls[0].function.arguments) == {"path": "out.txt", "content": "hi"}
+    with pytest.raises(ProcessLookupError):  # no leaked server
+        os.kill(pid, 0)
