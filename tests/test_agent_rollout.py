@@ -162,9 +162,12 @@ def _procedural_sample():
     return [f.generate(7) for f in by_cat.values()]
 
 
-def test_oracle_scores_one_on_procedural_tasks(factory):
-    if factory.name == "local":
-        pytest.skip("procedural oracle runs are checked in the isolating backends (docker, bwrap)")
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_oracle_scores_one_on_procedural_tasks(backend):
+    ok, why = _backend_ok(backend)
+    if not ok:
+        pytest.skip(f"{backend} sandbox unavailable: {why}")
+    factory = get_factory(backend)
     tasks = _procedural_sample()
     assert len(tasks) >= 5
     for i, task in enumerate(tasks):
@@ -176,6 +179,7 @@ def test_oracle_scores_one_on_procedural_tasks(factory):
         if i < 2:
             nro = run_rollout(task, "noop", factory, retry=FAST_RETRY)
             assert nro.score is not None and nro.score < 1.0, task.task_id
+    factory.close()
 
 
 def test_run_rollouts_concurrently_keeps_order():
