@@ -172,6 +172,11 @@ def people(rng: random.Random, n: int) -> list[str]:
     return names
 
 
+def first_names(rng: random.Random, n: int) -> list[str]:
+    """n distinct first names."""
+    return rng.sample(FIRST, n)
+
+
 _DISTRACTORS: list[tuple[str, Callable[[random.Random], str]]] = [
     ("notes/todo.md", lambda r: "# TODO\n\n" + "".join(f"- [ ] {t}\n" for t in r.sample(
         ["renew parking permit", "book dentist", "reply to Sam", "order toner", "update laptop",
@@ -413,6 +418,6 @@ def generate_procedural(n: int, seed: int = 0, families: list[str] | None = None
 __all__ = [
     "CHECKLIB_SOURCE", "GradeCode", "Ctx", "Family", "Mutation", "REGISTRY", "register", "family",
     "all_families", "get_family", "generate_procedural", "csv_text", "json_text", "yaml_text",
-    "md_table_text", "dirty_number", "dirty_text", "dirty_date", "people", "r2", "FIRST", "LAST",
+    "md_table_text", "dirty_number", "dirty_text", "dirty_date", "people", "first_names", "r2", "FIRST", "LAST",
     "CITIES", "PRODUCTS",
 ]

@@ -6,7 +6,7 @@ import datetime as dt
 import re
 
 from clawgym.synth.families.base import (
-    Ctx, csv_text, dirty_text, family, json_text, md_table_text, people,
+    Ctx, csv_text, dirty_text, family, first_names, json_text, md_table_text, people,
 )
 
 CAT = "productivity_collaboration"
@@ -252,7 +252,7 @@ def _emit_slot(ctx, team, busy, day, dur, lunch, slot, hm):
         ["jsonl", "md"], "Summarise a task-board export per owner and list overdue work as of a date.")
 def task_board_report(ctx: Ctx) -> None:
     rng = ctx.rng
-    team = [p.split()[0] for p in people(rng, 4)]
+    team = first_names(rng, 4)
     as_of = dt.date(2026, rng.randint(2, 11), rng.randint(1, 28))
     statuses = ["todo", "in_progress", "done", "blocked"]
     recs = []
