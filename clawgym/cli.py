@@ -139,8 +139,11 @@ def demo(n_tasks: int = typer.Option(24, help="procedural tasks to synthesise"),
     os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT))
     from clawgym_assets.demo import run_demo
 
-    run_demo(n_tasks=n_tasks, sft_steps=sft_steps, models=models, checkpoint=checkpoint, log=console.print)
+    failed = run_demo(n_tasks=n_tasks, sft_steps=sft_steps, models=models, checkpoint=checkpoint, log=console.print)
     bench_leaderboard(suite="procedural", categories=True)
+    if failed:
+        console.print(f"[red]demo finished with failed stages: {', '.join(failed)}[/red]")
+        raise typer.Exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover
