@@ -124,3 +124,16 @@ def test_grade_keys_must_not_depend_on_the_workspace():
     ok, bad = validate_many([t, t2], None)
     assert ok.passed and ok.same_keys
     assert not bad.passed and "different keys" in bad.reason
+
+
+def test_one_hostile_task_does_not_sink_its_chunk():
+    from clawgym.synth.families import get_family
+    from clawgym.synth.gates import validate_many
+
+    good = [get_family("sales_rollup").generate(s) for s in (1, 2, 3)]
+    evil = good[1].model_copy(update={"task_id": "evil", "verifier": good[1].verifier.model_copy(
+        update={"code": "import os\ndef grade(transcript, workspace_path):\n    os._exit(7)\n"})})
+    vals = validate_many([good[0], evil, good[2]], None, chunk=10)
+    assert [v.task_id for v in vals] == [good[0].task_id, "evil", good[2].task_id]
+    assert vals[0].passed and vals[2].passed
+    assert not vals[1].passed and "infra" in vals[1].reason

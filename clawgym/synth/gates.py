@@ -498,7 +498,10 @@ def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, 
     def run(c: list[Task]) -> list[TaskValidation]:
         try:
             return _validate_chunk(c, factory, timeout)
-        except Exception as e:  # infra: the whole chunk is reported, not silently dropped
+        except Exception as e:
+            if len(c) > 1:  # one hostile task (os._exit in grade, a huge output...) must not sink the chunk
+                h = len(c) // 2
+                return run(c[:h]) + run(c[h:])
             return [TaskValidation(task_id=t.task_id, family=t.family, category=t.category,
                                    reason=f"infra: {type(e).__name__}: {str(e)[:300]}") for t in c]
 
