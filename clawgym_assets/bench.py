@@ -14,6 +14,14 @@ from clawgym_resources import JudgeResource, LakeResource, ModelEndpointsResourc
 GROUP = "bench"
 
 
+def _refresh(context, lake: LakeResource) -> None:
+    """Rebuild the DuckDB views; a catalog held open by another process is not worth failing a run for."""
+    try:
+        lake.refresh_catalog()
+    except Exception as e:  # duckdb lock held elsewhere
+        context.log.warning(f"catalog not refreshed ({type(e).__name__}: {e}); run `clawgym sql` later")
+
+
 class BenchTasksConfig(dg.Config):
     clawgym_dir: str = ""  # a ClawGym-Bench task folder ("" = suite left empty)
     pinchbench_dir: str = ""  # a PinchBench tasks/ folder ("" = suite left empty)
@@ -109,7 +117,7 @@ def bench_scores(context: dg.AssetExecutionContext, config: BenchScoresConfig, l
             md[f"{suite}/by_category"] = md_table(
                 ["category", "n", "mean", "ci_low", "ci_high", "pass@1", f"pass@{ov.k}"],
                 [[s.category, s.n, s.mean, s.ci_low, s.ci_high, s.pass_at_1, s.pass_at_k] for s in stats])
-    lake.refresh_catalog()
+    _refresh(context, lake)
     return dg.MaterializeResult(metadata={
         **md, "model": model, "policy_kind": spec.kind, "parent": parent or "", "n_results": len(all_rows),
         "failure_classes": md_counts("failure_class", counts(r["failure_class"] for r in all_rows)),
@@ -134,7 +142,7 @@ def leaderboard(context: dg.AssetExecutionContext, config: LeaderboardConfig, la
     out = lake.path("leaderboard.png")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(png)
-    lake.refresh_catalog()
+    _refresh(context, lake)
     return dg.MaterializeResult(metadata={
         "n_models": len(board), "table": dg.MetadataValue.md(markdown_table(rows, config.suite)),
         "plot": dg.MetadataValue.md(png_markdown(png, "leaderboard")), "plot_path": dg.MetadataValue.path(str(out)),
