@@ -15,11 +15,11 @@ _SK = re.compile(r"\bsk-[A-Za-z0-9_\-]{16,}")
 
 
 def secret_values(extra_env: Iterable[str] = ()) -> list[str]:
-    """Values of env vars named like secrets (…KEY, …TOKEN, …) plus the named ones; ≥ 6 chars."""
+    """Values of env vars named like secrets (…KEY, …TOKEN, …) plus the named ones; ≥ 8 chars."""
     names = set(n for n in extra_env if n)
     names |= {k for k in os.environ if _SECRET_NAME.search(k)}
     vals = {os.environ.get(n, "") for n in names}
-    return sorted((v for v in vals if len(v) >= 6), key=len, reverse=True)
+    return sorted((v for v in vals if len(v) >= 8), key=len, reverse=True)
 
 
 def redact(text: str, extra_env: Iterable[str] = ()) -> str:
