@@ -10,6 +10,7 @@ travel with every checkpoint trained from it.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import os
@@ -20,6 +21,7 @@ from pathlib import Path
 DEFAULT_BASE_DIR = "data/models/smollm2-135m-instruct"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _QWEN_IDENTITY = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+_PREP_VERSION = 2  # bump when the prepared folder's layout changes (forces a rebuild)
 SMOL_IDENTITY = "You are a helpful AI assistant named SmolLM, trained by Hugging Face."
 
 
@@ -80,7 +82,11 @@ def prepare_base_model(out_dir: str | os.PathLike = DEFAULT_BASE_DIR, gguf_file:
     out = Path(out_dir)
     marker = out / "clawgym_base.json"
     if marker.exists() and (out / "config.json").exists():
-        return out
+        try:
+            if json.loads(marker.read_text()).get("version") == _PREP_VERSION:
+                return out
+        except (OSError, ValueError):
+            pass
     gguf = Path(gguf_file) if gguf_file else smollm2_gguf_path()
 
     def fill(tmp: Path) -> None:
@@ -90,7 +96,11 @@ def prepare_base_model(out_dir: str | os.PathLike = DEFAULT_BASE_DIR, gguf_file:
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
         # a fresh model from the config, with the dequantised weights copied in: a clean HF folder
-        model = AutoModelForCausalLM.from_config(loaded.config, dtype=torch.float32)
+        config = copy.deepcopy(loaded.config)
+        if hasattr(config, "quantization_config"):  # the weights are dequantised: a plain float model
+            del config.quantization_config
+        config.pad_token_id = tok.pad_token_id
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
         missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
         missing = [k for k in missing if "lm_head" not in k]  # tied embeddings
         if missing or unexpected:
@@ -101,7 +111,8 @@ def prepare_base_model(out_dir: str | os.PathLike = DEFAULT_BASE_DIR, gguf_file:
         model.generation_config.pad_token_id = tok.pad_token_id
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        (tmp / "clawgym_base.json").write_text(json.dumps({"source": str(gguf.name), "kind": "smollm2-135m-instruct"}))
+        (tmp / "clawgym_base.json").write_text(json.dumps({"source": str(gguf.name), "kind": "smollm2-135m-instruct",
+                                                             "version": _PREP_VERSION}))
 
     _atomic_dir_write(out, fill)
     return out
