@@ -101,3 +101,27 @@ def test_sft_then_resume_through_pipes_then_serve(setup):
     assert json.loads(calls[0].function.arguments) == {"path": "out.txt", "content": "hi"}
     with pytest.raises(ProcessLookupError):  # no leaked server
         os.kill(pid, 0)
+
+
+def test_lora_from_lake_parquet(setup, tmp_path):
+    """LoRA (peft) on the lake's sft parquet: the adapter is merged, the saved folder is a plain HF model
+    whose weights moved away from the base."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from clawgym.train.sft import run_sft
+    from clawgym.trajectories.sft import write_sft_parquet
+
+    write_sft_parquet([{"sample_id": "s1", "task_id": "t1", "messages_json": json.dumps(CONV),
+                        "tools_json": json.dumps(TOOLS), "n_tokens": 100, "category": "c"}], root=tmp_path / "lake")
+    out = tmp_path / "lora"
+    row = run_sft(_cfg(setup, dataset_path=str(tmp_path / "lake" / "sft"), output_dir=str(out), max_steps=3,
+                       lora=True, lora_r=4, lora_alpha=8, lr=5e-2, logging_steps=1, resume=False))
+    assert row["steps"] == 3 and row["hyperparams"]["lora"] is True and row["n_samples"] == 1
+    assert not (out / "adapter_config.json").exists()  # merged into the weights
+    base = AutoModelForCausalLM.from_pretrained(setup["base"])
+    tuned = AutoModelForCausalLM.from_pretrained(str(out))
+    bw, tw = dict(base.named_parameters()), dict(tuned.named_parameters())
+    assert set(bw) == set(tw)
+    changed = [k for k in bw if not torch.equal(bw[k], tw[k])]
+    assert changed and all("proj" in k for k in changed)  # only the LoRA-targeted linear layers moved
