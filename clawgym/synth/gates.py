@@ -650,7 +650,6 @@ def minilm_embedder() -> Callable[[list[str]], Any]:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         from clawgym.synth.embed import load_minilm
 
-        model = load_minilm()
         cache = _load_emb_cache()
 
         def _embed(texts: list[str]) -> Any:
@@ -659,6 +658,7 @@ def minilm_embedder() -> Callable[[list[str]], Any]:
             keys = [_text_key(t) for t in texts]
             todo = {k: t for k, t in zip(keys, texts) if k not in cache}
             if todo:
+                model = load_minilm()  # lazy: a fully cached run never loads the weights
                 for k, e in zip(todo, model.encode(list(todo.values()), batch_size=32)):
                     cache[k] = e
                 _save_emb_cache(cache)
