@@ -149,6 +149,7 @@ def test_gx_gate_and_exports(world, tok, tmp_path):
     t = pq.read_table(p).to_pylist()
     assert t[0]["sample_id"] == res.rows[0]["sample_id"]
     assert json.loads(t[0]["messages_json"]) == res.rows[0]["messages"]
+    assert check_sft_rows(t, max_tokens=8192)[0]  # the gate also runs on the lake's rows
     d = save_hf_dataset(res.rows, tmp_path / "hf", stats=res.stats)
     ds = datasets.load_from_disk(str(d))
     assert ds[0]["messages"] == res.rows[0]["messages"] and ds[0]["tools"] == res.rows[0]["tools"]

@@ -42,7 +42,7 @@ class SFTRunConfig:
     lr_scheduler: str = "constant"
     weight_decay: float = 0.0
     save_steps: int = 50
-    save_total_limit: int = 2
+    save_total_limit: int = 1  # Trainer checkpoints kept in <output_dir>/_trainer (for resume)
     logging_steps: int = 1
     resume: bool = True
     seed: int = 0

@@ -357,6 +357,12 @@ def dataset_stats(rows: list[dict]) -> dict[str, Any]:
 def _check_frame(rows: list[dict]):
     import pandas as pd
 
+    def full(r: dict) -> dict:  # lake rows carry the conversation as JSON text
+        if "messages" in r and "tools" in r:
+            return r
+        return {**r, "messages": json.loads(r.get("messages_json") or "[]"), "tools": json.loads(r.get("tools_json") or "[]")}
+
+    rows = [full(r) for r in rows]
     return pd.DataFrame({
         "sample_id": [r["sample_id"] for r in rows],
         "min_assistant_chars": [min((len(m.get("content", "").strip()) + 1000 * len(m.get("tool_calls") or [])
@@ -367,7 +373,8 @@ def _check_frame(rows: list[dict]):
 
 
 def check_sft_rows(rows: list[dict], max_tokens: int) -> tuple[bool, dict]:
-    """The blocking GX gate: assistant turns non-empty, tools present, 1 ≤ tokens ≤ max_tokens, unique ids."""
+    """The blocking GX gate: assistant turns non-empty, tools present, 1 ≤ tokens ≤ max_tokens, unique ids.
+    Accepts built rows or the lake's `sft` rows (`messages_json` / `tools_json`)."""
     from clawgym.quality import validate_frame
 
     return validate_frame(_check_frame(rows), name="sft_rows", unique=["sample_id"],
