@@ -132,7 +132,7 @@ def sandbox_cleanup(all_: bool = typer.Option(False, "--all", help="also things 
 
 @app.command()
 def demo(n_tasks: int = typer.Option(24, help="procedural tasks to synthesise"),
-         sft_steps: int = typer.Option(4, help="SFT steps for the demo checkpoint"),
+         sft_steps: int = typer.Option(2, help="SFT steps for the demo checkpoint"),
          models: bool = typer.Option(True, help="include the embedded SmolLM2 policies (base + SFT)"),
          checkpoint: str = typer.Option("sft-demo", help="name of the demo checkpoint")):
     """Materialize the whole graph at demo scale on embedded defaults and print the leaderboard."""

@@ -27,7 +27,7 @@ def _run(instance, selection, log, partition_key=None, run_config=None, resource
     return r
 
 
-def run_demo(n_tasks: int = 24, sft_steps: int = 4, models: bool = True, checkpoint: str = "sft-demo",
+def run_demo(n_tasks: int = 24, sft_steps: int = 2, models: bool = True, checkpoint: str = "sft-demo",
              log: Callable[[str], None] = print) -> list[str]:
     """Returns the stages that failed (the model stages are allowed to fail without stopping the rest)."""
     failed: list[str] = []
@@ -58,7 +58,7 @@ def run_demo(n_tasks: int = 24, sft_steps: int = 4, models: bool = True, checkpo
         _run(instance, ["trajectories", "steps"], log, partition_key=dg.MultiPartitionKey({"policy": "oracle", "shard": str(s)}),
              resources=res)
     bench_models = ["oracle", "noop"]
-    model_cfg = {"ops": {"bench_scores": {"config": {"max_turns": 4, "max_completion_tokens": 256}}}}
+    model_cfg = {"ops": {"bench_scores": {"config": {"max_turns": 3, "max_completion_tokens": 192}}}}
     if models and optional("base_model", lambda: _run(instance, ["base_model"], log, resources=res)):
         bench_models.append(res["endpoints"].base_policy_name)
         ok = optional("sft_dataset", lambda: _run(instance, ["sft_dataset"], log, resources=res))
