@@ -2,7 +2,7 @@
 plain TRL script, on the same data and settings, in one run. Prints tokens/s of both and their ratio
 (goal ≥ 0.95).
 
-    python benchmarks/sft_throughput.py [--steps 8] [--max-length 1024] [--rows 6] [--base data/models/smollm2-135m-instruct]
+    python benchmarks/sft_throughput.py [--steps 4] [--max-length 2048] [--rows 8] [--repeats 2] [--base data/models/smollm2-135m-instruct]
 
 Data: real oracle trajectories of procedural tasks (local sandbox), cleaned by build_sft_dataset.
 Both arms run in a fresh subprocess; tokens/s = non-padding tokens seen / Trainer train_runtime.
@@ -94,9 +94,9 @@ def run_pipes(base, data, work, steps, max_length) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--max-length", type=int, default=1024)
-    ap.add_argument("--rows", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--max-length", type=int, default=2048)
+    ap.add_argument("--rows", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=1, help="2 = ABBA order")
     ap.add_argument("--base", default="data/models/smollm2-135m-instruct")
     args = ap.parse_args()
