@@ -279,11 +279,239 @@ def family_mutations(task: Task, overlay: dict[str, bytes | None]) -> dict[str, 
 # drivers (run with python3 inside a sandbox, stdlib only)
 # ----------------------------------------------------------------------------------------------
 
-REPLAY_DRIVER = r'''
+FORKSERVER = r'''
+# --- fork server: `python3 ...` run by a reference's exec is served by fork()ing this (pre-imported) process
+# instead of starting a new interpreter. A `python3` shim first on PATH hands its pid to the server over a
+# FIFO; the server reads the shim's argv, environment, cwd and stdin/stdout/stderr from /proc/<pid>, forks a
+# child that becomes that python3 run, and answers the exit status. Anything it cannot reproduce exactly
+# (other interpreter options, stdout/stderr redirected to a regular file, a changed PYTHON*/locale
+# environment, no /proc) is answered "F" and the shim execs the real interpreter.
+import io as _io, os as _os, signal as _signal, stat as _stat, sys as _sys, threading as _th
+
+def _fs_preimport():
+    for m in ("json", "csv", "glob", "re", "runpy", "traceback", "atexit", "collections", "datetime",
+              "xml.etree.ElementTree", "statistics", "decimal", "fractions", "pathlib", "yaml"):
+        try:
+            __import__(m)
+        except Exception:
+            pass
+
+_FS_ENV_KEYS = ("PYTHON", "LC_", "LANG")
+_FS_KEEP = [_sys.stdin, _sys.stdout, _sys.stderr]  # replaced in a child: must not be finalized (closing fds 0-2)
+_FS_STDIO = (getattr(_sys.stdout, "encoding", None) or "utf-8", getattr(_sys.stdout, "errors", None) or "strict")
+
+def _fs_envdiff(env):
+    for k in set(env) | set(_os.environ):
+        if k.startswith(_FS_ENV_KEYS) and env.get(k) != _os.environ.get(k):
+            return True
+    return False
+
+def _fs_open_fds(pid):
+    fds = []
+    try:
+        for n in (0, 1, 2):
+            path = "/proc/%d/fd/%d" % (pid, n)
+            target = _os.readlink(path)
+            if target.startswith(("socket:", "anon_inode:")):
+                raise OSError("unsupported fd " + target)
+            info = dict(l.split(":", 1) for l in open("/proc/%d/fdinfo/%d" % (pid, n)).read().splitlines() if ":" in l)
+            flags = int(info["flags"].strip(), 8)
+            pos = int(info["pos"].strip())
+            st = _os.stat(path)
+            if n > 0 and _stat.S_ISREG(st.st_mode):
+                raise OSError("output to a regular file")  # its shared offset cannot be reproduced
+            fd = _os.open(path, (flags & 3) | (flags & _os.O_APPEND) | _os.O_CLOEXEC)
+            fds.append(fd)
+            if _stat.S_ISREG(st.st_mode):
+                _os.lseek(fd, pos, 0)
+    except BaseException:
+        for fd in fds:
+            _os.close(fd)
+        raise
+    return fds
+
+def _fs_parse(args):
+    if not args or args[0] == "-":
+        return "stdin", None, args[1:]
+    if args[0] == "-c" and len(args) >= 2:
+        return "c", args[1], args[2:]
+    if args[0] == "-m" and len(args) >= 2:
+        return "m", args[1], args[2:]
+    if args[0].startswith("-"):
+        return None, None, None
+    return "script", args[0], args[1:]
+
+def _fs_child(mode, what, rest, env, cwd, fds, timeout, shimdir):
+    import atexit, runpy, traceback, types
+    rc = 0
+    try:
+        for i, fd in enumerate(fds):
+            _os.dup2(fd, i)
+            _os.close(fd)
+        _os.chdir(cwd)
+        env = dict(env)
+        env["PATH"] = ":".join(p for p in env.get("PATH", "").split(":") if p != shimdir)
+        _os.environ.clear()
+        _os.environ.update(env)
+        _signal.signal(_signal.SIGALRM, _signal.SIG_DFL)
+        _signal.alarm(max(1, int(timeout)))
+        enc = _FS_STDIO
+        _sys.stdin = _sys.__stdin__ = open(0, "r", encoding=enc[0], errors=enc[1], closefd=False)
+        _sys.stdout = _sys.__stdout__ = open(1, "w", encoding=enc[0], errors=enc[1], closefd=False)
+        _sys.stderr = _sys.__stderr__ = open(2, "w", encoding=enc[0], errors="backslashreplace", closefd=False,
+                                             buffering=1)
+        try:
+            if mode == "m":
+                _sys.argv = ["-m"] + rest
+                _sys.path[0] = cwd
+                try:
+                    runpy._get_module_details(what)
+                except ImportError as e:  # as the interpreter reports it
+                    print("%s: %s" % (_sys.executable, e), file=_sys.stderr)
+                    raise SystemExit(1)
+                runpy.run_module(what, run_name="__main__", alter_sys=True)
+            elif mode == "script":
+                _sys.argv = [what] + rest
+                _sys.path[0] = _os.path.dirname(_os.path.realpath(what))
+                runpy.run_path(what, run_name="__main__")
+            else:
+                if mode == "stdin":
+                    src, name, _sys.argv = _sys.stdin.read(), "<stdin>", ["-"] + rest
+                else:
+                    src, name, _sys.argv = what, "<string>", ["-c"] + rest
+                _sys.path[0] = ""
+                main = types.ModuleType("__main__")
+                main.__dict__["__builtins__"] = __builtins__
+                _sys.modules["__main__"] = main
+                exec(compile(src, name, "exec"), main.__dict__)
+        except SystemExit as e:
+            c = e.code
+            if c is None:
+                rc = 0
+            elif isinstance(c, int):
+                rc = c & 0xFF
+            else:
+                print(c, file=_sys.stderr)
+                rc = 1
+        except BaseException as e:
+            traceback.print_exception(type(e), e, e.__traceback__.tb_next if e.__traceback__ else None)
+            rc = 1
+        try:
+            atexit._run_exitfuncs()
+        except BaseException:
+            pass
+        for f in (_sys.stdout, _sys.stderr):
+            try:
+                if not f.closed:
+                    f.flush()
+            except BaseException:
+                if rc == 0:
+                    rc = 120
+    except BaseException:
+        rc = 1
+    _os._exit(rc)
+
+def _fs_connect(path):
+    """Open the shim's answer FIFO. It succeeds once the shim waits on it, i.e. after its own fds 0-2 are back
+    from the temporary redirection of `echo $$ >> req`."""
+    import time
+    try:
+        for _ in range(20000):
+            try:
+                return _os.open(path, _os.O_WRONLY | _os.O_NONBLOCK)
+            except OSError:
+                time.sleep(0.0005)
+        return None
+    finally:
+        try:
+            _os.unlink(path)
+        except OSError:
+            pass
+
+def _fs_answer(wfd, ans):
+    try:
+        _os.write(wfd, (ans + "\n").encode())
+    except OSError:
+        pass
+    _os.close(wfd)
+
+def _fs_wait(pid, wfd):
+    try:
+        _, st = _os.waitpid(pid, 0)
+        rc = _os.waitstatus_to_exitcode(st)
+        rc = 128 - rc if rc < 0 else rc
+    except OSError:
+        rc = 1
+    _fs_answer(wfd, str(rc))
+
+def _fs_handle(line, srv, shimdir, timeout):
+    pid = int(line)
+    wfd = _fs_connect("%s/rc.%d" % (srv, pid))
+    if wfd is None:
+        return
+    fds = []
+    try:
+        raw = open("/proc/%d/cmdline" % pid, "rb").read().split(b"\0")[:-1]
+        args = [_os.fsdecode(a) for a in raw[2:]]  # bash <shim> args...
+        env = dict(kv.split("=", 1) for kv in (_os.fsdecode(x) for x in open("/proc/%d/environ" % pid, "rb").read().split(b"\0")) if "=" in kv)
+        cwd = _os.readlink("/proc/%d/cwd" % pid)
+        mode, what, rest = _fs_parse(args)
+        if mode is None or _fs_envdiff(env):
+            raise ValueError("not served")
+        fds = _fs_open_fds(pid)
+    except Exception:
+        return _fs_answer(wfd, "F")
+    child = _os.fork()
+    if child == 0:
+        _os.close(wfd)
+        _fs_child(mode, what, rest, env, cwd, fds, timeout, shimdir)
+    for fd in fds:
+        _os.close(fd)
+    _th.Thread(target=_fs_wait, args=(child, wfd), daemon=True).start()
+
+def _fs_serve(srv, shimdir, timeout):
+    f = open(_os.open(srv + "/req", _os.O_RDWR), "r")
+    for line in f:
+        try:
+            _fs_handle(line.strip(), srv, shimdir, timeout)
+        except Exception:
+            pass
+
+def start_forkserver(root, timeout):
+    import shutil
+    real = shutil.which("python3")
+    if not real or _os.path.realpath(real) != _os.path.realpath(_sys.executable):
+        raise RuntimeError("python3 on PATH is not this interpreter")
+    srv, shimdir = _os.path.join(root, "fs"), _os.path.join(root, "bin")
+    _os.makedirs(srv)
+    _os.makedirs(shimdir)
+    _os.mkfifo(srv + "/req")
+    shim = _os.path.join(shimdir, "python3")
+    with open(shim, "w") as fh:
+        fh.write('#!/bin/bash\nS=%s\nif mkfifo "$S/rc.$$" 2>/dev/null; then\n  echo $$ >> "$S/req"\n'
+                 '  exec 8<"$S/rc.$$"\n  read -r -u 8 rc\n  exec 8<&-\n'
+                 '  case "$rc" in F|"") ;; *) exit "$rc";; esac\nfi\nexec %s "$@"\n' % (srv, real))
+    _os.chmod(shim, 0o755)
+    _fs_preimport()
+    _th.Thread(target=_fs_serve, args=(srv, shimdir, timeout), daemon=True).start()
+    env = dict(_os.environ)
+    env["PATH"] = shimdir + ":" + env.get("PATH", "")
+    return env
+'''
+
+
+REPLAY_DRIVER = FORKSERVER + r'''
 import base64, json, os, shutil, subprocess, sys
 root = os.path.dirname(os.path.abspath(__file__))
 job = json.load(open(os.path.join(root, "in.json")))
 res = []
+_env = None
+if job.get("forkserver", True):
+    try:
+        _env = start_forkserver(root, float(job.get("exec_timeout", 60)))
+    except Exception as e:  # no fork server: every python3 is a real process (same results, slower)
+        sys.stderr.write("forkserver disabled: %r\n" % (e,))
+        _env = None
 def walk(d):
     out = {}
     for dp, dns, fns in os.walk(d):
@@ -319,7 +547,7 @@ for i, t in enumerate(job["tasks"]):
                 open(q, "rb").read()
             elif n == "exec":
                 wd = os.path.normpath(os.path.join(d, a.get("workdir") or "."))
-                r = subprocess.run(["bash", "-c", a["command"]], cwd=wd, capture_output=True,
+                r = subprocess.run(["bash", "-c", a["command"]], cwd=wd, capture_output=True, env=_env,
                                    timeout=float(a.get("timeout") or 60))
                 if r.returncode != 0:
                     errs.append("exec rc %d: %s" % (r.returncode, r.stderr.decode(errors="replace")[-300:]))
@@ -436,7 +664,7 @@ def _b64(d: dict[str, bytes | None]) -> dict[str, str | None]:
     return {p: (base64.b64encode(b).decode() if b is not None else None) for p, b in d.items()}
 
 
-def _validate_chunk(tasks: list[Task], factory: Any, timeout: float) -> list[TaskValidation]:
+def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver: bool = True) -> list[TaskValidation]:
     t0 = time.perf_counter()
     vals = [TaskValidation(task_id=t.task_id, family=t.family, category=t.category) for t in tasks]
     for v, t in zip(vals, tasks):
@@ -447,8 +675,8 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float) -> list[Tas
             v.errors.append(f"compile: {e}")
     # phase 1: replay every reference
     replay = _run_driver(factory, REPLAY_DRIVER, {"tasks": [
-        {"files": _b64(t.file_map()), "calls": [c.model_dump() for c in (t.reference or [])]} for t in tasks]},
-        timeout)
+        {"files": _b64(t.file_map()), "calls": [c.model_dump() for c in (t.reference or [])]} for t in tasks],
+        "forkserver": forkserver}, timeout)
     # phase 2: build the variants on the host
     jobs = []
     for v, t, rep in zip(vals, tasks, replay):
