@@ -25,7 +25,7 @@ TABLE_EXPECTATIONS: dict[str, dict[str, Any]] = {
                      "between": {"score": (0.0, 1.0)},
                      "in_set": {"failure_class": ["ok", "agent_error", "limit", "infra"]}},
     "sft": {"unique": ["sample_id"], "not_null": ["sample_id", "messages_json"]},
-    "bench_results": {"not_null": ["task_id", "score"], "between": {"score": (0.0, 1.0)},
+    "bench_results": {"not_null": ["task_id", "failure_class"], "between": {"score": (0.0, 1.0)},
                       "unique_combo": ["model", "suite", "task_id", "repeat"]},
     "bench_scores": {"not_null": ["category", "mean"], "between": {"mean": (0.0, 100.0)}},
 }

@@ -105,7 +105,12 @@ def bench_scores(context: dg.AssetExecutionContext, config: BenchScoresConfig, l
                              judge=judge.judge(), runtime=openclaw.runtime(), openclaw_opts=openclaw.opts(),
                              run_id=context.run.run_id, pass_threshold=config.pass_threshold, log=context.log.info)
             lake.write("bench_results", rows, {"model": model, "suite": suite})
-            stats = summarize(rows, n_boot=config.n_boot, seed=config.seed, pass_threshold=config.pass_threshold)
+            scored = [r for r in rows if r["failure_class"] != "infra"]  # infra failures are never scored as 0
+            md[f"{suite}/n_infra"] = len(rows) - len(scored)
+            if not scored:
+                raise dg.Failure(f"{model} on {suite}: all {len(rows)} rollouts failed with infra errors "
+                                 f"(endpoint or sandbox); nothing to score. See the run log for the errors.")
+            stats = summarize(scored, n_boot=config.n_boot, seed=config.seed, pass_threshold=config.pass_threshold)
             srows = [{**s.to_dict(), "model": model, "suite": suite, "parent": parent, "run_id": context.run.run_id}
                      for s in stats]
             lake.write("bench_scores", srows, {"model": model, "suite": suite})

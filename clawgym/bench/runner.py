@@ -41,7 +41,7 @@ def result_row(ro, *, model: str, suite: str, repeat: int, pass_threshold: float
     score = ro.score
     return {
         "model": model, "suite": suite, "task_id": ro.task_id, "category": ro.category, "repeat": repeat,
-        "score": 0.0 if score is None else float(score), "passed": score is not None and score >= pass_threshold - 1e-9,
+        "score": None if score is None else float(score), "passed": score is not None and score >= pass_threshold - 1e-9,
         "failure_class": ro.failure_class, "rollout_id": ro.rollout_id,
         "verification_json": json.dumps(ro.verification, default=str) if ro.verification is not None else None,
         "messages_json": json.dumps(ro.messages, default=str, ensure_ascii=False), "run_id": run_id,
@@ -52,7 +52,7 @@ def run_suite(tasks: Iterable, policy, factory, *, model: str, suite: str, repea
               judge=None, runtime: str = "builtin", openclaw_opts: dict | None = None, run_id: str = "",
               pass_threshold: float = 1.0, log: Callable[[str], Any] | None = None) -> list[dict]:
     """Roll out every task `repeats` times with one live endpoint; returns bench_results rows.
-    Infra failures (score None after retries) are scored 0 here but keep failure_class="infra"."""
+    Infra failures (score None after retries) keep score None and failure_class="infra": never scored as 0."""
     from clawgym.agent.policies import get_policy, open_endpoint
     from clawgym.agent.rollout import run_rollout
 
@@ -68,5 +68,6 @@ def run_suite(tasks: Iterable, policy, factory, *, model: str, suite: str, repea
                 rows.append(result_row(ro, model=model, suite=suite, repeat=r, pass_threshold=pass_threshold,
                                        run_id=run_id))
                 if log:
-                    log(f"{model} {suite} {t.task_id} r{r}: score={ro.score} {ro.failure_class}")
+                    log(f"{model} {suite} {t.task_id} r{r}: score={ro.score} {ro.failure_class}"
+                        + (f" ({ro.error[:200]})" if ro.error and ro.failure_class != "ok" else ""))
     return rows
