@@ -24,7 +24,10 @@ def main() -> None:
     ap.add_argument("--backend", default="bwrap", choices=["bwrap", "docker", "local", "host", "auto"])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--chunk", type=int, default=100)
+    ap.add_argument("--no-forkserver", action="store_true", help="replay python3 runs as real processes (before/after)")
     a = ap.parse_args()
+    if a.no_forkserver:
+        os.environ["CLAWGYM_FORKSERVER"] = "0"
 
     from clawgym.sandbox.base import SandboxConfig
     from clawgym.synth.families import all_families
@@ -39,6 +42,7 @@ def main() -> None:
     import resource
 
     fams = all_families()
+    load0 = os.getloadavg()[0]
     r0s, r0c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     res = synthesize(a.n, seed=a.seed, factory=factory, personas=expand_personas(), workers=a.workers, chunk=a.chunk)
@@ -49,7 +53,8 @@ def main() -> None:
     if factory is not None:
         factory.close()
     passed = sum(v.passed for v in res.validations)
-    print(f"families: {len(fams)}  tasks: {a.n}  backend: {a.backend}  workers: {a.workers}  chunk: {a.chunk}")
+    print(f"families: {len(fams)}  tasks: {a.n}  backend: {a.backend}  workers: {a.workers}  chunk: {a.chunk}  "
+          f"forkserver: {not a.no_forkserver}  load average at start {load0:.1f}")
     for k, v in res.timings.items():
         print(f"  {k:12s} {v:8.2f} s")
     print(f"passed gates: {passed}/{len(res.validations)}  accepted: {len(res.tasks)}  rejected: {len(res.rejected)}")

@@ -137,3 +137,38 @@ def test_one_hostile_task_does_not_sink_its_chunk():
     assert [v.task_id for v in vals] == [good[0].task_id, "evil", good[2].task_id]
     assert vals[0].passed and vals[2].passed
     assert not vals[1].passed and "infra" in vals[1].reason
+
+
+_FS_CMDS = [
+    "python3 -c \"import sys, os; print(sys.argv, os.getcwd().endswith('sub'))\" a 'b c' | cat > ../output/argv.txt",
+    "python3 - x <<'EOF'\nimport sys\nprint(sys.argv, repr(sys.stdin.read()))\nEOF\n",
+    "python3 -m json.tool ../input/d.json | tee ../output/pretty.json > /dev/null",
+    "python3 -m json.tool ../input/d.json > ../output/pretty2.json && echo ok",
+    "echo 'print(6 * 7)' | python3 | tr 4 X > ../output/pipe.txt",
+    "python3 -c 'raise SystemExit(3)' || echo rc=$? > ../output/rc.txt",
+    "python3 -m no_such_module_xyz 2> ../output/nomod.txt; echo $? >> ../output/rc.txt",
+    "X=1 python3 -c \"import os, sys; sys.stdout.write(os.environ['X'])\" >> ../output/rc.txt",
+    "python3 -c \"import sys; print('yaml' in sys.modules, 'csv' in sys.modules)\" | cat > ../output/served.txt",
+]
+
+
+def test_replay_fork_server_matches_real_interpreter(any_isolating_factory):
+    """The replay driver's python3 fork server reproduces a real `python3` (argv, cwd, env, stdin/heredoc, pipes,
+    -m, exit codes, redirects to files) — the only visible difference is what is pre-imported."""
+    import base64
+
+    from clawgym.synth.gates import REPLAY_DRIVER, _b64, _run_driver
+
+    calls = [{"name": "exec", "arguments": {"command": "mkdir -p output sub"}}]
+    calls += [{"name": "exec", "arguments": {"command": c, "workdir": "sub"}} for c in _FS_CMDS]
+    job = {"tasks": [{"files": _b64({"input/d.json": b'{"b": [1, 2], "a": "x"}'}), "calls": calls}]}
+    real = _run_driver(any_isolating_factory, REPLAY_DRIVER, {**job, "forkserver": False}, 120)[0]
+    forked = _run_driver(any_isolating_factory, REPLAY_DRIVER, {**job, "forkserver": True}, 120)[0]
+    dec = lambda r: {p: base64.b64decode(b) for p, b in r["overlay"].items()}  # noqa: E731
+    a, b = dec(real), dec(forked)
+    assert a.pop("output/served.txt").startswith(b"False")  # a real interpreter never pre-imports yaml/csv
+    assert b.pop("output/served.txt") == b"True True\n"  # ... the fork server did serve these runs
+    assert a == b
+    assert real["errors"] == forked["errors"] == []
+    assert a["output/argv.txt"] == b"['-c', 'a', 'b c'] True\n" and a["output/pipe.txt"] == b"X2\n"
+    assert a["output/rc.txt"] == b"rc=3\n1\n1" and b"No module named no_such_module_xyz" in a["output/nomod.txt"]
