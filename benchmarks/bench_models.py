@@ -105,8 +105,9 @@ def call_stats(rollouts) -> dict:
             "tool_calls_valid": valid, "turns_with_unparsed_tool_markup": text_tool_markup}
 
 
-def score_model(label: str, model_dir: str, bench, factory, limits, workers: int, serve_args: list[str]) -> dict:
-    from clawgym.agent import PolicySpec, run_rollouts
+def score_model(label: str, model_dir: str, bench, factory, limits, workers: int, serve_args: list[str],
+                retry_timeout_s: float = 3600.0) -> dict:
+    from clawgym.agent import PolicySpec, RetryPolicy, run_rollouts
     from clawgym.bench.stats import summarize
 
     log(f"{label}: scoring {len(bench)} bench tasks with {model_dir} (workers={workers})")
@@ -114,7 +115,8 @@ def score_model(label: str, model_dir: str, bench, factory, limits, workers: int
                       extra={"continuous_batching": True, "device": "cpu" if not _cuda() else "auto",
                              "startup_timeout_s": 600.0, "extra_args": serve_args})
     t = time.time()
-    ros = run_rollouts(bench, spec, factory, workers=workers, limits=limits, attempts=2)
+    ros = run_rollouts(bench, spec, factory, workers=workers, limits=limits, attempts=2,
+                       retry=RetryPolicy(attempts=2, timeout_s=retry_timeout_s))
     wall = time.time() - t
     scored = [r for r in ros if r.score is not None]
     rows = summarize([{"task_id": r.task_id, "category": r.category, "score": r.score} for r in scored])
@@ -182,11 +184,15 @@ def main() -> None:
     ap.add_argument("--cb-num-blocks", type=int, default=768,
                     help="KV-cache blocks of `transformers serve` (its default sizes the cache from free memory: "
                          "it was OOM-killed on a shared 23 GB box); 0 = the server's default")
+    ap.add_argument("--request-timeout-s", type=float, default=3600.0,
+                    help="per chat request; the library default (300 s) made a CPU-starved server re-receive "
+                         "every request up to 4 times")
     ap.add_argument("--cb-block-size", type=int, default=32)
     ap.add_argument("--cb-max-batch-tokens", type=int, default=1024)
     ap.add_argument("--base", default="data/models/smollm2-135m-instruct")
     ap.add_argument("--name", default="bench-sft")
     ap.add_argument("--out", default="data/bench_models/figures.json")
+    ap.add_argument("--parallel-score", action="store_true", help="score base and SFT at the same time, after SFT")
     ap.add_argument("--serial", action="store_true", help="train SFT after base scoring, not during it")
     ap.add_argument("--skip-sft", action="store_true", help="reuse data/checkpoints/<name> if it exists")
     a = ap.parse_args()
@@ -268,9 +274,20 @@ def main() -> None:
                    f"--cb-max-batch-tokens={a.cb_max_batch_tokens}"] if a.cb_num_blocks > 0 else [])
     limits = Limits(max_turns=a.max_turns, max_completion_tokens=a.max_tokens, max_wall_s=a.max_wall_s,
                     max_total_tokens=400_000)
-    t = time.time()
-    base_res = score_model("base", base, bench, factory, limits, a.workers, serve_args)
-    walls["score_base"] = time.time() - t
+    both = None
+    if a.parallel_score:  # train (or reuse) first, then score both models at the same time
+        if sft_future is not None:
+            sft_future.result()
+        t = time.time()
+        with ThreadPoolExecutor(2) as ex:
+            both = [ex.submit(score_model, lab, m, bench, factory, limits, a.workers, serve_args,
+                              a.request_timeout_s) for lab, m in (("base", base), ("sft", str(ckpt)))]
+            base_res = both[0].result()
+        walls["score_base"] = time.time() - t
+    else:
+        t = time.time()
+        base_res = score_model("base", base, bench, factory, limits, a.workers, serve_args, a.request_timeout_s)
+        walls["score_base"] = time.time() - t
     early = ROOT / a.out
     early = early.with_name(early.stem + "-base.json")
     early.parent.mkdir(parents=True, exist_ok=True)
@@ -281,8 +298,12 @@ def main() -> None:
 
     # 4b. score the SFT checkpoint on the bench tasks
     t = time.time()
-    sft_res = score_model("sft", str(ckpt), bench, factory, limits, a.workers, serve_args)
-    walls["score_sft"] = time.time() - t
+    if both is not None:
+        sft_res = both[1].result()
+        walls["score_sft"] = walls["score_base"]
+    else:
+        sft_res = score_model("sft", str(ckpt), bench, factory, limits, a.workers, serve_args, a.request_timeout_s)
+        walls["score_sft"] = time.time() - t
     common = {k: v for k, v in base_res["task_scores"].items() if v is not None}
     cur = {k: v for k, v in sft_res["task_scores"].items() if v is not None}
     c = compare(cur, common)
