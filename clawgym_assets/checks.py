@@ -45,9 +45,23 @@ def trajectories_gx(lake: LakeResource) -> dg.AssetCheckResult:
     return _gx("trajectories", lake.read("trajectories"))
 
 
-@dg.asset_check(asset=sft_dataset, blocking=True, description="GX: unique sample ids, messages present")
+@dg.asset_check(asset=sft_dataset, blocking=True,
+                description="GX: unique sample ids, assistant turns non-empty, tools present, tokens ≤ max length")
 def sft_gx(lake: LakeResource) -> dg.AssetCheckResult:
-    return _gx("sft", lake.read("sft"))
+    import json
+
+    from clawgym.trajectories.sft import SFTCleanConfig, check_sft_rows
+
+    table = lake.read("sft")
+    ok1, d1 = quality.check_table("sft", table)
+    stats_file = lake.path("datasets", "sft", "clawgym_stats.json")  # written with the HF export: the config used
+    cfg = json.loads(stats_file.read_text()).get("config", {}) if stats_file.exists() else {}
+    max_tokens = int(cfg.get("max_tokens") or SFTCleanConfig().max_tokens)
+    ok2, d2 = check_sft_rows(table.to_pylist(), max_tokens) if table.num_rows else (True, {"n_rows": 0})
+    return dg.AssetCheckResult(passed=ok1 and ok2,
+                               description=f"table: {quality.summary(d1)} | rows: {quality.summary(d2)}",
+                               metadata={"table": dg.MetadataValue.json(d1), "rows": dg.MetadataValue.json(d2),
+                                         "max_tokens": max_tokens})
 
 
 @dg.asset_check(asset=bench_scores, blocking=True, description="GX: scores within 0–100, per-task results in [0,1]")

@@ -121,7 +121,7 @@ class SftConfig(dg.Config):
                       "heartbeat/cron turns dropped, duplicates and bench-contaminated tasks removed.")
 def sft_dataset(context: dg.AssetExecutionContext, config: SftConfig, lake: LakeResource,
                 endpoints: ModelEndpointsResource) -> dg.MaterializeResult:
-    from clawgym.trajectories.sft import SFTCleanConfig, build_sft_dataset
+    from clawgym.trajectories.sft import SFTCleanConfig, build_sft_dataset, save_hf_dataset
 
     rows = lake.read("trajectories").to_pylist()
     if config.policies:
@@ -137,9 +137,11 @@ def sft_dataset(context: dg.AssetExecutionContext, config: SftConfig, lake: Lake
                          contamination_threshold=config.contamination_threshold)
     res = build_sft_dataset(rows, [t for t in tasks if t.split == "train"], bench, cfg)
     lake.write("sft", res.rows)
+    hf_dir = save_hf_dataset(res.rows, lake.path("datasets", "sft"), stats=res.stats) if res.rows else None
     stats = {k: v for k, v in res.stats.items() if k != "config"}
     return dg.MaterializeResult(metadata={
-        "n_rows": len(res.rows), "n_trajectories_in": len(rows), "n_rejected": len(res.rejected),
+        "n_rows": len(res.rows),
+        "hf_dataset": dg.MetadataValue.path(str(hf_dir)) if hf_dir else "(empty)", "n_trajectories_in": len(rows), "n_rejected": len(res.rejected),
         "rejected_by_reason": md_counts("reason", counts(r["reason"] for r in res.rejected)),
         "stats": dg.MetadataValue.json(json.loads(json.dumps(stats, default=str))),
         "by_category": md_counts("category", counts(r.get("category") for r in res.rows)),

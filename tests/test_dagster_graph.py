@@ -153,3 +153,33 @@ def test_trajectories_resume_and_steps(graph):
     assert md["n_skipped_resume"].value == 1 and md["n_new"].value == len(mine) - 1
     steps = lk.read_table("steps", part, root=root).to_pylist()
     assert steps and {s["tool_name"] for s in steps} <= {"read", "write", "edit", "exec", "ls", "apply_patch"}
+
+
+def test_sft_dataset_exports_and_gates(graph, tmp_path):
+    """sft_dataset from the oracle trajectories written above: lake rows, a load_from_disk folder, blocking GX gate."""
+    import datasets
+
+    from clawgym.train.base_model import make_tiny_model
+    from clawgym_assets import rollouts
+    from clawgym_assets.checks import sft_gx
+    from clawgym_resources import ModelEndpointsResource
+
+    inst, res, root = graph["instance"], dict(graph["res"]), graph["data"] / "lake"
+    if not lk.read_table("trajectories", root=root).num_rows:  # run alone: write one partition first
+        test_trajectories_resume_and_steps(graph)
+    tiny = make_tiny_model(tmp_path / "tiny")  # the base model only provides the tokenizer here
+    res["endpoints"] = ModelEndpointsResource(base_model_dir=str(tiny))
+    base = dg.AssetSpec("base_model")
+    r = dg.materialize([rollouts.sft_dataset, sft_gx, base], selection=["sft_dataset"], resources=res, instance=inst,
+                       run_config={"ops": {"sft_dataset": {"config": {"max_tokens": 4096}}}})
+    assert r.success
+    rows = lk.read_table("sft", root=root).to_pylist()
+    assert rows and all(r["task_id"] for r in rows)
+    checks = r.get_asset_check_evaluations()
+    assert [c.passed for c in checks] == [True]
+    assert checks[0].metadata["max_tokens"].value == 4096
+    ds = datasets.load_from_disk(str(graph["data"] / "datasets" / "sft"))
+    assert len(ds) == len(rows)
+    msgs = ds[0]["messages"]
+    assert any(m["role"] == "assistant" and m.get("tool_calls") for m in msgs)
+    assert any(m["role"] == "tool" for m in msgs) and ds[0]["tools"]
