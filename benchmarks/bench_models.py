@@ -249,7 +249,7 @@ def main() -> None:
     log(f"SFT set: {len(res.rows)} rows, tokens_mean {sft_stats.get('tokens_mean')}, rejected {sft_stats.get('rejected')}")
     from clawgym.train.sft import SFTRunConfig, read_registry_row, run_sft
 
-    def train() -> dict | None:
+    def train_sft() -> dict | None:
         if a.skip_sft and (ckpt / "config.json").exists():
             log(f"reusing {ckpt}")
             return read_registry_row(ckpt)
@@ -267,7 +267,7 @@ def main() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     pool = ThreadPoolExecutor(1)
-    sft_future = pool.submit(train) if not a.serial else None
+    sft_future = pool.submit(train_sft) if not a.serial else None
 
     # 4a. score the base model (while SFT trains)
     serve_args = ([f"--cb-num-blocks={a.cb_num_blocks}", f"--cb-block-size={a.cb_block_size}",
@@ -293,7 +293,7 @@ def main() -> None:
     early.parent.mkdir(parents=True, exist_ok=True)
     early.write_text(json.dumps({"oracle_stats": ostats, "base": {k: v for k, v in base_res.items() if k != "rollouts"},
                                  "rollouts": base_res["rollouts"]}, indent=1, default=str))
-    sft_row = sft_future.result() if sft_future is not None else train()
+    sft_row = sft_future.result() if sft_future is not None else train_sft()
     pool.shutdown()
 
     # 4b. score the SFT checkpoint on the bench tasks
