@@ -147,13 +147,19 @@ class RetryPolicy:
     max_backoff_s: float = 20.0
     timeout_s: float = 300.0
 
+    @classmethod
+    def for_kind(cls, kind: str | None) -> "RetryPolicy":
+        """A local model server on a starved CPU can take many minutes per request: re-sending it only makes
+        the server compute abandoned copies, so local endpoints wait long and retry once."""
+        return cls(attempts=2, timeout_s=3600.0) if kind == "local" else cls()
+
 
 class ChatClient:
     def __init__(self, endpoint: Endpoint, retry: RetryPolicy | None = None):
         import openai
 
         self.endpoint = endpoint
-        self.retry = retry or RetryPolicy()
+        self.retry = retry or RetryPolicy.for_kind(getattr(endpoint, "kind", None))
         self._openai = openai
         self.client = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0,
                                     timeout=self.retry.timeout_s, default_headers=endpoint.headers or None)

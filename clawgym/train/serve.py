@@ -38,6 +38,31 @@ def _serve_cmd() -> list[str]:
     return [sys.executable, "-m", "transformers.cli.transformers", "serve"]
 
 
+CPU_CB_ARGS = ("--cb-num-blocks", "768", "--cb-block-size", "32", "--cb-max-batch-tokens", "1024")
+
+
+def _has_cuda(device: str) -> bool:
+    if device.startswith("cuda"):
+        return True
+    if device != "auto":
+        return False
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:  # pragma: no cover
+        return False
+
+
+def _die_with_parent() -> None:  # runs in the child before exec: SIGTERM when the parent dies (even by SIGKILL)
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
+    except Exception:  # pragma: no cover
+        pass
+
+
 class ModelServer:
     """An OpenAI-compatible server for one model folder. `start()` returns the base URL (…/v1)."""
 
@@ -75,7 +100,12 @@ class ModelServer:
         cmd = _serve_cmd() + [self.model_dir, "--host", self.host, "--port", str(self.port),
                               "--device", self.device, "--dtype", self.dtype, "--log-level", "warning"]
         cmd.append("--continuous-batching" if self.continuous_batching else "--no-continuous-batching")
-        return cmd + self.extra_args
+        extra = list(self.extra_args)
+        if self.continuous_batching and not _has_cuda(self.device) and not any(a.startswith("--cb-") for a in extra):
+            # transformers' default KV-cache sizing for continuous batching grew to ~10 GB RSS on CPU and was
+            # OOM-killed (every request then failed with a connection error); these bounds keep it near 2.3 GB
+            extra += list(CPU_CB_ARGS)
+        return cmd + extra
 
     def start(self) -> str:
         if self._proc is not None:
@@ -88,7 +118,7 @@ class ModelServer:
         self._log_file = open(self._log_path, "ab")
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
         self._proc = subprocess.Popen(self.command(), stdout=self._log_file, stderr=subprocess.STDOUT, env=env,
-                                      start_new_session=True)
+                                      start_new_session=True, preexec_fn=_die_with_parent)
         atexit.register(self.stop)
         try:
             self._wait_healthy()
