@@ -26,6 +26,9 @@ class BenchTasksConfig(dg.Config):
     clawgym_dir: str = ""  # a ClawGym-Bench task folder ("" = suite left empty)
     pinchbench_dir: str = ""  # a PinchBench tasks/ folder ("" = suite left empty)
     limit: int = 0  # 0 = all tasks of the suite
+    procedural_n: int = 200  # procedural suite size, balanced over the six categories (ClawGym-Bench has 200)
+    strong_policy: str = "oracle"  # once both have bench results, prefer tasks that separate them
+    weak_policy: str = ""  # e.g. the base model; "" = no difficulty signal yet
 
 
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"}, partitions_def=suite_partitions, deps=[verifiers],
@@ -34,10 +37,17 @@ class BenchTasksConfig(dg.Config):
 def bench_tasks(context: dg.AssetExecutionContext, config: BenchTasksConfig, lake: LakeResource) -> dg.MaterializeResult:
     suite = context.partition_key
     errors = 0
+    n_separating = 0
     if suite == "procedural":
         rejected = set(lake.read("rejected_tasks").column("task_id").to_pylist())
         tasks = [t for t in tasks_from_table(lake.read("tasks", {"source": "synthetic"}))
                  if t.split == "bench" and t.task_id not in rejected]
+        from clawgym.bench.suites import select_balanced, separation
+
+        sep = separation(lake.read("bench_results", {"suite": "procedural"}).to_pylist(), config.strong_policy,
+                         config.weak_policy) if config.weak_policy else {}
+        tasks = select_balanced(tasks, config.procedural_n, sep)
+        n_separating = sum(1 for t in tasks if sep.get(t.task_id, 0) > 0)
     else:
         folder = config.clawgym_dir if suite == "clawgym" else config.pinchbench_dir
         tasks = []
@@ -57,7 +67,7 @@ def bench_tasks(context: dg.AssetExecutionContext, config: BenchTasksConfig, lak
         tasks = tasks[: config.limit]
     lake.write("tasks", [task_row(t, f"bench_{suite}") for t in tasks], {"source": f"bench_{suite}"})
     return dg.MaterializeResult(metadata={
-        "n": len(tasks), "import_errors": errors,
+        "n": len(tasks), "import_errors": errors, "n_separating": n_separating,
         "by_category": md_counts("category", counts(t.category for t in tasks)),
         "by_family": md_counts("family", counts(t.family for t in tasks)),
     })

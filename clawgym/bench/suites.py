@@ -29,3 +29,46 @@ def load_suite_folder(path: str, *, suite: str, split: str = "bench", fmt: str =
         return rep
     return import_clawgym_folder(d, suite=suite, split=split)
 
+
+
+def separation(results: list[dict], strong: str, weak: str) -> dict[str, float]:
+    """Per task: mean score of the strong model minus the weak one's, over their scored rows (bench_results-like
+    dicts with model, task_id, score; infra rows with score None are ignored). Tasks missing either side are
+    left out."""
+    from collections import defaultdict
+
+    acc: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in results:
+        if r.get("score") is not None and r.get("model") in (strong, weak):
+            acc[(r["model"], r["task_id"])].append(float(r["score"]))
+    out = {}
+    for (model, tid), v in acc.items():
+        if model == strong and (weak, tid) in acc:
+            w = acc[(weak, tid)]
+            out[tid] = sum(v) / len(v) - sum(w) / len(w)
+    return out
+
+
+def select_balanced(tasks: list, n: int, sep: dict[str, float] | None = None, seed: int = 0) -> list:
+    """Up to n tasks spread evenly over categories (round-robin), and within a category the tasks that separate
+    a strong from a weak policy first (higher separation first; unknown = 0), ties broken by a seeded hash so the
+    pick is stable but not alphabetical. Keeps every category represented before any gets a second task."""
+    import hashlib
+    from collections import defaultdict
+
+    sep = sep or {}
+    by_cat: dict[str, list] = defaultdict(list)
+    for t in tasks:
+        by_cat[t.category].append(t)
+
+    def key(t):
+        h = hashlib.sha1(f"{seed}:{t.task_id}".encode()).hexdigest()
+        return (-sep.get(t.task_id, 0.0), h)
+
+    queues = {c: sorted(ts, key=key) for c, ts in sorted(by_cat.items())}
+    picked: list = []
+    while len(picked) < n and any(queues.values()):
+        for c in list(queues):
+            if queues[c] and len(picked) < n:
+                picked.append(queues[c].pop(0))
+    return picked
