@@ -17,8 +17,10 @@ MODEL = Path(os.environ.get("CLAWGYM_BASE_MODEL_DIR",
 
 
 def test_local_model_policy_rollout():
-    if not (MODEL / "config.json").exists():
-        pytest.skip(f"no prepared base model at {MODEL} (clawgym.train.base_model prepares it)")
+    if not (MODEL / "config.json").exists():  # the real embedded model, prepared once (idempotent, ~1 min)
+        from clawgym.train.base_model import prepare_base_model
+
+        prepare_base_model(MODEL)
     spec = PolicySpec(name="smollm2-base", kind="local", model=str(MODEL),
                       extra={"model_path": str(MODEL), "continuous_batching": False})
     f = get_factory("local")

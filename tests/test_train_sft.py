@@ -65,10 +65,12 @@ def test_sft_then_resume_through_pipes_then_serve(setup):
             extras={"sft_config": cfg2}, env={**os.environ, "HF_HUB_OFFLINE": "1"},
         ).get_materialize_result()
 
-    inst = dg.DagsterInstance.ephemeral()
-    inst.add_dynamic_partitions("checkpoint", ["ckpt-tiny"])
-    res = dg.materialize([checkpoints], partition_key="ckpt-tiny", instance=inst,
-                         resources={"pipes_subprocess_client": dg.PipesSubprocessClient()})
+    # instance_for_test kept open for the whole materialize: an ephemeral() instance created after other
+    # Dagster tests in the same session can fail with "Attempted to resolve undefined DagsterInstance weakref"
+    with dg.instance_for_test() as inst:
+        inst.add_dynamic_partitions("checkpoint", ["ckpt-tiny"])
+        res = dg.materialize([checkpoints], partition_key="ckpt-tiny", instance=inst,
+                             resources={"pipes_subprocess_client": dg.PipesSubprocessClient()})
     assert res.success
     md = res.asset_materializations_for_node("checkpoints")[0].metadata
     assert md["steps"].value == 45
