@@ -214,25 +214,34 @@ class RecordingProxy:
             async def relay():
                 chunks: list[dict] = []
                 buf = b""
+                done = False  # upstream sent [DONE]
                 try:
                     async for part in r.aiter_raw():
-                        yield part
-                        buf += part
+                        buf += part  # parse before yielding: the client may hang up right after the last chunk
                         while b"\n" in buf:
                             line, buf = buf.split(b"\n", 1)
                             line = line.strip()
                             if line.startswith(b"data:"):
                                 payload = line[5:].strip()
-                                if payload and payload != b"[DONE]":
+                                if payload == b"[DONE]":
+                                    done = True
+                                elif payload:
                                     try:
                                         chunks.append(json.loads(payload))
                                     except Exception:
                                         pass
-                    entry.update(status=200, response=merge_stream(chunks))
+                        yield part
+                    done = True
                 except Exception as e:  # client went away or upstream broke mid-stream
                     entry.update(status=599, error=f"stream broken: {type(e).__name__}: {e}")
                     raise
                 finally:
+                    # also reached on cancellation (the client closed after the last chunk): a stream that
+                    # completed upstream is a 200 whatever the client did afterwards
+                    if "status" not in entry and done:
+                        entry.update(status=200, response=merge_stream(chunks))
+                    elif "status" not in entry:
+                        entry.update(status=499, error="client closed the stream before it completed")
                     await r.aclose()
                     entry["latency_s"] = time.time() - t0
                     proxy._log(entry)
