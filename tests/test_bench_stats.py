@@ -57,3 +57,11 @@ def test_compare_detects_regression():
     assert not same.significant_regression and same.delta == 0
     assert compare({"x": 1.0}, {"y": 1.0}).n_common == 0
     assert task_means([{"task_id": "a", "score": 1}, {"task_id": "a", "score": 0}]) == {"a": 0.5}
+
+
+def test_task_means_leave_infra_rows_out():
+    from clawgym.bench.stats import task_means
+
+    rows = [{"task_id": "a", "score": 1.0}, {"task_id": "a", "score": None}, {"task_id": "a", "score": 0.0},
+            {"task_id": "b", "score": None}]
+    assert task_means(rows) == {"a": 0.5}

@@ -113,8 +113,10 @@ def compare(current: Mapping[str, float], parent: Mapping[str, float], *, n_boot
 
 
 def task_means(results: Iterable[Mapping]) -> dict[str, float]:
-    """task_id -> mean score over repeats."""
+    """task_id -> mean score over repeats. Infra rows (score None) are not scores: they are left out, and a task
+    with only infra rows is absent (so parent/child comparisons use tasks both actually scored)."""
     acc: dict[str, list[float]] = defaultdict(list)
     for r in results:
-        acc[str(r["task_id"])].append(float(r["score"]))
+        if r.get("score") is not None:
+            acc[str(r["task_id"])].append(float(r["score"]))
     return {t: float(np.mean(v)) for t, v in acc.items()}
