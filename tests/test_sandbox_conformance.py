@@ -92,6 +92,12 @@ def test_workspace_files_and_cwd(sb):
     sb.exec("mkdir -p sub/deeper && pwd > sub/deeper/where")
     assert sb.exec("pwd", workdir="sub").stdout.strip() == sb.workspace + "/sub"
     assert sb.exec("true", workdir="nope").rc == 126
+    assert sb.exec("true", workdir="hello.txt").rc == 126  # a file, not a directory
+    # a symlinked directory and an absolute /tmp path resolve inside the sandbox, as `cd` would
+    sb.exec("mkdir -p /tmp/wd && ln -s sub/deeper linked")
+    assert sb.exec("pwd -P; cat where", workdir="linked").stdout.split() == [sb.workspace + "/sub/deeper", sb.workspace]
+    assert sb.exec("pwd", workdir="/tmp/wd").stdout.strip() == "/tmp/wd"
+    assert sb.exec("pwd", workdir="sub/../sub/deeper").stdout.strip() == sb.workspace + "/sub/deeper"
 
 
 def test_write_read_list_remove_snapshot(sb):

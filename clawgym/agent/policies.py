@@ -17,9 +17,11 @@ exponential backoff and, when retries run out, raised as :class:`InfraError` (ne
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import random
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator, Literal
@@ -154,6 +156,27 @@ class RetryPolicy:
         return cls(attempts=2, timeout_s=3600.0) if kind == "local" else cls()
 
 
+_CLIENTS: dict[tuple, Any] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _shared_client(base_url: str, api_key: str | None, timeout: float, headers: dict[str, str] | None) -> Any:
+    """One `openai.OpenAI` per (endpoint, key, timeout, headers) for the whole process: building a client
+    loads the system CA bundle into a new SSL context (~45 ms here), which dominated short rollouts.
+    The client (an httpx connection pool) is thread-safe. The key stays in memory only (never logged)."""
+    import openai
+
+    key = (base_url, hashlib.sha256((api_key or "").encode()).hexdigest(), float(timeout),
+           tuple(sorted((headers or {}).items())))
+    with _CLIENTS_LOCK:
+        c = _CLIENTS.get(key)
+        if c is None:
+            c = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout,
+                              default_headers=headers or None)
+            _CLIENTS[key] = c
+        return c
+
+
 class ChatClient:
     def __init__(self, endpoint: Endpoint, retry: RetryPolicy | None = None):
         import openai
@@ -161,8 +184,7 @@ class ChatClient:
         self.endpoint = endpoint
         self.retry = retry or RetryPolicy.for_kind(getattr(endpoint, "kind", None))
         self._openai = openai
-        self.client = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, max_retries=0,
-                                    timeout=self.retry.timeout_s, default_headers=endpoint.headers or None)
+        self.client = _shared_client(endpoint.base_url, endpoint.api_key, self.retry.timeout_s, endpoint.headers)
         self.retries = 0  # retried requests, for the record
 
     def complete(self, **kwargs) -> Any:

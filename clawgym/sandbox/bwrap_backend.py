@@ -18,6 +18,7 @@ import logging
 import os
 import posixpath
 import shutil
+import stat
 import subprocess
 import threading
 import weakref
@@ -187,14 +188,18 @@ class BwrapSandbox(HostFileMixin, Sandbox):
         argv = ["bash", "-lc", cmd] if isinstance(cmd, str) else [str(x) for x in cmd]
         if not argv:
             raise ValueError("empty command")
+        chdir = self.config.workspace
         if workdir:
-            wd = workdir if workdir.startswith("/") else posixpath.join(self.config.workspace, workdir)
-            argv = ["/bin/sh", "-c", 'cd -- "$1" || exit 126; shift; exec "$@"', "sh", wd] + argv
+            wd = posixpath.normpath(workdir if workdir.startswith("/") else posixpath.join(self.config.workspace, workdir))
+            if self._plain_dir(wd):
+                chdir = wd  # bwrap's --chdir: no extra shell in the way
+            else:  # missing, or a symlink somewhere: let a shell inside resolve it (rc 126 if it fails)
+                argv = ["/bin/sh", "-c", 'cd -- "$1" || exit 126; shift; exec "$@"', "sh", wd] + argv
         timeout = float(timeout if timeout is not None else self.config.default_timeout_s)
         r, w = os.pipe()
         try:
             full = self._prefix() + self._argv_static[:1] + ["--json-status-fd", str(w)] + \
-                self._argv_static[1:] + ["--chdir", self.config.workspace, "--"] + self._inner_prefix() + argv
+                self._argv_static[1:] + ["--chdir", chdir, "--"] + self._inner_prefix() + argv
             cg = self._cg
             on_timeout = (lambda _p: cg.kill_all()) if cg is not None else None
             cap = run_capture(full, env=self._env(env), cwd="/", timeout=timeout, stdin=stdin,
@@ -226,6 +231,25 @@ class BwrapSandbox(HostFileMixin, Sandbox):
         return ExecResult(rc=rc, stdout=cap.stdout.decode("utf-8", errors="replace"),
                           stderr=cap.stderr.decode("utf-8", errors="replace"), timed_out=cap.timed_out,
                           duration_s=cap.duration_s, truncated=cap.truncated)
+
+    def _plain_dir(self, path: str) -> bool:
+        """Whether `path` (normalised, inside the sandbox) is a directory of the sandbox's writable state
+        reached without any symlink, checked from the host."""
+        st = self._state
+        bases = [(st.workspace, st.ws)] if st.ws_separate else []
+        bases += [(HOME, st.home), ("/tmp", st.tmp)]
+        for inside, host in bases:
+            if path == inside or path.startswith(inside + "/"):
+                cur = host
+                for part in [x for x in path[len(inside):].split("/") if x]:
+                    cur = os.path.join(cur, part)
+                    try:
+                        if not stat.S_ISDIR(os.lstat(cur).st_mode):
+                            return False
+                    except OSError:
+                        return False
+                return os.path.isdir(host) and not os.path.islink(host)
+        return False
 
     def memory_failcnt(self) -> int:
         """How often the sandbox hit its memory limit (cgroup), 0 without a cgroup."""
