@@ -346,6 +346,14 @@ def _traces(s) -> dict:
 
 
 def _assert_gone(traces, factory):
+    if hasattr(factory, "settle"):  # docker recycles: a closed sandbox's container is reset in the background
+        assert factory.settle(60)
+        for cid, d in factory.idle():  # back in the pool: reset to an empty state, not leaked
+            if cid in traces["containers"]:
+                traces["containers"].remove(cid)
+                traces["dirs"].remove(d)
+                assert os.listdir(os.path.join(d, "tmp")) == []
+                assert os.listdir(os.path.join(d, "root", ".openclaw", "workspace")) == []
     for d in traces["dirs"]:
         assert not os.path.exists(d), d
         assert d not in open("/proc/self/mounts").read()

@@ -1,24 +1,54 @@
 """Docker backend (docker SDK).
 
 Each sandbox is one container of `clawgym-sandbox:latest` (scripts/build_sandbox_image.sh builds it
-offline; clawgym/sandbox/Dockerfile is the online way) running `sleep infinity` under docker-init:
---network none, read-only root, cap_drop ALL, no-new-privileges, user 1000:1000, memory (no swap),
-pids and CPU limits, labelled clawgym.sandbox=1. The writable state (HOME=/root with the workspace,
-/tmp) is a size-limited host tmpfs bind-mounted in, so file access from the host needs no docker
-call and never follows symlinks. A warm pool of idle containers per factory makes open() fast.
+offline; clawgym/sandbox/Dockerfile is the online way): --network none, read-only root,
+no-new-privileges, cap_drop ALL + cap_add SETUID/SETGID, memory (no swap), pids and CPU limits,
+labelled clawgym.sandbox=1. Its pid 1 is docker-init; its only child is the exec server
+(clawgym/sandbox/execd.py, bind-mounted read-only at /opt/clawgym/execd.py) running as uid 0 and
+listening on a unix socket in a per-sandbox control dir (<state>/ctl on the host, root 0700,
+mounted at /run/clawgym), which the sandbox user (uid 1000) cannot enter. The writable state
+(HOME=/root with the workspace, /tmp) is a size-limited host tmpfs bind-mounted in, so file access
+from the host needs no docker call and never follows symlinks.
 
-exec runs `docker exec` through the raw API socket (deadline + capped output). On timeout the
-container is SIGKILLed (its pid namespace dies: every process the command started, setsid or not,
-and any other process in that sandbox) and started again on the same state: rc=124, timed_out.
+exec (fast path): connect to the server, which forks a handler that forks the command as
+1000:1000 (no groups, own session, env exactly as given) and relays framed stdout/stderr and the
+exit status. Deadline, output cap and flood limit are enforced host-side; every kill is host-side:
+a sweep SIGKILLs every process of the container's cgroup except docker-init and the server (after
+each exec, on timeout -> rc 124, on flood -> rc 137, on Ctrl-C/close). Where that is impossible
+(host not root, cgroup not found, socket missing, or `use_execd=False`) exec falls back to
+`docker exec` through the raw API socket, as before; a timeout there that cannot sweep SIGKILLs the
+container and starts it again on the same state.
+
+Recycling: close() returns at once; a reaper thread resets the container and puts it back into its
+factory's idle pool (capped at `max_idle`, only this factory, i.e. the same config, reuses it).
+Isolation argument - what is writable in a container, and how a reset restores it:
+  * processes: the sweep kills everything in the container's cgroup except docker-init and the
+    server (the sandbox user cannot signal or ptrace either: other uid, no capabilities, the server
+    is not dumpable), repeated until cgroup.procs holds only those two;
+  * HOME (/root, incl. the workspace) and /tmp: host tmpfs dirs; their contents are removed from the
+    host with an fd-based walk that never follows symlinks, modes/owners are restored, the
+    workspace path is created again (the same state as a fresh container) and checked empty;
+  * /dev/shm, /dev/mqueue and SysV IPC (the container's own ipc namespace): a forked child of the
+    server running as uid 1000 removes every SysV shm/sem/msg object and empties both dirs, then
+    checks nothing is left (a non-empty result fails the reset);
+  * nothing else is writable by uid 1000 (read-only root; /dev, /run/clawgym, /proc/sys and the
+    docker-managed /etc files are root-owned or read-only; no network namespace state survives its
+    processes). The server itself keeps no per-sandbox state.
+A container whose reset fails, that had to be restarted after a timeout, whose processes cannot
+be swept from the host, that was used `max_uses` times, or whose sandbox still had a command
+running `close_wait_s` after close is destroyed, not reused. factory.close() waits for the reaper,
+so no container, mount or temp dir outlives it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import posixpath
 import signal
 import socket
+import stat
 import struct
 import threading
 import time
@@ -63,17 +93,55 @@ def available(image: str = "clawgym-sandbox:latest") -> tuple[bool, str]:
     return True, ""
 
 
-class _Slot:
-    """A started container + its host state dir, not yet handed out."""
+EXECD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "execd.py")
+EXECD_IN = "/opt/clawgym/execd.py"
+CTL_IN = "/run/clawgym"
+_OUT, _ERR, _EXIT, _ERROR = 1, 2, 3, 4
 
-    def __init__(self, container_id: str, state: StateDir):
+
+class _Slot:
+    """A started container + its host state dir (and control dir), not handed out."""
+
+    def __init__(self, container_id: str, state: StateDir, ctl: str | None = None):
         self.id = container_id
         self.state = state
-        self.keep: set[int] = set()  # host pids of docker-init and its `sleep infinity`
+        self.ctl = ctl  # host dir of the server's socket
+        self.keep: set[int] = set()  # host pids of docker-init and its one child (the exec server)
         self.procs_file: str | None = None  # host path of the container's cgroup.procs
+        self.uses = 0
+        self.suspect = False  # restarted / reset failed: destroy instead of reuse
+
+    @property
+    def sock(self) -> str | None:
+        return os.path.join(self.ctl, "ctl.sock") if self.ctl else None
+
+    def fast(self) -> bool:
+        """The exec server can be used: the host can sweep and the socket exists."""
+        return (self.procs_file is not None and os.geteuid() == 0 and self.sock is not None
+                and os.path.exists(self.sock))
+
+    def connect(self, timeout: float = 5.0) -> socket.socket:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(timeout)
+            s.connect(self.sock)
+        except BaseException:
+            s.close()
+            raise
+        return s
+
+    def wait_server(self, timeout: float = 10.0) -> bool:
+        if not self.sock:
+            return False
+        end = time.monotonic() + timeout
+        while not os.path.exists(self.sock):
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.005)
+        return True
 
     def locate(self, api, timeout: float = 5.0) -> None:
-        """Find (from the host) the container's cgroup and its init + sleep pids, so leftover
+        """Find (from the host) the container's cgroup and its init + server pids, so leftover
         processes can be killed without a docker call. Leaves procs_file None where the host's
         /proc or cgroups are not readable (then timeouts restart the container instead)."""
         self.procs_file, self.keep = None, set()
@@ -108,7 +176,7 @@ class _Slot:
             return [p for p in (int(x) for x in f.read().split()) if p not in self.keep]
 
     def sweep(self, timeout: float = 5.0) -> bool:
-        """SIGKILL every container process except init + sleep, until none is left."""
+        """SIGKILL every container process except init + server, until none is left."""
         if self.procs_file is None or os.geteuid() != 0:
             return False
         end = time.monotonic() + timeout
@@ -128,6 +196,40 @@ class _Slot:
         except OSError:
             return False
 
+    def request(self, req: dict, timeout: float = 10.0) -> tuple[int | None, bytes]:
+        """A short request to the server (reset, ping): -> (rc or None, stderr)."""
+        s = self.connect(timeout)
+        try:
+            s.sendall(_request(req))
+            buf = bytearray()
+            end = time.monotonic() + timeout
+            while True:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return None, b"timeout"
+                s.settimeout(left)
+                b = s.recv(1 << 16)
+                if not b:
+                    break
+                buf += b
+        finally:
+            s.close()
+        rc, err, pos = None, bytearray(), 0
+        while pos + 5 <= len(buf):
+            kind, n = struct.unpack_from(">BI", buf, pos)
+            data = bytes(buf[pos + 5:pos + 5 + n])
+            pos += 5 + n
+            if kind == _EXIT and len(data) == 4:
+                rc = struct.unpack(">i", data)[0]
+            elif kind in (_ERR, _ERROR, _OUT):
+                err += data
+        return rc, bytes(err)
+
+
+def _request(req: dict) -> bytes:
+    body = json.dumps(req).encode()
+    return struct.pack(">I", len(body)) + body
+
 
 class DockerSandbox(HostFileMixin, Sandbox):
     backend = "docker"
@@ -144,73 +246,101 @@ class DockerSandbox(HostFileMixin, Sandbox):
         self._closed = False
         self._lock = threading.Lock()
         self._restart_lock = threading.Lock()
-        self._active = 0
+        self._active = 0  # execs and host file operations in flight
+        self._idle = threading.Condition(self._lock)
         # kill what an exec left running (background jobs, fork bombs) when it ends, like bwrap
         self.kill_background = True
+        self.use_execd = factory.use_execd
         cleanup.register(self)
 
     @property
     def host_workspace(self) -> str:
         return self._slot.state.ws
 
-    def _env(self, env):
+    def _enter(self) -> None:
+        with self._lock:
+            if self._closed:
+                raise SandboxError("sandbox is closed")
+            self._active += 1
+
+    def _leave(self) -> bool:
+        with self._lock:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.notify_all()
+            return self._active == 0
+
+    # host file operations count as activity, so a recycled container never sees a late write
+    def write_file(self, path, content, mode=0o644):
+        self._enter()
+        try:
+            return super().write_file(path, content, mode)
+        finally:
+            self._leave()
+
+    def remove(self, path):
+        self._enter()
+        try:
+            return super().remove(path)
+        finally:
+            self._leave()
+
+    def read_file(self, path, max_bytes=None):
+        self._enter()
+        try:
+            return super().read_file(path, max_bytes)
+        finally:
+            self._leave()
+
+    def list_files(self, path="."):
+        self._enter()
+        try:
+            return super().list_files(path)
+        finally:
+            self._leave()
+
+    def snapshot(self):
+        self._enter()
+        try:
+            return super().snapshot()
+        finally:
+            self._leave()
+
+    def _envd(self, env) -> dict[str, str]:
         e = {"PATH": SANDBOX_PATH, "HOME": HOME, "USER": "sandbox", "LOGNAME": "sandbox",
              "LANG": "C.UTF-8", "TMPDIR": "/tmp", "WORKSPACE": self.config.workspace, "TERM": "dumb"}
         e.update(self.config.env)
         if env:
             e.update(env)
-        return [f"{k}={v}" for k, v in e.items()]
+        return {str(k): str(v) for k, v in e.items()}
+
+    def _env(self, env):
+        return [f"{k}={v}" for k, v in self._envd(env).items()]
 
     def exec(self, cmd, timeout=None, workdir=None, env=None, stdin=None, max_output=1_000_000) -> ExecResult:
         self._check()
         argv = ["bash", "-lc", cmd] if isinstance(cmd, str) else [str(x) for x in cmd]
         if not argv:
             raise ValueError("empty command")
+        wd = None
         if workdir:
             wd = workdir if workdir.startswith("/") else posixpath.join(self.config.workspace, workdir)
-            argv = ["/bin/sh", "-c", 'cd -- "$1" || exit 126; shift; exec "$@"', "sh", wd] + argv
         timeout = float(timeout if timeout is not None else self.config.default_timeout_s)
         t0 = time.monotonic()
         deadline = t0 + timeout
         flood = flood_limit(max_output)
-        with self._lock:
-            self._active += 1
+        self._enter()
         try:
-            for attempt in (1, 2):
-                try:
-                    eid = self._api.exec_create(self.container_id, argv, stdout=True, stderr=True,
-                                                stdin=stdin is not None, user=f"{SANDBOX_UID}:{SANDBOX_GID}",
-                                                environment=self._env(env), workdir=self.config.workspace)["Id"]
-                    sock = self._api.exec_start(eid, socket=True)
-                    break
-                except Exception as e:
-                    # the container stopped (e.g. its init died): start it again on the same state
-                    if attempt == 1 and self._recover():
-                        continue
-                    raise SandboxError(f"docker exec failed: {e}") from e
-            try:
-                out, err, truncated, timed_out, flooded = self._pump(sock, eid, stdin, deadline, max_output, flood)
-            except BaseException:  # Ctrl-C / error while the command runs: kill what it started
-                try:
-                    self._kill_all()
-                except Exception as e:
-                    log.warning("could not stop the interrupted command: %s", e)
-                raise
-            try:
-                if timed_out or flooded:
-                    self._kill_all()
-                rc = 124 if timed_out else 137 if flooded else self._exit_code(eid, time.monotonic() + 10)
-                if rc is None:  # the stream ended but the exec never finished
-                    self._kill_all()
-                    rc, timed_out = 124, True
-            except Exception as e:
-                if self._closed:
-                    raise SandboxError("sandbox was closed while a command ran") from e
-                raise SandboxError(f"docker exec failed: {e}") from e
+            res = None
+            if self.use_execd and self._slot.fast():
+                res = self._exec_fast(argv, wd, env, stdin, deadline, max_output, flood)
+            if res is None:  # fallback: docker exec
+                if wd:
+                    argv = ["/bin/sh", "-c", 'cd -- "$1" || exit 126; shift; exec "$@"', "sh", wd] + argv
+                res = self._exec_docker(argv, env, stdin, deadline, max_output, flood)
+            out, err, truncated, timed_out, rc = res
         finally:
-            with self._lock:
-                self._active -= 1
-                last = self._active == 0
+            last = self._leave()
             if last and not self._closed and self.kill_background:
                 self._slot.sweep()  # like bwrap: nothing an exec started outlives it
         if self._closed:
@@ -218,6 +348,175 @@ class DockerSandbox(HostFileMixin, Sandbox):
         return ExecResult(rc=rc, stdout=out.decode("utf-8", errors="replace"),
                           stderr=err.decode("utf-8", errors="replace"), timed_out=timed_out,
                           duration_s=time.monotonic() - t0, truncated=truncated)
+
+    # -- fast path: the in-container exec server ----------------------------------------------
+    def _exec_fast(self, argv, wd, env, stdin, deadline, max_output, flood):
+        """-> (out, err, truncated, timed_out, rc), or None when the server cannot be reached
+        (the caller falls back to docker exec)."""
+        req = _request({"op": "exec", "argv": argv, "env": self._envd(env), "cwd": wd or self.config.workspace,
+                        "stdin": stdin is not None, "uid": SANDBOX_UID, "gid": SANDBOX_GID})
+        for attempt in (1, 2, 3):
+            try:
+                sock = self._slot.connect()
+                sock.sendall(req)
+            except OSError as e:
+                try:
+                    sock.close()
+                except Exception:
+                    pass
+                if attempt < 3 and self._recover():
+                    continue
+                log.debug("exec server of %s unreachable (%s): docker exec", self.container_id[:12], e)
+                return None
+            try:
+                r = self._pump_fast(sock, stdin, deadline, max_output, flood)
+            except BaseException:  # Ctrl-C / error while the command runs: kill what it started
+                try:
+                    self._kill_all()
+                except Exception as e:
+                    log.warning("could not stop the interrupted command: %s", e)
+                raise
+            out, err, truncated, timed_out, flooded, rc, started, error = r
+            if error is not None:
+                raise SandboxError(f"exec failed: {error}")
+            if not started and not timed_out and attempt < 3 and not self._closed:
+                # the server could not fork a handler (pids limit): clear the sandbox, try again
+                with self._lock:
+                    alone = self._active == 1
+                if alone and self.kill_background:
+                    self._slot.sweep()
+                time.sleep(0.05 * attempt)
+                continue
+            break
+        if timed_out or flooded:
+            self._kill_all()
+        if not timed_out and not flooded and rc is None:
+            if self._closed:
+                raise SandboxError("sandbox was closed while a command ran")
+            self._kill_all()  # the handler died (it never does on its own): report like a timeout
+            timed_out = True
+        rc = 124 if timed_out else 137 if flooded else rc
+        return out, err, truncated, timed_out, rc
+
+    def _pump_fast(self, sock, stdin, deadline, max_output, flood):
+        bufs = {_OUT: bytearray(), _ERR: bytearray()}
+        truncated = timed_out = flooded = started = False
+        rc = error = None
+        total = 0
+        writer = None
+        try:
+            if stdin is not None:
+                def _feed():
+                    try:
+                        sock.sendall(stdin)
+                        sock.shutdown(socket.SHUT_WR)
+                    except OSError:
+                        pass
+                writer = threading.Thread(target=_feed, daemon=True)
+                writer.start()
+            pending = bytearray()
+            exited_at = None
+            swept = False
+            while True:
+                now = time.monotonic()
+                left = deadline - now
+                if left <= 0:
+                    timed_out = True
+                    break
+                if exited_at is not None:
+                    if now - exited_at > 3.0:
+                        break  # exited and still no EOF: stop waiting for stragglers
+                    wait = 0.02 if not swept else 0.1
+                else:
+                    wait = 5.0
+                sock.settimeout(max(0.001, min(left, wait)))
+                try:
+                    chunk = sock.recv(1 << 16)
+                except socket.timeout:
+                    if exited_at is not None and not swept:
+                        # background processes keep the output open: kill them (like bwrap)
+                        swept = True
+                        with self._lock:
+                            alone = self._active == 1
+                        if alone and self.kill_background:
+                            self._slot.sweep()
+                    continue
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                started = True
+                pending += chunk
+                pos = 0
+                while len(pending) - pos >= 5:
+                    kind, n = struct.unpack_from(">BI", pending, pos)
+                    if len(pending) - pos - 5 < n:
+                        break
+                    data = pending[pos + 5:pos + 5 + n]
+                    pos += 5 + n
+                    if kind in bufs:
+                        total += n
+                        if total > flood:
+                            truncated = flooded = True
+                            break
+                        buf = bufs[kind]
+                        room = max_output - len(buf)
+                        if room > 0:
+                            buf += data[:room]
+                        if n > room:
+                            truncated = True
+                    elif kind == _EXIT:
+                        rc = struct.unpack(">i", bytes(data))[0]
+                        exited_at = time.monotonic()
+                    elif kind == _ERROR:
+                        error = bytes(data).decode("utf-8", errors="replace")
+                del pending[:pos]
+                if flooded:
+                    break
+        finally:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)  # also wakes a stdin writer blocked in sendall
+            except OSError:
+                pass
+            sock.close()
+            if writer is not None:
+                writer.join(timeout=1)
+        return bytes(bufs[_OUT]), bytes(bufs[_ERR]), truncated, timed_out, flooded, rc, started, error
+
+    # -- fallback: docker exec ----------------------------------------------------------------
+    def _exec_docker(self, argv, env, stdin, deadline, max_output, flood):
+        for attempt in (1, 2):
+            try:
+                eid = self._api.exec_create(self.container_id, argv, stdout=True, stderr=True,
+                                            stdin=stdin is not None, user=f"{SANDBOX_UID}:{SANDBOX_GID}",
+                                            environment=self._env(env), workdir=self.config.workspace)["Id"]
+                sock = self._api.exec_start(eid, socket=True)
+                break
+            except Exception as e:
+                # the container stopped (e.g. its init died): start it again on the same state
+                if attempt == 1 and self._recover():
+                    continue
+                raise SandboxError(f"docker exec failed: {e}") from e
+        try:
+            out, err, truncated, timed_out, flooded = self._pump(sock, eid, stdin, deadline, max_output, flood)
+        except BaseException:  # Ctrl-C / error while the command runs: kill what it started
+            try:
+                self._kill_all()
+            except Exception as e:
+                log.warning("could not stop the interrupted command: %s", e)
+            raise
+        try:
+            if timed_out or flooded:
+                self._kill_all()
+            rc = 124 if timed_out else 137 if flooded else self._exit_code(eid, time.monotonic() + 10)
+            if rc is None:  # the stream ended but the exec never finished
+                self._kill_all()
+                rc, timed_out = 124, True
+        except Exception as e:
+            if self._closed:
+                raise SandboxError("sandbox was closed while a command ran") from e
+            raise SandboxError(f"docker exec failed: {e}") from e
+        return out, err, truncated, timed_out, rc
 
     def _pump(self, sock, eid, stdin, deadline, max_output, flood):
         """Read the multiplexed exec stream until EOF. Background processes that keep stdout open
@@ -321,25 +620,25 @@ class DockerSandbox(HostFileMixin, Sandbox):
 
     def _kill_all(self) -> None:
         """Kill every process the sandbox's commands started: a host-side sweep of the container's
-        cgroup (init + sleep survive); where that is impossible, SIGKILL the container (its pid
-        namespace dies) and start it again on the same state."""
+        cgroup (init + server survive); where that is impossible, SIGKILL the container (its pid
+        namespace dies) and start it again on the same state (the container is not reused later)."""
         if self._closed or self._slot.sweep():
             return
         with self._restart_lock:
+            self._slot.suspect = True
             try:
                 self._api.kill(self.container_id)
             except Exception as e:
                 log.debug("kill %s: %s", self.container_id[:12], e)
             self._api.wait(self.container_id, timeout=30)
-            self._api.start(self.container_id)
-            self._slot.locate(self._api)
+            self._factory._restart(self._slot)
 
     def _recover(self) -> bool:
         try:
             st = self._api.inspect_container(self.container_id)["State"]
             if not st.get("Running"):
-                self._api.start(self.container_id)
-                self._slot.locate(self._api)
+                self._slot.suspect = True
+                self._factory._restart(self._slot)
                 return True
         except Exception:
             pass
@@ -351,18 +650,25 @@ class DockerSandbox(HostFileMixin, Sandbox):
                 return
             self._closed = True
         try:
-            self._factory._destroy(self._slot)
+            self._factory._release(self)
         finally:
             cleanup.unregister(self)
 
 
 class DockerFactory(SandboxFactory):
-    """Opens docker sandboxes from a warm pool of `pool_size` idle containers."""
+    """Opens docker sandboxes from a warm pool of idle containers: at least `pool_size` are kept
+    ready (fresh ones are made only when recycled ones do not suffice), at most `max_idle` are kept.
+
+    use_execd: run commands through the in-container exec server (False: always `docker exec`).
+    recycle: reset closed sandboxes' containers and reuse them (False: destroy each one).
+    """
 
     name = "docker"
     _is_factory = True
 
-    def __init__(self, config: SandboxConfig | None = None, pool_size: int = 2, client=None):
+    def __init__(self, config: SandboxConfig | None = None, pool_size: int = 2, client=None, *,
+                 max_idle: int | None = None, use_execd: bool = True, recycle: bool = True,
+                 max_uses: int = 200, close_wait_s: float = 10.0):
         super().__init__(config)
         self.client = client or docker_client()
         try:
@@ -371,10 +677,20 @@ class DockerFactory(SandboxFactory):
             raise SandboxError(f"docker image {self.config.image} is missing "
                                "(run scripts/build_sandbox_image.sh)") from e
         self.pool_size = max(0, int(pool_size))
+        self.max_idle = max(self.pool_size, int(max_idle if max_idle is not None else max(8, self.pool_size)))
+        self.use_execd = bool(use_execd)
+        self.recycle = bool(recycle)
+        self.max_uses = int(max_uses)
+        self.close_wait_s = float(close_wait_s)
+        self.stats = {"created": 0, "recycled": 0, "destroyed": 0, "reset_failed": 0}
         self._pool: list[_Slot] = []
         self._cv = threading.Condition()
         self._closed = False
         self._sandboxes: "weakref.WeakSet[DockerSandbox]" = weakref.WeakSet()
+        self._queue: list[tuple[_Slot, DockerSandbox | None, bool]] = []  # (slot, sandbox, reusable?)
+        self._busy = 0  # slots the reaper holds right now
+        self._coming = 0  # of those in the queue + held: how many may come back to the pool
+        self._reaper: threading.Thread | None = None
         self._filler = None
         cleanup.register(self)
         if self.pool_size:
@@ -385,7 +701,14 @@ class DockerFactory(SandboxFactory):
     def _create(self) -> _Slot:
         c = self.config
         state = StateDir(c.workspace, c.disk_mb, SANDBOX_UID, SANDBOX_GID)
-        volumes = {state.home: {"bind": HOME, "mode": "rw"}, state.tmp: {"bind": "/tmp", "mode": "rw"}}
+        ctl = os.path.join(state.path, "ctl")
+        try:
+            os.mkdir(ctl, 0o700)  # root-owned 0700: the sandbox user cannot reach the socket
+        except BaseException:
+            state.remove()
+            raise
+        volumes = {state.home: {"bind": HOME, "mode": "rw"}, state.tmp: {"bind": "/tmp", "mode": "rw"},
+                   ctl: {"bind": CTL_IN, "mode": "rw"}, EXECD: {"bind": EXECD_IN, "mode": "ro"}}
         if state.ws_separate:
             volumes[state.ws] = {"bind": state.workspace, "mode": "rw"}
         for host, inside in c.extra_ro_binds:
@@ -393,14 +716,16 @@ class DockerFactory(SandboxFactory):
         mem = f"{int(c.memory_mb)}m"
         try:
             cont = self.client.containers.run(
-                c.image, ["sleep", "infinity"], detach=True, name=state.name, hostname="clawgym",
+                c.image, ["python3", "-I", "-S", EXECD_IN, CTL_IN + "/ctl.sock"], detach=True,
+                name=state.name, hostname="clawgym",
                 labels={cleanup.LABEL: "1", cleanup.LABEL_PID: str(os.getpid()),
                         cleanup.LABEL_HOST: os.uname().nodename},
                 network_mode="bridge" if c.network else "none", read_only=True,
-                cap_drop=["ALL"], security_opt=["no-new-privileges"], init=True,
+                # the server (uid 0) may only switch to the sandbox user; no other capability
+                cap_drop=["ALL"], cap_add=["SETUID", "SETGID"], security_opt=["no-new-privileges"], init=True,
                 mem_limit=mem, memswap_limit=mem, pids_limit=int(c.pids),
-                # pid 1 (docker-init + sleep) runs as uid 0 without capabilities, so the sandbox
-                # user (1000, every exec) cannot signal it and stop the container
+                # pid 1 (docker-init + the server) runs as uid 0, so the sandbox user (1000, every
+                # command) cannot signal it and stop the container
                 nano_cpus=int(float(c.cpus) * 1e9), user="0:0",
                 volumes=volumes, working_dir=c.workspace, environment={"HOME": HOME},
                 shm_size="64m",
@@ -414,9 +739,28 @@ class DockerFactory(SandboxFactory):
             if isinstance(e, Exception):
                 raise SandboxError(f"could not start a sandbox container: {e}") from e
             raise
-        slot = _Slot(cont.id, state)
-        slot.locate(self.client.api)
+        slot = _Slot(cont.id, state, ctl)
+        try:
+            if not slot.wait_server(10.0):
+                log.warning("exec server of %s did not start: docker exec is used", cont.id[:12])
+            slot.locate(self.client.api)
+        except BaseException:
+            self._destroy(slot)
+            raise
+        with self._cv:
+            self.stats["created"] += 1
         return slot
+
+    def _restart(self, slot: _Slot) -> None:
+        """Start a stopped container again on the same state."""
+        if slot.sock:
+            try:
+                os.unlink(slot.sock)
+            except OSError:
+                pass
+        self.client.api.start(slot.id)
+        slot.wait_server(10.0)
+        slot.locate(self.client.api)
 
     def _destroy(self, slot: _Slot) -> None:
         try:
@@ -425,12 +769,131 @@ class DockerFactory(SandboxFactory):
             if "No such container" not in str(e):
                 log.warning("could not remove container %s: %s", slot.id[:12], e)
         slot.state.remove()
+        with self._cv:
+            self.stats["destroyed"] += 1
 
+    # -- recycling ----------------------------------------------------------------------------
+    def _reusable(self, slot: _Slot) -> bool:
+        return (self.recycle and not self._closed and not slot.suspect and slot.uses + 1 < self.max_uses
+                and slot.fast())
+
+    def _release(self, sb: "DockerSandbox") -> None:
+        """A sandbox closed: its container goes to the reaper (reset + back to the pool, or destroy)."""
+        with self._cv:
+            self._sandboxes.discard(sb)
+            ok = self._reusable(sb._slot)
+            self._queue.append((sb._slot, sb, ok))
+            self._coming += ok
+            if self._reaper is None or not self._reaper.is_alive():
+                self._reaper = threading.Thread(target=self._reap_loop, name="clawgym-docker-reaper",
+                                                daemon=True)
+                self._reaper.start()
+            self._cv.notify_all()
+
+    def _reap_loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue:
+                    if self._closed:
+                        return
+                    self._cv.wait(1.0)
+                    if not self._queue and self._closed:
+                        return
+                slot, sb, ok = self._queue.pop(0)
+                self._busy += 1
+            back = False
+            try:
+                back = ok and not self._closed and self._reset(slot, sb)
+            except Exception as e:
+                log.warning("reset of container %s failed: %s", slot.id[:12], e)
+            if back:
+                with self._cv:
+                    if not self._closed and len(self._pool) < self.max_idle:
+                        self._pool.append(slot)
+                        self.stats["recycled"] += 1
+                    else:
+                        back = False
+            if not back:
+                try:
+                    self._destroy(slot)
+                except Exception as e:  # pragma: no cover
+                    log.warning("could not destroy container %s: %s", slot.id[:12], e)
+            with self._cv:
+                self._busy -= 1
+                self._coming -= ok
+                self._cv.notify_all()
+
+    def _reset(self, slot: _Slot, sb: "DockerSandbox | None") -> bool:
+        """Bring a used container back to the state of a fresh one (see the module docstring)."""
+        # 1. nothing of the old sandbox runs, and its exec calls have all returned
+        end = time.monotonic() + self.close_wait_s
+        while True:
+            if not slot.sweep():
+                return self._failed(slot, "processes could not be swept")
+            if sb is None:
+                break
+            with sb._lock:
+                if sb._active == 0:
+                    break
+                sb._idle.wait(0.01)
+            if time.monotonic() > end:
+                return self._failed(slot, "a command was still running")
+        # 2. SysV IPC, /dev/shm, /dev/mqueue (inside the container, as the sandbox user)
+        rc, msg = slot.request({"op": "reset", "uid": SANDBOX_UID, "gid": SANDBOX_GID}, timeout=10.0)
+        if rc != 0:
+            return self._failed(slot, f"ipc reset rc={rc}: {msg[:200]!r}")
+        if not slot.sweep():
+            return self._failed(slot, "processes could not be swept")
+        # 3. HOME (with the workspace) and /tmp, from the host, never following symlinks
+        st = slot.state
+        try:
+            for d, mode in ((st.home, 0o755), (st.tmp, 0o1777)) + (((st.ws, 0o755),) if st.ws_separate else ()):
+                empty_dir(d)
+                os.chown(d, SANDBOX_UID, SANDBOX_GID, follow_symlinks=False)
+                os.chmod(d, mode, follow_symlinks=False)
+            if not st.ws_separate:
+                cur = st.home
+                for part in os.path.relpath(st.ws, st.home).split(os.sep):
+                    cur = os.path.join(cur, part)
+                    os.mkdir(cur, 0o755)
+                    os.chown(cur, SANDBOX_UID, SANDBOX_GID, follow_symlinks=False)
+            if os.listdir(st.tmp) or os.listdir(st.ws) or (not st.ws_separate and len(os.listdir(st.home)) != 1):
+                return self._failed(slot, "state dirs not empty after the reset")
+        except OSError as e:
+            return self._failed(slot, f"state reset: {e}")
+        slot.uses += 1
+        return True
+
+    def _failed(self, slot: _Slot, why: str) -> bool:
+        log.info("container %s is not reused: %s", slot.id[:12], why)
+        slot.suspect = True
+        with self._cv:
+            self.stats["reset_failed"] += 1
+        return False
+
+    def settle(self, timeout: float = 60.0) -> bool:
+        """Wait until every closed sandbox's container has been reset or destroyed."""
+        end = time.monotonic() + timeout
+        with self._cv:
+            while self._queue or self._busy:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cv.wait(min(left, 0.5))
+        return True
+
+    def idle(self) -> list[tuple[str, str]]:
+        """(container id, host state dir) of the idle containers in the pool."""
+        with self._cv:
+            return [(s.id, s.state.path) for s in self._pool]
+
+    # -- warm pool ----------------------------------------------------------------------------
     def _fill_loop(self) -> None:
         failures = 0
         while True:
             with self._cv:
-                while not self._closed and len(self._pool) >= self.pool_size:
+                # recycled containers on their way back count: no CPU spent creating spares
+                while not self._closed and len(self._pool) + self._coming >= self.pool_size:
                     self._cv.wait()
                 if self._closed:
                     return
@@ -466,33 +929,59 @@ class DockerFactory(SandboxFactory):
             raise SandboxError("factory is closed")
         slot = None
         with self._cv:
+            # a container being reset is back in milliseconds; a new one takes far longer
+            end = time.monotonic() + 5.0
+            while not self._pool and self._coming > 0 and not self._closed and time.monotonic() < end:
+                self._cv.wait(0.05)
             if self._pool:
-                slot = self._pool.pop(0)
+                slot = self._pool.pop()  # the most recently used: warm caches
                 self._cv.notify_all()
         if slot is None:
             slot = self._create()
         sb = DockerSandbox(self.config, self, slot)
+        with self._cv:
+            self._sandboxes.add(sb)
         try:
             sb.write_files(files)
         except BaseException:
             sb.close()
             raise
-        self._sandboxes.add(sb)
         return sb
 
     def close(self) -> None:
         with self._cv:
             self._closed = True
-            pool, self._pool = self._pool, []
             self._cv.notify_all()
         for sb in list(self._sandboxes):
             sb.close()
+        reaper = self._reaper
+        if reaper is not None and reaper is not threading.current_thread():
+            reaper.join(timeout=120)
         if self._filler is not None and self._filler is not threading.current_thread():
             self._filler.join(timeout=60)  # a container being created is destroyed by the filler
-        for slot in pool:
-            self._destroy(slot)
         with self._cv:
             pool, self._pool = self._pool, []
-        for slot in pool:
-            self._destroy(slot)
+            queue, self._queue = self._queue, []
+        slots = pool + [q[0] for q in queue]
+        if slots:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(min(4, len(slots))) as ex:
+                list(ex.map(self._destroy, slots))
         cleanup.unregister(self)
+
+
+def empty_dir(path: str) -> None:
+    """Remove everything below `path` (not path itself) without following symlinks."""
+    import shutil
+
+    dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for name in os.listdir(dfd):
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(name, dir_fd=dfd)
+            else:
+                os.unlink(name, dir_fd=dfd)
+    finally:
+        os.close(dfd)

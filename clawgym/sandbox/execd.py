@@ -1,0 +1,399 @@
+"""In-container exec server of the docker backend (stdlib only; runs under the image's python3).
+
+    python3 -I /opt/clawgym/execd.py /run/clawgym/ctl.sock
+
+It replaces `sleep infinity` as the child of docker-init and runs as uid 0 with only CAP_SETUID and
+CAP_SETGID (no-new-privileges, read-only root, no network). It listens on a unix socket in a
+directory the sandbox user cannot enter (host dir owned by root, mode 0700), ignores
+SIGINT/SIGTERM/SIGHUP and is not dumpable (the sandbox user can neither read its memory/environ nor
+signal it: different uid, no CAP_KILL).
+
+For each connection it forks a handler which forks the command: setgroups([]), setresgid/setresuid
+(1000), own session, chdir(cwd) (rc 126 + message when missing), the environment exactly as given,
+stdin/stdout/stderr pipes. The handler relays output as frames and sends the exit status. It never
+kills anything: the host kills leftovers via the container's cgroup (keep: init + this server).
+
+Protocol (host -> server): 4-byte big-endian length + JSON request, then (when "stdin" is true) the
+raw stdin bytes until the host shuts down its write side.
+  {"op": "exec", "argv": [...], "env": {...}, "cwd": "/abs", "stdin": bool, "uid": 1000, "gid": 1000}
+  {"op": "reset", "uid": 1000, "gid": 1000}  -> as that user: remove SysV IPC objects and empty
+                                                 /dev/shm and /dev/mqueue, then check they are empty
+Server -> host frames: 1 byte kind + 4-byte big-endian length + payload.
+  kind 1 stdout, 2 stderr, 3 exit (payload: 4-byte signed rc; a signal death is 128+sig),
+  4 error (utf-8 message: the command could not be started; no exit frame follows).
+"""
+
+import ctypes
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+
+OUT, ERR, EXIT, ERROR = 1, 2, 3, 4
+_CHUNK = 1 << 16
+
+
+def _frame(kind: int, payload: bytes) -> bytes:
+    return struct.pack(">BI", kind, len(payload)) + payload
+
+
+def _send(conn, kind: int, payload: bytes) -> None:
+    conn.sendall(_frame(kind, payload))
+
+
+def _recv_exact(conn, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        b = conn.recv(n - len(buf))
+        if not b:
+            raise EOFError("connection closed")
+        buf += b
+    return bytes(buf)
+
+
+def _drop(uid: int, gid: int) -> None:
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+
+
+def _child(req: dict, stdin_r: int | None, out_w: int, err_w: int) -> None:
+    """In the forked command child: never returns."""
+    try:
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE, signal.SIGCHLD,
+                  signal.SIGQUIT, signal.SIGXFSZ, signal.SIGTTIN, signal.SIGTTOU, signal.SIGTSTP):
+            signal.signal(s, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        os.setsid()
+        if stdin_r is None:
+            stdin_r = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(stdin_r, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w, 2)
+        os.closerange(3, 1 << 16)
+        _drop(int(req.get("uid", 1000)), int(req.get("gid", 1000)))
+        os.umask(0o022)
+        cwd = req.get("cwd") or "/"
+        try:
+            os.chdir(cwd)
+        except OSError as e:
+            os.write(2, f"cd: {cwd}: {e.strerror}\n".encode())
+            os._exit(126)
+        argv = [str(a) for a in req["argv"]]
+        env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
+        try:
+            os.execvpe(argv[0], argv, env)
+        except OSError as e:
+            os.write(2, f"{argv[0]}: {e.strerror}\n".encode())
+            os._exit(127 if e.errno in (errno.ENOENT, errno.ENOTDIR) else 126)
+    except BaseException as e:  # noqa: BLE001 - a child must never return into the server
+        try:
+            os.write(2, f"execd: {e}\n".encode())
+        except OSError:
+            pass
+    os._exit(126)
+
+
+def _status_rc(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status)
+    return 126
+
+
+def _run(conn, req: dict) -> None:
+    """The handler: start the command, relay stdin/stdout/stderr, send its exit status."""
+    want_stdin = bool(req.get("stdin"))
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    in_r = in_w = None
+    if want_stdin:
+        in_r, in_w = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as e:
+        _send(conn, ERROR, f"fork: {e.strerror}".encode())
+        return
+    if pid == 0:
+        _child(req, in_r, out_w, err_w)
+    for fd in (out_w, err_w, in_r):
+        if fd is not None:
+            os.close(fd)
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        pidfd = None
+    outs = {out_r: OUT, err_r: ERR}
+    for fd in outs:
+        os.set_blocking(fd, False)
+    pending = bytearray()  # stdin not yet written to the child
+    conn_open = want_stdin
+    if in_w is not None:
+        os.set_blocking(in_w, False)
+    rc = None
+
+    def pump(fd) -> bool:
+        """Read what is there; False at EOF."""
+        while True:
+            try:
+                b = os.read(fd, _CHUNK)
+            except BlockingIOError:
+                return True
+            except OSError:
+                b = b""
+            if not b:
+                return False
+            _send(conn, outs[fd], b)
+            if len(b) < _CHUNK:
+                return True
+
+    while True:
+        if rc is None:
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done, status = pid, 0
+            if done == pid:
+                rc = _status_rc(status)
+                for fd in list(outs):  # what the command wrote before it exited comes first
+                    if not pump(fd):
+                        os.close(fd)
+                        del outs[fd]
+                _send(conn, EXIT, struct.pack(">i", rc))
+                if pidfd is not None:
+                    os.close(pidfd)
+                    pidfd = None
+        if rc is not None and not outs:
+            return
+        rl = list(outs)
+        if pidfd is not None:
+            rl.append(pidfd)
+        if conn_open and len(pending) < (1 << 20):
+            rl.append(conn)
+        wl = [in_w] if in_w is not None and pending else []
+        try:
+            r, w, _ = select.select(rl, wl, [], 0.05 if pidfd is None else 5.0)
+        except InterruptedError:
+            continue
+        for fd in r:
+            if fd is conn:
+                try:
+                    b = conn.recv(_CHUNK)
+                except OSError:
+                    b = b""
+                if b:
+                    pending += b
+                else:
+                    conn_open = False
+            elif fd in outs:
+                if not pump(fd):
+                    os.close(fd)
+                    del outs[fd]
+        if w and in_w is not None:
+            try:
+                n = os.write(in_w, pending)
+                del pending[:n]
+            except BlockingIOError:
+                pass
+            except OSError:  # the command closed its stdin
+                pending.clear()
+                conn_open = False
+                os.close(in_w)
+                in_w = None
+        if in_w is not None and not conn_open and not pending:
+            os.close(in_w)
+            in_w = None
+
+
+_IPC_RMID = 0
+
+
+def _reset_ipc() -> list[str]:
+    """As the sandbox user: remove its SysV IPC objects and POSIX shm/mqueue files; -> what is left."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for kind, rm in (("shm", lambda i: libc.shmctl(i, _IPC_RMID, None)),
+                     ("sem", lambda i: libc.semctl(i, 0, _IPC_RMID)),
+                     ("msg", lambda i: libc.msgctl(i, _IPC_RMID, None))):
+        for i in _ipc_ids(kind):
+            rm(i)
+    for d in ("/dev/shm", "/dev/mqueue"):
+        _empty(d)
+    left = [f"{k} {i}" for k in ("shm", "sem", "msg") for i in _ipc_ids(k)]
+    for d in ("/dev/shm", "/dev/mqueue"):
+        try:
+            left += [f"{d}/{n}" for n in os.listdir(d)]
+        except FileNotFoundError:
+            pass
+    return left
+
+
+def _ipc_ids(kind: str) -> list[int]:
+    try:
+        with open(f"/proc/sysvipc/{kind}") as f:
+            lines = f.read().splitlines()[1:]
+    except OSError:
+        return []
+    return [int(ln.split()[1]) for ln in lines if ln.split()]
+
+
+def _empty(path: str) -> None:
+    """Remove everything below path without following symlinks (making dirs writable on the way)."""
+    try:
+        dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        _empty_fd(dfd, 0)
+    finally:
+        os.close(dfd)
+
+
+def _empty_fd(dfd: int, depth: int) -> None:
+    if depth > 64:
+        return
+    for name in os.listdir(dfd):
+        try:
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        except OSError:
+            continue
+        if (st.st_mode & 0o170000) == 0o040000:
+            # nothing of the sandbox runs during a reset (the host swept it), so no race here
+            try:
+                os.chmod(name, 0o700, dir_fd=dfd)
+                sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dfd)
+            except OSError:
+                continue
+            try:
+                _empty_fd(sub, depth + 1)
+            finally:
+                os.close(sub)
+            try:
+                os.rmdir(name, dir_fd=dfd)
+            except OSError:
+                pass
+        else:
+            try:
+                os.unlink(name, dir_fd=dfd)
+            except OSError:
+                pass
+
+
+def _reset(conn, req: dict) -> None:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            _drop(int(req.get("uid", 1000)), int(req.get("gid", 1000)))
+            left = _reset_ipc()
+            os.write(w, "\n".join(left).encode())
+            code = 1 if left else 0
+        except BaseException as e:  # noqa: BLE001
+            try:
+                os.write(w, f"reset failed: {e}".encode())
+            except OSError:
+                pass
+        os._exit(code)
+    os.close(w)
+    msg = bytearray()
+    while True:
+        b = os.read(r, _CHUNK)
+        if not b:
+            break
+        msg += b
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if msg:
+        _send(conn, ERR, bytes(msg))
+    _send(conn, EXIT, struct.pack(">i", _status_rc(status)))
+
+
+def _handle(conn) -> None:
+    n = struct.unpack(">I", _recv_exact(conn, 4))[0]
+    if n > (16 << 20):
+        raise ValueError("request too large")
+    req = json.loads(_recv_exact(conn, n))
+    op = req.get("op", "exec")
+    if op == "exec":
+        _run(conn, req)
+    elif op == "reset":
+        _reset(conn, req)
+    elif op == "ping":
+        _send(conn, EXIT, struct.pack(">i", 0))
+    else:
+        _send(conn, ERROR, f"unknown op {op!r}".encode())
+
+
+def _undumpable() -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def serve(path: str) -> None:
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(s, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped by the kernel
+    _undumpable()
+    os.umask(0o077)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path + ".new")
+    os.chmod(path + ".new", 0o600)
+    srv.listen(128)
+    os.rename(path + ".new", path)  # the host waits for `path`: it appears only once it listens
+    while True:
+        try:
+            conn, _ = srv.accept()
+        except InterruptedError:
+            continue
+        except OSError:
+            time.sleep(0.01)
+            continue
+        try:
+            pid = os.fork()
+        except OSError:  # e.g. the pids limit is reached: the host sees EOF and copes
+            conn.close()
+            time.sleep(0.01)
+            continue
+        if pid == 0:
+            code = 0
+            try:
+                srv.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                _handle(conn)
+            except BaseException:  # noqa: BLE001
+                code = 1
+            finally:
+                try:
+                    conn.close()
+                except OSError:
+                    pass
+            os._exit(code)
+        conn.close()
+
+
+def main() -> None:
+    try:
+        serve(sys.argv[1] if len(sys.argv) > 1 else "/run/clawgym/ctl.sock")
+    except Exception as e:  # noqa: BLE001 - never let the container stop: the host falls back
+        print(f"execd: {e}; idle", file=sys.stderr, flush=True)
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_IGN)
+        while True:
+            signal.pause()
+
+
+if __name__ == "__main__":
+    main()
