@@ -26,6 +26,7 @@ from clawgym.agent.policies import Endpoint, PolicySpec, RetryPolicy, get_policy
 from clawgym.agent.secrets import redact, redact_obj
 from clawgym.agent.tools import TOOL_SCHEMAS
 from clawgym.sandbox.base import SandboxError, SandboxFactory
+from clawgym.agent.messages import text_of
 
 FailureClass = Literal["ok", "agent_error", "limit", "infra"]
 Runtime = Literal["builtin", "openclaw"]
@@ -90,20 +91,12 @@ class Rollout(BaseModel):
                              "content": m.get("content") or "", "tool_name": fn.get("name"),
                              "tool_args_json": fn.get("arguments") if isinstance(fn.get("arguments"), str)
                              else json.dumps(fn.get("arguments")),
-                             "tool_result": _text(res.get("content")),
+                             "tool_result": text_of(res.get("content")),
                              "duration_s": self.tool_durations[len(rows)]
                              if len(rows) < len(self.tool_durations) else None})
         return rows
 
 
-def _text(c: Any) -> str:
-    if c is None:
-        return ""
-    if isinstance(c, str):
-        return c
-    if isinstance(c, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in c)
-    return str(c)
 
 
 def workspace_diff(before: dict[str, bytes], after: dict[str, bytes]) -> list[dict]:

@@ -26,6 +26,8 @@ import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from clawgym.agent.messages import text_of
+
 
 # ---- uvicorn in a thread ---------------------------------------------------------------------
 class ServerThread:
@@ -95,15 +97,6 @@ def approx_tokens(obj: Any) -> int:
     return max(1, len(s) // 4)
 
 
-def text_of(content: Any) -> str:
-    """The text of an OpenAI message content (str or list of parts)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
-    return str(content)
 
 
 def completion_json(message: dict, model: str, usage: dict) -> dict:

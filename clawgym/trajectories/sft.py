@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from clawgym.tasks.model import Task
+from clawgym.agent.messages import text_of
 
 DEFAULT_TOKENIZER = "data/models/smollm2-135m-instruct"
 
@@ -55,14 +56,6 @@ class SFTBuildResult:
 
 
 # ---- message cleaning --------------------------------------------------------------------------------
-def _text(c: Any) -> str:
-    if c is None:
-        return ""
-    if isinstance(c, str):
-        return c
-    if isinstance(c, list):
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in c)
-    return str(c)
 
 
 def is_noise_turn(text: str) -> str | None:
@@ -89,7 +82,7 @@ def drop_noise_turns(messages: list[dict]) -> tuple[list[dict], Counter]:
     for m in messages:
         role = m.get("role")
         if role == "user":
-            kind = is_noise_turn(_text(m.get("content")))
+            kind = is_noise_turn(text_of(m.get("content")))
             if kind:
                 dropped[kind] += 1
                 skipping = True
@@ -132,9 +125,9 @@ def normalise_messages(messages: list[dict], keep_system: bool = True) -> list[d
         if role == "system" and not keep_system:
             continue
         if role in ("system", "user"):
-            out.append({"role": role, "content": _text(m.get("content"))})
+            out.append({"role": role, "content": text_of(m.get("content"))})
         elif role == "assistant":
-            msg: dict[str, Any] = {"role": "assistant", "content": _text(m.get("content"))}
+            msg: dict[str, Any] = {"role": "assistant", "content": text_of(m.get("content"))}
             calls = []
             for tc in m.get("tool_calls") or []:
                 fn = tc.get("function") or tc
@@ -144,7 +137,7 @@ def normalise_messages(messages: list[dict], keep_system: bool = True) -> list[d
                 msg["tool_calls"] = calls
             out.append(msg)
         elif role == "tool":
-            t = {"role": "tool", "content": _text(m.get("content")), "tool_call_id": m.get("tool_call_id") or ""}
+            t = {"role": "tool", "content": text_of(m.get("content")), "tool_call_id": m.get("tool_call_id") or ""}
             if m.get("name"):
                 t["name"] = m["name"]
             out.append(t)
