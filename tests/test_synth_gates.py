@@ -161,7 +161,17 @@ def test_replay_fork_server_matches_real_interpreter(any_isolating_factory):
 
     calls = [{"name": "exec", "arguments": {"command": "mkdir -p output sub"}}]
     calls += [{"name": "exec", "arguments": {"command": c, "workdir": "sub"}} for c in _FS_CMDS]
-    job = {"tasks": [{"files": _b64({"input/d.json": b'{"b": [1, 2], "a": "x"}'}), "calls": calls}]}
+    # a workspace module named like a pre-imported one must win, as in a real interpreter (not served)
+    calls += [{"name": "exec", "arguments": {"workdir": "shadow", "command":
+               "python3 -c \"import statistics, sys; print(statistics.VALUE, 'yaml' in sys.modules)\" > ../output/sh.txt; rm -rf __pycache__"}}]
+    # pytest (pre-imported by the fork server) runs the workspace's tests the same way
+    calls += [{"name": "exec", "arguments": {"command":
+               "python3 -m pytest -q -p no:cacheprovider pt 2>&1 | grep -o '[0-9]* [a-z]*ed' > output/pytest.txt; "
+               "rm -rf pt/__pycache__; python3 -c 'import pytest' 2>/dev/null && echo y > output/has_pytest.txt"}}]
+    files = {"input/d.json": b'{"b": [1, 2], "a": "x"}', "shadow/statistics.py": b"VALUE = 'mine'\n",
+             "pt/test_a.py": b"import sys\ndef test_ok():\n    assert 1 + 1 == 2\n"
+                             b"def test_bad():\n    assert [1] == [2]\n"}
+    job = {"tasks": [{"files": _b64(files), "calls": calls}]}
     real = _run_driver(any_isolating_factory, REPLAY_DRIVER, {**job, "forkserver": False}, 120)[0]
     forked = _run_driver(any_isolating_factory, REPLAY_DRIVER, {**job, "forkserver": True}, 120)[0]
     dec = lambda r: {p: base64.b64decode(b) for p, b in r["overlay"].items()}  # noqa: E731
@@ -170,5 +180,8 @@ def test_replay_fork_server_matches_real_interpreter(any_isolating_factory):
     assert b.pop("output/served.txt") == b"True True\n"  # ... the fork server did serve these runs
     assert a == b
     assert real["errors"] == forked["errors"] == []
+    assert a["output/sh.txt"] == b"mine False\n"
+    if "output/has_pytest.txt" in a:  # the sandbox's python3 has pytest (the built rootfs does)
+        assert a["output/pytest.txt"] == b"1 failed\n1 passed\n"
     assert a["output/argv.txt"] == b"['-c', 'a', 'b c'] True\n" and a["output/pipe.txt"] == b"X2\n"
     assert a["output/rc.txt"] == b"rc=3\n1\n1" and b"No module named no_such_module_xyz" in a["output/nomod.txt"]

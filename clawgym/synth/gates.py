@@ -286,15 +286,58 @@ FORKSERVER = r'''
 # child that becomes that python3 run, and answers the exit status. Anything it cannot reproduce exactly
 # (other interpreter options, stdout/stderr redirected to a regular file, a changed PYTHON*/locale
 # environment, no /proc) is answered "F" and the shim execs the real interpreter.
-import io as _io, os as _os, signal as _signal, stat as _stat, sys as _sys, threading as _th
+import sys as _sys
+_FS_BASE = frozenset(_sys.modules)  # what a bare interpreter has before its sys.path[0] is searched
+import io as _io, os as _os, signal as _signal, stat as _stat, threading as _th
+_FS_SHADOW = frozenset()
 
 def _fs_preimport():
+    global _FS_SHADOW
     for m in ("json", "csv", "glob", "re", "runpy", "traceback", "atexit", "collections", "datetime",
-              "xml.etree.ElementTree", "statistics", "decimal", "fractions", "pathlib", "yaml"):
+              "xml.etree.ElementTree", "statistics", "decimal", "fractions", "pathlib", "yaml", "types"):
         try:
             __import__(m)
         except Exception:
             pass
+    try:  # `python3 -m pytest` (test families): the package and the plugins its config loads at startup
+        import _pytest.config as _pc
+        for p in _pc.default_plugins:
+            try:
+                __import__("_pytest." + p)
+            except Exception:
+                pass
+        import pytest  # noqa: F401
+    except Exception:
+        pass
+    # top-level names a program's own files would have shadowed in a real interpreter
+    _FS_SHADOW = frozenset(m.split(".")[0] for m in list(_sys.modules) if m not in _FS_BASE)
+    try:
+        import gc
+        gc.collect()
+        gc.freeze()  # children do not touch (copy) the pre-imported objects' pages on their first collection
+    except Exception:
+        pass
+
+_FS_MODEXT = (".py", ".pyc", ".pyw", ".so", ".pth")
+
+def _fs_shadowed(dirs, limit=2000):
+    """True when a file or directory under `dirs` is named like a pre-imported module (or the tree is too big to
+    tell): a real interpreter could import the program's own module there, so such a run is not served."""
+    n = 0
+    for top in dirs:
+        for dp, dns, fns in _os.walk(top):
+            dns[:] = [d for d in dns if d != "__pycache__"]
+            n += len(dns) + len(fns)
+            if n > limit:
+                return True
+            for d in dns:
+                if d in _FS_SHADOW:
+                    return True
+            for f in fns:
+                stem, dot, ext = f.partition(".")
+                if dot and stem in _FS_SHADOW and ("." + ext.rsplit(".", 1)[-1]) in _FS_MODEXT:
+                    return True
+    return False
 
 _FS_ENV_KEYS = ("PYTHON", "LC_", "LANG")
 _FS_KEEP = [_sys.stdin, _sys.stdout, _sys.stderr]  # replaced in a child: must not be finalized (closing fds 0-2)
@@ -458,6 +501,9 @@ def _fs_handle(line, srv, shimdir, timeout):
         mode, what, rest = _fs_parse(args)
         if mode is None or _fs_envdiff(env):
             raise ValueError("not served")
+        top = [cwd] if mode != "script" else [cwd, _os.path.dirname(_os.path.realpath(_os.path.join(cwd, what)))]
+        if _fs_shadowed(top):
+            raise ValueError("a workspace module shadows a pre-imported one")
         fds = _fs_open_fds(pid)
     except Exception:
         return _fs_answer(wfd, "F")
