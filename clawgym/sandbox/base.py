@@ -9,6 +9,7 @@ absolute (then they must lie under the workspace or /tmp of the sandbox).
 from __future__ import annotations
 
 import abc
+import weakref
 from dataclasses import dataclass, field
 from typing import Iterable, Literal
 
@@ -123,6 +124,24 @@ class SandboxFactory(abc.ABC):
 
     def close(self) -> None:
         """Tear down pools and anything else the factory holds."""
+
+    # ---- shared helpers for backends ----------------------------------------------------
+    def _adopt(self, sb: Sandbox, files: Iterable) -> Sandbox:
+        """Fill a just-opened sandbox with `files` and track it (closed by factory.close()); a failure
+        while writing closes it before re-raising."""
+        try:
+            sb.write_files(files)
+        except BaseException:
+            sb.close()
+            raise
+        tracked = self.__dict__.setdefault("_open_sandboxes", weakref.WeakSet())
+        tracked.add(sb)
+        return sb
+
+    def _close_adopted(self) -> None:
+        """Close every sandbox this factory handed out and has not seen closed."""
+        for sb in list(self.__dict__.get("_open_sandboxes", ())):
+            sb.close()
 
     def __enter__(self) -> "SandboxFactory":
         return self

@@ -21,7 +21,6 @@ import shutil
 import stat
 import subprocess
 import threading
-import weakref
 from typing import Iterable
 
 from clawgym.sandbox import cleanup
@@ -298,24 +297,15 @@ class BwrapFactory(SandboxFactory):
         self.rootfs = find_rootfs(self.config)
         if self.rootfs is None:
             log.info("bwrap: no built rootfs, using the host's system dirs read-only")
-        self._sandboxes: "weakref.WeakSet[BwrapSandbox]" = weakref.WeakSet()
         self._closed = False
         cleanup.register(self)
 
     def open(self, files: Iterable = ()) -> BwrapSandbox:
         if self._closed:
             raise SandboxError("factory is closed")
-        sb = BwrapSandbox(self.config, self.rootfs)
-        try:
-            sb.write_files(files)
-        except BaseException:
-            sb.close()
-            raise
-        self._sandboxes.add(sb)
-        return sb
+        return self._adopt(BwrapSandbox(self.config, self.rootfs), files)
 
     def close(self) -> None:
         self._closed = True
-        for sb in list(self._sandboxes):
-            sb.close()
+        self._close_adopted()
         cleanup.unregister(self)

@@ -17,7 +17,6 @@ import signal
 import time
 import posixpath
 import threading
-import weakref
 from typing import Iterable
 
 from clawgym.sandbox import cleanup
@@ -127,24 +126,15 @@ class LocalFactory(SandboxFactory):
         super().__init__(config)
         log.warning("clawgym sandbox backend 'local': commands run on the host WITHOUT isolation "
                     "(no network/memory/pids limits; workspace is a temp dir, see $WORKSPACE)")
-        self._sandboxes: "weakref.WeakSet[LocalSandbox]" = weakref.WeakSet()
         self._closed = False
         cleanup.register(self)
 
     def open(self, files: Iterable = ()) -> LocalSandbox:
         if self._closed:
             raise SandboxError("factory is closed")
-        sb = LocalSandbox(self.config)
-        try:
-            sb.write_files(files)
-        except BaseException:
-            sb.close()
-            raise
-        self._sandboxes.add(sb)
-        return sb
+        return self._adopt(LocalSandbox(self.config), files)
 
     def close(self) -> None:
         self._closed = True
-        for sb in list(self._sandboxes):
-            sb.close()
+        self._close_adopted()
         cleanup.unregister(self)
