@@ -787,7 +787,10 @@ class DockerFactory(SandboxFactory):
             if self._reaper is None or not self._reaper.is_alive():
                 self._reaper = threading.Thread(target=self._reap_loop, name="clawgym-docker-reaper",
                                                 daemon=True)
-                self._reaper.start()
+                try:
+                    self._reaper.start()
+                except RuntimeError:  # no new threads at interpreter exit: factory.close() destroys it
+                    self._reaper = None
             self._cv.notify_all()
 
     def _reap_loop(self) -> None:
@@ -963,11 +966,21 @@ class DockerFactory(SandboxFactory):
             pool, self._pool = self._pool, []
             queue, self._queue = self._queue, []
         slots = pool + [q[0] for q in queue]
-        if slots:
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(min(4, len(slots))) as ex:
-                list(ex.map(self._destroy, slots))
+        # a few at a time (plain threads: this also runs at interpreter exit, where an executor
+        # cannot be made)
+        while slots:
+            batch, slots = slots[:4], slots[4:]
+            ts = []
+            for slot in batch[1:]:
+                t = threading.Thread(target=self._destroy, args=(slot,), daemon=True)
+                try:
+                    t.start()
+                    ts.append(t)
+                except RuntimeError:
+                    self._destroy(slot)
+            self._destroy(batch[0])
+            for t in ts:
+                t.join()
         cleanup.unregister(self)
 
 
