@@ -110,6 +110,7 @@ class _Slot:
         self.procs_file: str | None = None  # host path of the container's cgroup.procs
         self.uses = 0
         self.suspect = False  # restarted / reset failed: destroy instead of reuse
+        self.base_env: dict[str, str] = {}
 
     @property
     def sock(self) -> str | None:
@@ -146,7 +147,14 @@ class _Slot:
         /proc or cgroups are not readable (then timeouts restart the container instead)."""
         self.procs_file, self.keep = None, set()
         try:
-            init = int(api.inspect_container(self.id)["State"]["Pid"])
+            info = api.inspect_container(self.id)
+            # what `docker exec` puts under an exec's own environment: the container's + HOSTNAME
+            base = {"HOSTNAME": (info.get("Config") or {}).get("Hostname") or ""}
+            for kv in (info.get("Config") or {}).get("Env") or []:
+                k, _, v = kv.partition("=")
+                base[k] = v
+            self.base_env = base
+            init = int(info["State"]["Pid"])
             with open(f"/proc/{init}/cgroup") as f:
                 lines = [ln.rstrip("\n").split(":", 2) for ln in f]
             path = None
@@ -353,7 +361,7 @@ class DockerSandbox(HostFileMixin, Sandbox):
     def _exec_fast(self, argv, wd, env, stdin, deadline, max_output, flood):
         """-> (out, err, truncated, timed_out, rc), or None when the server cannot be reached
         (the caller falls back to docker exec)."""
-        req = _request({"op": "exec", "argv": argv, "env": self._envd(env), "cwd": wd or self.config.workspace,
+        req = _request({"op": "exec", "argv": argv, "env": {**self._slot.base_env, **self._envd(env)}, "cwd": wd or self.config.workspace,
                         "stdin": stdin is not None, "uid": SANDBOX_UID, "gid": SANDBOX_GID})
         for attempt in (1, 2, 3):
             try:

@@ -8,8 +8,8 @@ directory the sandbox user cannot enter (host dir owned by root, mode 0700), ign
 SIGINT/SIGTERM/SIGHUP and is not dumpable (the sandbox user can neither read its memory/environ nor
 signal it: different uid, no CAP_KILL).
 
-For each connection it forks a handler which forks the command: setgroups([]), setresgid/setresuid
-(1000), own session, chdir(cwd) (rc 126 + message when missing), the environment exactly as given,
+For each connection it forks a handler which forks the command: setgroups([1000]) (like docker exec),
+setresgid/setresuid(1000), own session, chdir(cwd) (rc 126 + message when missing), the environment exactly as given,
 stdin/stdout/stderr pipes. The handler relays output as frames and sends the exit status. It never
 kills anything: the host kills leftovers via the container's cgroup (keep: init + this server).
 
@@ -57,7 +57,7 @@ def _recv_exact(conn, n: int) -> bytes:
 
 
 def _drop(uid: int, gid: int) -> None:
-    os.setgroups([])
+    os.setgroups([gid])  # what `docker exec --user uid:gid` gives: only its own group
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
 
