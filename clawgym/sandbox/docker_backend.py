@@ -31,9 +31,12 @@ Isolation argument - what is writable in a container, and how a reset restores i
   * /dev/shm, /dev/mqueue and SysV IPC (the container's own ipc namespace): a forked child of the
     server running as uid 1000 removes every SysV shm/sem/msg object and empties both dirs, then
     checks nothing is left (a non-empty result fails the reset);
-  * nothing else is writable by uid 1000 (read-only root; /dev, /run/clawgym, /proc/sys and the
-    docker-managed /etc files are root-owned or read-only; no network namespace state survives its
-    processes). The server itself keeps no per-sandbox state.
+  * nothing else is writable by uid 1000 (checked with `find / -writable`: besides HOME and /tmp
+    only /dev/shm, /dev/mqueue and stateless device nodes such as /dev/null; the root is read-only,
+    /dev, /run/clawgym, /proc/sys and the docker-managed /etc files are root-owned or read-only).
+    No network-namespace state (sockets, abstract sockets) outlives the processes that hold it;
+    kernel keyrings are out of reach (docker's default seccomp profile blocks keyctl/add_key).
+    The server itself keeps no per-sandbox state: each command runs in a fresh forked handler.
 A container whose reset fails, that had to be restarted after a timeout, whose processes cannot
 be swept from the host, that was used `max_uses` times, or whose sandbox still had a command
 running `close_wait_s` after close is destroyed, not reused. factory.close() waits for the reaper,
@@ -749,7 +752,8 @@ class DockerFactory(SandboxFactory):
             raise
         slot = _Slot(cont.id, state, ctl)
         try:
-            if not slot.wait_server(10.0):
+            # without root on the host the fast path is off anyway (no sweep): do not wait for it
+            if os.geteuid() == 0 and self.use_execd and not slot.wait_server(10.0):
                 log.warning("exec server of %s did not start: docker exec is used", cont.id[:12])
             slot.locate(self.client.api)
         except BaseException:
