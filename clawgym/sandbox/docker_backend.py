@@ -99,7 +99,7 @@ def available(image: str = "clawgym-sandbox:latest") -> tuple[bool, str]:
 EXECD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "execd.py")
 EXECD_IN = "/opt/clawgym/execd.py"
 CTL_IN = "/run/clawgym"
-_OUT, _ERR, _EXIT, _ERROR = 1, 2, 3, 4
+_OUT, _ERR, _EXIT, _ERROR, _STARTED = 1, 2, 3, 4, 5
 
 
 class _Slot:
@@ -364,17 +364,17 @@ class DockerSandbox(HostFileMixin, Sandbox):
     def _exec_fast(self, argv, wd, env, stdin, deadline, max_output, flood):
         """-> (out, err, truncated, timed_out, rc), or None when the server cannot be reached
         (the caller falls back to docker exec)."""
-        req = _request({"op": "exec", "argv": argv, "env": {**self._slot.base_env, **self._envd(env)}, "cwd": wd or self.config.workspace,
-                        "stdin": stdin is not None, "uid": SANDBOX_UID, "gid": SANDBOX_GID})
+        req = _request({"op": "exec", "argv": argv, "env": {**self._slot.base_env, **self._envd(env)},
+                        "cwd": wd or self.config.workspace, "stdin": stdin is not None,
+                        "uid": SANDBOX_UID, "gid": SANDBOX_GID})
         for attempt in (1, 2, 3):
+            sock = None
             try:
                 sock = self._slot.connect()
                 sock.sendall(req)
             except OSError as e:
-                try:
+                if sock is not None:
                     sock.close()
-                except Exception:
-                    pass
                 if attempt < 3 and self._recover():
                     continue
                 log.debug("exec server of %s unreachable (%s): docker exec", self.container_id[:12], e)
@@ -388,17 +388,17 @@ class DockerSandbox(HostFileMixin, Sandbox):
                     log.warning("could not stop the interrupted command: %s", e)
                 raise
             out, err, truncated, timed_out, flooded, rc, started, error = r
-            if error is not None:
-                raise SandboxError(f"exec failed: {error}")
-            if not started and not timed_out and attempt < 3 and not self._closed:
-                # the server could not fork a handler (pids limit): clear the sandbox, try again
-                with self._lock:
-                    alone = self._active == 1
-                if alone and self.kill_background:
-                    self._slot.sweep()
-                time.sleep(0.05 * attempt)
-                continue
-            break
+            if started or timed_out or self._closed:
+                break
+            # the command never started (the server could not fork: the pids limit): clear the
+            # sandbox and try again; nothing ran, so a retry cannot repeat a side effect
+            if attempt == 3:
+                raise SandboxError(f"exec failed: {error or 'the command could not be started'}")
+            with self._lock:
+                alone = self._active == 1
+            if alone and self.kill_background:
+                self._slot.sweep()
+            time.sleep(0.05 * attempt)
         if timed_out or flooded:
             self._kill_all()
         if not timed_out and not flooded and rc is None:
@@ -456,7 +456,6 @@ class DockerSandbox(HostFileMixin, Sandbox):
                     break
                 if not chunk:
                     break
-                started = True
                 pending += chunk
                 pos = 0
                 while len(pending) - pos >= 5:
@@ -476,6 +475,8 @@ class DockerSandbox(HostFileMixin, Sandbox):
                             buf += data[:room]
                         if n > room:
                             truncated = True
+                    elif kind == _STARTED:
+                        started = True
                     elif kind == _EXIT:
                         rc = struct.unpack(">i", bytes(data))[0]
                         exited_at = time.monotonic()

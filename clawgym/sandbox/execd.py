@@ -20,7 +20,8 @@ raw stdin bytes until the host shuts down its write side.
                                                  /dev/shm and /dev/mqueue, then check they are empty
 Server -> host frames: 1 byte kind + 4-byte big-endian length + payload.
   kind 1 stdout, 2 stderr, 3 exit (payload: 4-byte signed rc; a signal death is 128+sig),
-  4 error (utf-8 message: the command could not be started; no exit frame follows).
+  4 error (utf-8 message: the command could not be started; no exit frame follows),
+  5 started (empty: the command's process exists; before it, the host may safely retry).
 """
 
 import ctypes
@@ -34,7 +35,7 @@ import struct
 import sys
 import time
 
-OUT, ERR, EXIT, ERROR = 1, 2, 3, 4
+OUT, ERR, EXIT, ERROR, STARTED = 1, 2, 3, 4, 5
 _CHUNK = 1 << 16
 
 
@@ -125,6 +126,7 @@ def _run(conn, req: dict) -> None:
     for fd in (out_w, err_w, in_r):
         if fd is not None:
             os.close(fd)
+    _send(conn, STARTED, b"")
     try:
         pidfd = os.pidfd_open(pid)
     except (AttributeError, OSError):
