@@ -227,3 +227,19 @@ def test_idle_cap_and_forced_fallback(docker_factory):
     assert not any(os.path.exists(d) for d in (a._slot.state.path, b._slot.state.path))
     with pytest.raises(SandboxError):
         f.open()
+
+
+def test_pool_reuses_instead_of_creating(docker_factory):
+    """Sequential sandboxes cycle through recycled containers: the filler makes no new ones."""
+    from clawgym.sandbox.docker_backend import DockerFactory
+
+    with DockerFactory(SandboxConfig(**CFG), pool_size=1, client=docker_factory.client) as f:
+        assert f.warm(60)
+        seen = set()
+        for i in range(6):
+            with f.open([File(path="n", content=str(i).encode())]) as s:
+                assert s.exec("cat n; ls -A | wc -l").stdout == f"{i}1\n"
+                seen.add(s.container_id)
+            assert f.settle(30)
+        assert f.stats["created"] <= 2 and f.stats["recycled"] >= 5, f.stats
+        assert len(seen) <= 2
