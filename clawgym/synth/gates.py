@@ -349,10 +349,10 @@ def _fs_envdiff(env):
             return True
     return False
 
-def _fs_open_fds(pid):
+def _fs_open_fds(pid, which=(0, 1, 2)):
     fds = []
     try:
-        for n in (0, 1, 2):
+        for n in which:
             path = "/proc/%d/fd/%d" % (pid, n)
             target = _os.readlink(path)
             if target.startswith(("socket:", "anon_inode:")):
@@ -454,22 +454,18 @@ def _fs_child(mode, what, rest, env, cwd, fds, timeout, shimdir):
         rc = 1
     _os._exit(rc)
 
+_FS_SLOTS = 64
+
 def _fs_connect(path):
-    """Open the shim's answer FIFO. It succeeds once the shim waits on it, i.e. after its own fds 0-2 are back
-    from the temporary redirection of `echo $$ >> req`."""
+    """Open the shim's answer FIFO for writing. It succeeds once the shim waits on it, i.e. after its own fds
+    0-2 are back from the temporary redirection of `echo ... >> req`."""
     import time
-    try:
-        for _ in range(20000):
-            try:
-                return _os.open(path, _os.O_WRONLY | _os.O_NONBLOCK)
-            except OSError:
-                time.sleep(0.0005)
-        return None
-    finally:
+    for _ in range(20000):
         try:
-            _os.unlink(path)
+            return _os.open(path, _os.O_WRONLY | _os.O_NONBLOCK)
         except OSError:
-            pass
+            time.sleep(0.0005)
+    return None
 
 def _fs_answer(wfd, ans):
     try:
@@ -478,7 +474,35 @@ def _fs_answer(wfd, ans):
         pass
     _os.close(wfd)
 
-def _fs_wait(pid, wfd):
+def _fs_release(srv, pid, slot):
+    """Free answer slot `slot` once its shim `pid` is gone: only then can no reader of the old request be left on
+    the slot's FIFO (and this request will never open it again)."""
+    import select, time
+    try:
+        pfd = _os.pidfd_open(pid)
+    except ProcessLookupError:
+        pfd = None
+    except (OSError, AttributeError):  # no pidfd: poll /proc
+        pfd = -1
+    if pfd is not None and pfd >= 0:
+        try:
+            select.select([pfd], [], [])
+        finally:
+            _os.close(pfd)
+    elif pfd == -1:
+        while True:
+            try:
+                if open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    break
+            except (OSError, IndexError):
+                break
+            time.sleep(0.002)
+    try:
+        _os.unlink("%s/l.%d" % (srv, slot))
+    except OSError:
+        pass
+
+def _fs_wait(pid, wfd, srv, spid, slot):
     try:
         _, st = _os.waitpid(pid, 0)
         rc = _os.waitstatus_to_exitcode(st)
@@ -486,16 +510,19 @@ def _fs_wait(pid, wfd):
     except OSError:
         rc = 1
     _fs_answer(wfd, str(rc))
+    _fs_release(srv, spid, slot)
 
 def _fs_handle(line, srv, shimdir, timeout):
-    pid = int(line)
-    wfd = _fs_connect("%s/rc.%d" % (srv, pid))
-    if wfd is None:
+    pid, slot = (int(x) for x in line.split())
+    if not 0 <= slot < _FS_SLOTS:
         return
+    # The shim has sent its request and now blocks opening its answer FIFO, fds 0 and 2 untouched: read them
+    # now. Its fd 1 was redirected for that `echo` and is read once connected; by then the shim's `read <&8`
+    # may have redirected fd 0 (POSIX sh has no `read -u`).
     fds = []
     try:
         raw = open("/proc/%d/cmdline" % pid, "rb").read().split(b"\0")[:-1]
-        args = [_os.fsdecode(a) for a in raw[2:]]  # bash <shim> args...
+        args = [_os.fsdecode(a) for a in raw[2:]]  # sh <shim> args...
         env = dict(kv.split("=", 1) for kv in (_os.fsdecode(x) for x in open("/proc/%d/environ" % pid, "rb").read().split(b"\0")) if "=" in kv)
         cwd = _os.readlink("/proc/%d/cwd" % pid)
         mode, what, rest = _fs_parse(args)
@@ -504,16 +531,30 @@ def _fs_handle(line, srv, shimdir, timeout):
         top = [cwd] if mode != "script" else [cwd, _os.path.dirname(_os.path.realpath(_os.path.join(cwd, what)))]
         if _fs_shadowed(top):
             raise ValueError("a workspace module shadows a pre-imported one")
-        fds = _fs_open_fds(pid)
+        fds = _fs_open_fds(pid, (0, 2))
     except Exception:
-        return _fs_answer(wfd, "F")
+        fds = None
+    wfd = _fs_connect("%s/a.%d" % (srv, slot))
+    try:
+        if wfd is not None and fds is not None:
+            fds[1:1] = _fs_open_fds(pid, (1,))
+    except Exception:
+        for fd in fds:
+            _os.close(fd)
+        fds = None
+    if wfd is None or fds is None:
+        if wfd is not None:
+            _fs_answer(wfd, "F")
+        for fd in fds or ():
+            _os.close(fd)
+        return _th.Thread(target=_fs_release, args=(srv, pid, slot), daemon=True).start()
     child = _os.fork()
     if child == 0:
         _os.close(wfd)
         _fs_child(mode, what, rest, env, cwd, fds, timeout, shimdir)
     for fd in fds:
         _os.close(fd)
-    _th.Thread(target=_fs_wait, args=(child, wfd), daemon=True).start()
+    _th.Thread(target=_fs_wait, args=(child, wfd, srv, pid, slot), daemon=True).start()
 
 def _fs_serve(srv, shimdir, timeout):
     f = open(_os.open(srv + "/req", _os.O_RDWR), "r")
@@ -528,15 +569,23 @@ def start_forkserver(root, timeout):
     real = shutil.which("python3")
     if not real or _os.path.realpath(real) != _os.path.realpath(_sys.executable):
         raise RuntimeError("python3 on PATH is not this interpreter")
+    if not _os.access("/bin/sh", _os.X_OK):
+        raise RuntimeError("no /bin/sh")
     srv, shimdir = _os.path.join(root, "fs"), _os.path.join(root, "bin")
     _os.makedirs(srv)
     _os.makedirs(shimdir)
     _os.mkfifo(srv + "/req")
+    for i in range(_FS_SLOTS):  # answer FIFOs; a shim claims slot i by creating l.i (O_EXCL: `set -C`)
+        _os.mkfifo("%s/a.%d" % (srv, i))
     shim = _os.path.join(shimdir, "python3")
+    # POSIX sh, builtins only (no mkfifo process): claim a free slot, send "pid slot", wait for the exit status.
+    # No free slot, or the answer F: exec the real interpreter.
     with open(shim, "w") as fh:
-        fh.write('#!/bin/bash\nS=%s\nif mkfifo "$S/rc.$$" 2>/dev/null; then\n  echo $$ >> "$S/req"\n'
-                 '  exec 8<"$S/rc.$$"\n  read -r -u 8 rc\n  exec 8<&-\n'
-                 '  case "$rc" in F|"") ;; *) exit "$rc";; esac\nfi\nexec %s "$@"\n' % (srv, real))
+        fh.write('#!/bin/sh\nS=%s\nset -C\nfor i in %s; do\n'
+                 '  if { : > "$S/l.$i"; } 2>/dev/null; then\n'
+                 '    echo "$$ $i" >> "$S/req"\n    exec 8<"$S/a.$i"\n    read -r rc <&8\n    exec 8<&-\n'
+                 '    case "$rc" in F|"") ;; *) exit "$rc";; esac\n    break\n  fi\ndone\nexec %s "$@"\n'
+                 % (srv, " ".join(str(i) for i in range(_FS_SLOTS)), real))
     _os.chmod(shim, 0o755)
     _fs_preimport()
     _th.Thread(target=_fs_serve, args=(srv, shimdir, timeout), daemon=True).start()
