@@ -607,6 +607,15 @@ if job.get("forkserver", True):
     except Exception as e:  # no fork server: every python3 is a real process (same results, slower)
         sys.stderr.write("forkserver disabled: %r\n" % (e,))
         _env = None
+_junk, _junk_n = [], [0]
+def discard(d, nbytes, limit=16 << 20):
+    """Done with directory d: removed in batches (the sandbox's tmpfs goes away whole at close, far cheaper than
+    file-by-file), before the written bytes pile up past `limit`."""
+    _junk.append(d); _junk_n[0] += nbytes + 4096
+    if _junk_n[0] > limit:
+        for x in _junk:
+            shutil.rmtree(x, ignore_errors=True)
+        del _junk[:]; _junk_n[0] = 0
 def walk(d):
     out = {}
     for dp, dns, fns in os.walk(d):
@@ -656,7 +665,7 @@ for i, t in enumerate(job["tasks"]):
     overlay = {p: base64.b64encode(b).decode() for p, b in after.items() if inputs.get(p) != b}
     overlay.update({p: None for p in inputs if p not in after})
     res.append({"overlay": overlay, "errors": errs})
-    shutil.rmtree(d, ignore_errors=True)
+    discard(d, sum(len(x) for x in after.values()))
 json.dump(res, open(os.path.join(root, "out.json"), "w"))
 '''
 
@@ -664,6 +673,15 @@ GRADE_BATCH_DRIVER = r'''
 import base64, json, os, shutil, signal, sys, traceback
 root = os.path.dirname(os.path.abspath(__file__))
 job = json.load(open(os.path.join(root, "in.json")))
+_junk, _junk_n = [], [0]
+def discard(d, nbytes, limit=16 << 20):
+    """Done with directory d: removed in batches (the sandbox's tmpfs goes away whole at close, far cheaper than
+    file-by-file), before the written bytes pile up past `limit`."""
+    _junk.append(d); _junk_n[0] += nbytes + 4096
+    if _junk_n[0] > limit:
+        for x in _junk:
+            shutil.rmtree(x, ignore_errors=True)
+        del _junk[:]; _junk_n[0] = 0
 class _TO(Exception): pass
 def _alarm(*a): raise _TO()
 signal.signal(signal.SIGALRM, _alarm)
@@ -695,9 +713,13 @@ for t in job["tasks"]:
         for p, b in ov.items():
             if b is None: ws.pop(p, None)
             else: ws[p] = base64.b64decode(b)
+        made = set()
         for p, data in ws.items():
-            q = os.path.join(d, p); os.makedirs(os.path.dirname(q), exist_ok=True)
-            open(q, "wb").write(data)
+            q = os.path.join(d, p); qd = os.path.dirname(q)
+            if qd not in made:
+                os.makedirs(qd, exist_ok=True); made.add(qd)
+            with open(q, "wb") as fh:
+                fh.write(data)
         os.makedirs(d, exist_ok=True)
         ns = {"__name__": "clawgym_check", "__file__": "check.py"}
         cwd = os.getcwd()
@@ -714,7 +736,7 @@ for t in job["tasks"]:
         finally:
             signal.alarm(0)
             os.chdir(cwd)
-            shutil.rmtree(d, ignore_errors=True)
+            discard(d, sum(len(x) for x in ws.values()))
     out.append(scores)
 json.dump(out, open(os.path.join(root, "out.json"), "w"))
 '''
