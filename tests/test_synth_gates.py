@@ -149,6 +149,9 @@ _FS_CMDS = [
     "python3 -m no_such_module_xyz 2> ../output/nomod.txt; echo $? >> ../output/rc.txt",
     "X=1 python3 -c \"import os, sys; sys.stdout.write(os.environ['X'])\" >> ../output/rc.txt",
     "python3 -c \"import sys; print('yaml' in sys.modules, 'csv' in sys.modules)\" | cat > ../output/served.txt",
+    # several python3 runs at once (a pipeline) and back to back: each gets its own answer slot
+    "for i in 1 2 3 4 5 6; do python3 -c \"print($i)\"; done | python3 -c \"import sys; print(sum(map(int, sys.stdin)))\""
+    " | python3 -c \"import sys; print(int(sys.stdin.read()) * 2)\" > ../output/sum.txt",
 ]
 
 
@@ -180,7 +183,7 @@ def test_replay_fork_server_matches_real_interpreter(any_isolating_factory):
     assert b.pop("output/served.txt") == b"True True\n"  # ... the fork server did serve these runs
     assert a == b
     assert real["errors"] == forked["errors"] == []
-    assert a["output/sh.txt"] == b"mine False\n"
+    assert a["output/sh.txt"] == b"mine False\n" and a["output/sum.txt"] == b"42\n"
     if "output/has_pytest.txt" in a:  # the sandbox's python3 has pytest (the built rootfs does)
         assert a["output/pytest.txt"] == b"1 failed\n1 passed\n"
     assert a["output/argv.txt"] == b"['-c', 'a', 'b c'] True\n" and a["output/pipe.txt"] == b"X2\n"

@@ -291,7 +291,7 @@ _FS_BASE = frozenset(_sys.modules)  # what a bare interpreter has before its sys
 import io as _io, os as _os, signal as _signal, stat as _stat, threading as _th
 _FS_SHADOW = frozenset()
 
-def _fs_preimport():
+def _fs_preimport(heavy=True):
     global _FS_SHADOW
     for m in ("json", "csv", "glob", "re", "runpy", "traceback", "atexit", "collections", "datetime",
               "xml.etree.ElementTree", "statistics", "decimal", "fractions", "pathlib", "yaml", "types"):
@@ -300,6 +300,8 @@ def _fs_preimport():
         except Exception:
             pass
     try:  # `python3 -m pytest` (test families): the package and the plugins its config loads at startup
+        if not heavy:
+            raise ImportError("light")
         import _pytest.config as _pc
         for p in _pc.default_plugins:
             try:
@@ -392,6 +394,7 @@ def _fs_child(mode, what, rest, env, cwd, fds, timeout, shimdir):
             _os.dup2(fd, i)
             _os.close(fd)
         _os.chdir(cwd)
+        _sys.executable = _FS_EXE  # the grade driver points sys.executable at the shim while grade() runs
         env = dict(env)
         env["PATH"] = ":".join(p for p in env.get("PATH", "").split(":") if p != shimdir)
         _os.environ.clear()
@@ -564,7 +567,11 @@ def _fs_serve(srv, shimdir, timeout):
         except Exception:
             pass
 
-def start_forkserver(root, timeout):
+_FS_EXE = _sys.executable
+
+def start_forkserver(root, timeout, heavy=True):
+    """Start serving; returns the environment whose PATH puts the `python3` shim first (the shim is at
+    <root>/bin/python3). heavy: also pre-import pytest (for references that run it)."""
     import shutil
     real = shutil.which("python3")
     if not real or _os.path.realpath(real) != _os.path.realpath(_sys.executable):
@@ -579,15 +586,16 @@ def start_forkserver(root, timeout):
         _os.mkfifo("%s/a.%d" % (srv, i))
     shim = _os.path.join(shimdir, "python3")
     # POSIX sh, builtins only (no mkfifo process): claim a free slot, send "pid slot", wait for the exit status.
+    # (`true`, not `:`: a failed redirection of a special builtin would end the shell.)
     # No free slot, or the answer F: exec the real interpreter.
     with open(shim, "w") as fh:
         fh.write('#!/bin/sh\nS=%s\nset -C\nfor i in %s; do\n'
-                 '  if { : > "$S/l.$i"; } 2>/dev/null; then\n'
+                 '  if true 2>/dev/null >"$S/l.$i"; then\n'
                  '    echo "$$ $i" >> "$S/req"\n    exec 8<"$S/a.$i"\n    read -r rc <&8\n    exec 8<&-\n'
                  '    case "$rc" in F|"") ;; *) exit "$rc";; esac\n    break\n  fi\ndone\nexec %s "$@"\n'
                  % (srv, " ".join(str(i) for i in range(_FS_SLOTS)), real))
     _os.chmod(shim, 0o755)
-    _fs_preimport()
+    _fs_preimport(heavy)
     _th.Thread(target=_fs_serve, args=(srv, shimdir, timeout), daemon=True).start()
     env = dict(_os.environ)
     env["PATH"] = shimdir + ":" + env.get("PATH", "")
@@ -669,10 +677,19 @@ for i, t in enumerate(job["tasks"]):
 json.dump(res, open(os.path.join(root, "out.json"), "w"))
 '''
 
-GRADE_BATCH_DRIVER = r'''
+GRADE_BATCH_DRIVER = FORKSERVER + r'''
 import base64, json, os, shutil, signal, sys, traceback
 root = os.path.dirname(os.path.abspath(__file__))
 job = json.load(open(os.path.join(root, "in.json")))
+# grade code that runs `sys.executable` (a CLI family) gets it served by the fork server while grade() runs:
+# the same run as a real interpreter's, without its start-up cost
+_exe = sys.executable
+if job.get("forkserver", True) and any("executable" in t["code"] for t in job["tasks"]):
+    try:
+        start_forkserver(root, 120.0, heavy=False)
+        _exe = os.path.join(root, "bin", "python3")
+    except Exception as e:
+        sys.stderr.write("forkserver disabled: %r\n" % (e,))
 _junk, _junk_n = [], [0]
 def discard(d, nbytes, limit=16 << 20):
     """Done with directory d: removed in batches (the sandbox's tmpfs goes away whole at close, far cheaper than
@@ -728,6 +745,7 @@ for t in job["tasks"]:
             signal.alarm(int(t.get("timeout", 120)))
             if code is None:
                 raise SyntaxError(cerr)
+            sys.executable = _exe
             exec(code, ns)
             s, subs = mean(ns["grade"]([], d))
             scores[vname] = {"score": s, "subs": subs}
@@ -735,6 +753,7 @@ for t in job["tasks"]:
             scores[vname] = {"score": 0.0, "error": "%s: %s" % (type(e).__name__, str(e)[-300:])}
         finally:
             signal.alarm(0)
+            sys.executable = _FS_EXE
             os.chdir(cwd)
             discard(d, sum(len(x) for x in ws.values()))
     out.append(scores)
@@ -807,7 +826,7 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver:
         jobs.append({"code": t.verifier.code or "", "timeout": int(t.verifier.timeout_s),
                      "files": _b64(t.file_map()), "variants": {k: _b64(x) for k, x in variants.items()}})
     # phase 3: grade everything
-    graded = _run_driver(factory, GRADE_BATCH_DRIVER, {"tasks": jobs}, timeout)
+    graded = _run_driver(factory, GRADE_BATCH_DRIVER, {"tasks": jobs, "forkserver": forkserver}, timeout)
     dt = (time.perf_counter() - t0) / max(1, len(tasks))
     for v, g, t in zip(vals, graded, tasks):
         for name, r in g.items():
