@@ -25,6 +25,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--chunk", type=int, default=100)
     ap.add_argument("--no-forkserver", action="store_true", help="replay python3 runs as real processes (before/after)")
+    ap.add_argument("--no-validate", action="store_true", help="generate + dedupe + split only (their scaling)")
     a = ap.parse_args()
     if a.no_forkserver:
         os.environ["CLAWGYM_FORKSERVER"] = "0"
@@ -45,7 +46,8 @@ def main() -> None:
     load0 = os.getloadavg()[0]
     r0s, r0c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    res = synthesize(a.n, seed=a.seed, factory=factory, personas=expand_personas(), workers=a.workers, chunk=a.chunk)
+    res = synthesize(a.n, seed=a.seed, factory=factory, personas=expand_personas(), workers=a.workers, chunk=a.chunk,
+                     validate=not a.no_validate)
     wall = time.perf_counter() - t0
     r1s, r1c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_self = (r1s.ru_utime + r1s.ru_stime) - (r0s.ru_utime + r0s.ru_stime)
@@ -57,6 +59,18 @@ def main() -> None:
           f"forkserver: {not a.no_forkserver}  load average at start {load0:.1f}")
     for k, v in res.timings.items():
         print(f"  {k:12s} {v:8.2f} s")
+    vs = res.validate_stats
+    if vs.get("tasks"):
+        per = 1000 / vs["tasks"]
+        host = vs["chunk_s"] - vs.get("replay_s", 0) - vs.get("grade_s", 0)
+        print(f"  validate per task, summed over the {a.workers} workers (ms): chunk {vs['chunk_s'] * per:.1f} = "
+              f"replay {vs.get('replay_s', 0) * per:.1f} + grade {vs.get('grade_s', 0) * per:.1f} + host {host * per:.1f}")
+        for ph in ("replay", "grade"):
+            print(f"    {ph:6s}: sandbox open+driver {vs.get(ph + '_driver_s', 0) * per:.1f}, cpu in the sandbox "
+                  f"{vs.get(ph + '_sandbox_cpu_s', 0) * per:.1f}, payload JSON/results/close "
+                  f"{vs.get(ph + '_transfer_s', 0) * per:.1f}  ({vs.get(ph + '_payload_mb', 0) / vs['tasks'] * 1000:.1f} kB)")
+        scpu = vs.get("replay_sandbox_cpu_s", 0) + vs.get("grade_sandbox_cpu_s", 0)
+        print(f"  sandbox cpu {scpu * per:.1f} ms per task (load-independent cost; host process below)")
     print(f"passed gates: {passed}/{len(res.validations)}  accepted: {len(res.tasks)}  rejected: {len(res.rejected)}")
     reasons: dict[str, int] = {}
     for r in res.rejected:
@@ -72,6 +86,9 @@ def main() -> None:
               "use --backend host for the cpu figure)")
     else:
         print(f"cpu-bound projection 13,500 tasks on 2 idle cores: {13500 * cpu / a.n / 2 / 60:.1f} min")
+    if a.no_validate:
+        print(f"generate + dedupe + split of {a.n} tasks: {wall:.1f} s")
+        return
     rate = a.n / wall
     print(f"throughput: {rate:.1f} tasks/s  ({wall:.1f} s wall)")
     print(f"projection 13,500 tasks: {13500 / rate / 60:.1f} min (goal <= 10 min)")

@@ -30,6 +30,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -675,6 +676,10 @@ for i, t in enumerate(job["tasks"]):
     res.append({"overlay": overlay, "errors": errs})
     discard(d, sum(len(x) for x in after.values()))
 json.dump(res, open(os.path.join(root, "out.json"), "w"))
+
+import resource as _rs
+json.dump({"cpu_s": sum(x.ru_utime + x.ru_stime for x in (_rs.getrusage(_rs.RUSAGE_SELF), _rs.getrusage(_rs.RUSAGE_CHILDREN)))},
+          open(os.path.join(root, "cpu.json"), "w"))
 '''
 
 GRADE_BATCH_DRIVER = FORKSERVER + r'''
@@ -758,6 +763,10 @@ for t in job["tasks"]:
             discard(d, sum(len(x) for x in ws.values()))
     out.append(scores)
 json.dump(out, open(os.path.join(root, "out.json"), "w"))
+
+import resource as _rs
+json.dump({"cpu_s": sum(x.ru_utime + x.ru_stime for x in (_rs.getrusage(_rs.RUSAGE_SELF), _rs.getrusage(_rs.RUSAGE_CHILDREN)))},
+          open(os.path.join(root, "cpu.json"), "w"))
 '''
 
 _VDIR = ".clawgym_validate"
@@ -767,9 +776,28 @@ def _host_python() -> str:
     return "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else "python3"
 
 
-def _run_driver(factory: Any, driver: str, payload: dict[str, Any], timeout: float) -> Any:
+class _Stats:
+    """Thread-safe sums of where validate_many's time goes (see validate_many's `stats`)."""
+
+    def __init__(self, d: dict[str, float] | None):
+        self.d = d
+        self._lock = threading.Lock()
+
+    def add(self, **kv: float) -> None:
+        if self.d is None:
+            return
+        with self._lock:
+            for k, v in kv.items():
+                self.d[k] = self.d.get(k, 0.0) + v
+
+
+def _run_driver(factory: Any, driver: str, payload: dict[str, Any], timeout: float, stats: _Stats | None = None,
+                phase: str = "driver") -> Any:
     """Run a driver on a payload in one fresh sandbox of `factory` (None = a host temp dir)."""
+    t0 = time.perf_counter()
     body = json.dumps(payload).encode()
+    t1 = time.perf_counter()
+    cpu = 0.0
     if factory is None:
         root = tempfile.mkdtemp(prefix="clawgym-validate-")
         try:
@@ -783,24 +811,41 @@ def _run_driver(factory: Any, driver: str, payload: dict[str, Any], timeout: flo
                                timeout=timeout)
             if r.returncode != 0:
                 raise RuntimeError(f"validation driver failed (rc {r.returncode}): {r.stderr.decode()[-1500:]}")
+            t2 = time.perf_counter()
             with open(os.path.join(vd, "out.json")) as fh:
-                return json.load(fh)
+                out = json.load(fh)
+            if stats is not None and os.path.exists(os.path.join(vd, "cpu.json")):
+                with open(os.path.join(vd, "cpu.json")) as fh:
+                    cpu = float(json.load(fh)["cpu_s"])
         finally:
             shutil.rmtree(root, ignore_errors=True)
-    with factory.open([]) as sb:
-        sb.write_file(f"{_VDIR}/driver.py", driver.encode())
-        sb.write_file(f"{_VDIR}/in.json", body)
-        r = sb.exec(["python3", f"{_VDIR}/driver.py"], timeout=timeout, workdir=sb.workspace)
-        if not r.ok:
-            raise RuntimeError(f"validation driver failed (rc {r.rc}, timed_out={r.timed_out}): {r.stderr[-1500:]}")
-        return json.loads(sb.read_file(f"{_VDIR}/out.json"))
+    else:
+        with factory.open([]) as sb:
+            sb.write_file(f"{_VDIR}/driver.py", driver.encode())
+            sb.write_file(f"{_VDIR}/in.json", body)
+            r = sb.exec(["python3", f"{_VDIR}/driver.py"], timeout=timeout, workdir=sb.workspace)
+            if not r.ok:
+                raise RuntimeError(f"validation driver failed (rc {r.rc}, timed_out={r.timed_out}): {r.stderr[-1500:]}")
+            t2 = time.perf_counter()
+            out = json.loads(sb.read_file(f"{_VDIR}/out.json"))
+            if stats is not None:
+                try:
+                    cpu = float(json.loads(sb.read_file(f"{_VDIR}/cpu.json"))["cpu_s"])
+                except (OSError, ValueError, KeyError):
+                    pass
+    if stats is not None:
+        t3 = time.perf_counter()
+        stats.add(**{f"{phase}_s": t3 - t0, f"{phase}_driver_s": t2 - t1, f"{phase}_sandbox_cpu_s": cpu,
+                     f"{phase}_transfer_s": (t1 - t0) + (t3 - t2), f"{phase}_payload_mb": len(body) / 1e6})
+    return out
 
 
 def _b64(d: dict[str, bytes | None]) -> dict[str, str | None]:
     return {p: (base64.b64encode(b).decode() if b is not None else None) for p, b in d.items()}
 
 
-def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver: bool = True) -> list[TaskValidation]:
+def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver: bool = True,
+                    stats: _Stats | None = None) -> list[TaskValidation]:
     t0 = time.perf_counter()
     vals = [TaskValidation(task_id=t.task_id, family=t.family, category=t.category) for t in tasks]
     for v, t in zip(vals, tasks):
@@ -812,7 +857,7 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver:
     # phase 1: replay every reference
     replay = _run_driver(factory, REPLAY_DRIVER, {"tasks": [
         {"files": _b64(t.file_map()), "calls": [c.model_dump() for c in (t.reference or [])]} for t in tasks],
-        "forkserver": forkserver}, timeout)
+        "forkserver": forkserver}, timeout, stats, "replay")
     # phase 2: build the variants on the host
     jobs = []
     for v, t, rep in zip(vals, tasks, replay):
@@ -826,7 +871,8 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver:
         jobs.append({"code": t.verifier.code or "", "timeout": int(t.verifier.timeout_s),
                      "files": _b64(t.file_map()), "variants": {k: _b64(x) for k, x in variants.items()}})
     # phase 3: grade everything
-    graded = _run_driver(factory, GRADE_BATCH_DRIVER, {"tasks": jobs, "forkserver": forkserver}, timeout)
+    graded = _run_driver(factory, GRADE_BATCH_DRIVER, {"tasks": jobs, "forkserver": forkserver}, timeout, stats,
+                         "grade")
     dt = (time.perf_counter() - t0) / max(1, len(tasks))
     for v, g, t in zip(vals, graded, tasks):
         for name, r in g.items():
@@ -849,22 +895,31 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver:
             v.passed, v.reason = False, v.reason or "verifier does not compile"
         if v.errors and not v.passed:
             v.reason += f" [first error: {v.errors[0][:200]}]"
+    if stats is not None:
+        stats.add(chunk_s=time.perf_counter() - t0, tasks=len(tasks))
     return vals
 
 
 def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, chunk: int = 100,
-                  timeout: float = 600.0, forkserver: bool | None = None) -> list[TaskValidation]:
+                  timeout: float = 600.0, forkserver: bool | None = None,
+                  stats: dict[str, float] | None = None) -> list[TaskValidation]:
     """Batched gates: chunks of `chunk` tasks, each chunk in ONE sandbox (two driver runs). `workers`
     chunks run at once. Results keep the input order. `forkserver` (default: on unless $CLAWGYM_FORKSERVER=0)
-    serves the references' `python3` runs by forking a pre-imported interpreter (same results, faster)."""
+    serves the references' `python3` runs, and grade code's `sys.executable` runs, by forking a pre-imported
+    interpreter (same results, faster). `stats`, when given, gets sums over all chunks (so over workers too) of
+    seconds: chunk_s, replay_s / grade_s (a driver run, end to end), replay_driver_s / grade_driver_s (sandbox
+    open + driver wall), replay_sandbox_cpu_s / grade_sandbox_cpu_s (cpu inside the sandbox),
+    replay_transfer_s / grade_transfer_s (payload JSON, reading results, closing), *_payload_mb; host work is
+    chunk_s - replay_s - grade_s."""
     tasks = list(tasks)
     if forkserver is None:
         forkserver = os.environ.get("CLAWGYM_FORKSERVER", "1") != "0"
     chunks = [tasks[i:i + chunk] for i in range(0, len(tasks), chunk)]
+    st = _Stats(stats) if stats is not None else None
 
     def run(c: list[Task]) -> list[TaskValidation]:
         try:
-            return _validate_chunk(c, factory, timeout, forkserver=bool(forkserver))
+            return _validate_chunk(c, factory, timeout, forkserver=bool(forkserver), stats=st)
         except Exception as e:
             if len(c) > 1:  # one hostile task (os._exit in grade, a huge output...) must not sink the chunk
                 h = len(c) // 2

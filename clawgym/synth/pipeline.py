@@ -20,6 +20,7 @@ class SynthResult:
     validations: list[TaskValidation]
     rejected: list[Rejected]
     timings: dict[str, float] = field(default_factory=dict)
+    validate_stats: dict[str, float] = field(default_factory=dict)  # validate_many's `stats` (summed over workers)
 
     def rejected_table(self) -> list[dict[str, Any]]:
         return [asdict(r) for r in self.rejected]
@@ -39,7 +40,8 @@ def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] |
     tasks = generate_procedural(n, seed=seed, families=families, personas=personas) + list(extra_tasks or [])
     timings["generate_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
-    vals = validate_many(tasks, factory, workers=workers, chunk=chunk) if validate else []
+    vstats: dict[str, float] = {}
+    vals = validate_many(tasks, factory, workers=workers, chunk=chunk, stats=vstats) if validate else []
     timings["validate_s"] = time.perf_counter() - t1
     rejected = rejected_from_validations(vals)
     bad = {r.task_id for r in rejected}
@@ -51,7 +53,7 @@ def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] |
     final = split_by_family(kept, held_out_per_category=held_out_per_category, seed=seed)
     timings["split_s"] = time.perf_counter() - t3
     timings["total_s"] = time.perf_counter() - t0
-    return SynthResult(final, vals, rejected + dup, timings)
+    return SynthResult(final, vals, rejected + dup, timings, vstats)
 
 
 __all__ = ["SynthResult", "synthesize"]
