@@ -312,6 +312,14 @@ def _fs_preimport(heavy=True):
         import pytest  # noqa: F401
     except Exception:
         pass
+    try:  # fill inspect's module-by-file cache for the pre-imported modules (pytest's tracebacks walk it)
+        import inspect
+        inspect.getmodule(_fs_preimport.__code__)
+        inspect._filesbymodname.pop("__main__", None)  # the driver's own entry: a child's __main__ is another
+        for k in [k for k, v in inspect.modulesbyfile.items() if v == "__main__"]:
+            del inspect.modulesbyfile[k]
+    except Exception:
+        pass
     # top-level names a program's own files would have shadowed in a real interpreter
     _FS_SHADOW = frozenset(m.split(".")[0] for m in list(_sys.modules) if m not in _FS_BASE)
     try:
