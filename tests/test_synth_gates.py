@@ -152,6 +152,9 @@ _FS_CMDS = [
     # several python3 runs at once (a pipeline) and back to back: each gets its own answer slot
     "for i in 1 2 3 4 5 6; do python3 -c \"print($i)\"; done | python3 -c \"import sys; print(sum(map(int, sys.stdin)))\""
     " | python3 -c \"import sys; print(int(sys.stdin.read()) * 2)\" > ../output/sum.txt",
+    # a python3 killed from outside (here by `timeout`) ends there, output pipe closed (not at the exec timeout)
+    "timeout 1 python3 -c \"import time; print('x', flush=True); time.sleep(300)\" | cat > ../output/killed.txt;"
+    " echo rc=${PIPESTATUS[0]} >> ../output/killed.txt",
 ]
 
 
@@ -184,6 +187,7 @@ def test_replay_fork_server_matches_real_interpreter(any_isolating_factory):
     assert a == b
     assert real["errors"] == forked["errors"] == []
     assert a["output/sh.txt"] == b"mine False\n" and a["output/sum.txt"] == b"42\n"
+    assert a["output/killed.txt"] == b"x\nrc=124\n"
     if "output/has_pytest.txt" in a:  # the sandbox's python3 has pytest (the built rootfs does)
         assert a["output/pytest.txt"] == b"1 failed\n1 passed\n"
     assert a["output/argv.txt"] == b"['-c', 'a', 'b c'] True\n" and a["output/pipe.txt"] == b"X2\n"

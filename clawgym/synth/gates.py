@@ -494,28 +494,35 @@ def _fs_answer(wfd, ans):
         pass
     _os.close(wfd)
 
+def _fs_pidfd(pid):
+    """A pidfd for pid (readable once it has exited); None when it is gone already, -1 without pidfd support."""
+    try:
+        return _os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    except (OSError, AttributeError):
+        return -1
+
+def _fs_gone(pid):
+    try:
+        return open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
 def _fs_release(srv, pid, slot):
     """Free answer slot `slot` once its shim `pid` is gone: only then can no reader of the old request be left on
     the slot's FIFO (and this request will never open it again)."""
     import select, time
-    try:
-        pfd = _os.pidfd_open(pid)
-    except ProcessLookupError:
-        pfd = None
-    except (OSError, AttributeError):  # no pidfd: poll /proc
-        pfd = -1
+    pfd = _fs_pidfd(pid)
     if pfd is not None and pfd >= 0:
         try:
-            select.select([pfd], [], [])
+            p = select.poll()
+            p.register(pfd, select.POLLIN)
+            p.poll()
         finally:
             _os.close(pfd)
     elif pfd == -1:
-        while True:
-            try:
-                if open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
-                    break
-            except (OSError, IndexError):
-                break
+        while not _fs_gone(pid):
             time.sleep(0.002)
     try:
         _os.unlink("%s/l.%d" % (srv, slot))
@@ -523,6 +530,25 @@ def _fs_release(srv, pid, slot):
         pass
 
 def _fs_wait(pid, wfd, srv, spid, slot):
+    # The served child stands in for the shim's process: if the shim dies first (killed: `timeout`, a caller's
+    # kill), the child is killed too, as the real python3 in its place would have been.
+    import select
+    sfd, cfd = _fs_pidfd(spid), _fs_pidfd(pid)
+    try:
+        if sfd is None:
+            _os.kill(pid, _signal.SIGKILL)
+        elif sfd >= 0 and cfd is not None and cfd >= 0:
+            p = select.poll()
+            p.register(sfd, select.POLLIN)
+            p.register(cfd, select.POLLIN)
+            if cfd not in {fd for fd, _ in p.poll()}:
+                _os.kill(pid, _signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        for fd in (sfd, cfd):
+            if fd is not None and fd >= 0:
+                _os.close(fd)
     try:
         _, st = _os.waitpid(pid, 0)
         rc = _os.waitstatus_to_exitcode(st)
