@@ -53,7 +53,8 @@ def make_data(out: Path, n_rows: int, base: str, max_tokens: int) -> dict:
     tasks = generate_procedural(n_rows, seed=3)
     f = get_factory("local")
     rows = [run_rollout(t, "oracle", f).to_row() for t in tasks]
-    res = build_sft_dataset(rows, tasks, [], SFTCleanConfig(tokenizer=base, max_tokens=max_tokens))
+    # rows longer than --max-length are kept and truncated by the trainer (identically in both arms)
+    res = build_sft_dataset(rows, tasks, [], SFTCleanConfig(tokenizer=base, max_tokens=max(max_tokens, 16384)))
     if not res.rows:
         raise SystemExit(f"no SFT rows survived cleaning: {res.stats}")
     save_hf_dataset(res.rows, out, res.stats)
