@@ -15,6 +15,7 @@ import pytest
 from clawgym.sandbox import cleanup, get_factory, registry
 from clawgym.sandbox.base import SandboxConfig, SandboxError
 from clawgym.tasks.model import File
+from proc_helpers import host_procs_with
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -162,22 +163,9 @@ def test_bwrap_prlimit_fallback_contains_bombs(bwrap_factory, monkeypatch):
         marker = f"{6000 + uuid.uuid4().int % 3999}.{uuid.uuid4().int % 967}"
         assert s.exec(f"setsid sleep {marker} & sleep {marker}", timeout=0.5).timed_out
         end = time.monotonic() + 5
-        while _procs_with(f"sleep\0{marker}") and time.monotonic() < end:
+        while host_procs_with(f"sleep\0{marker}") and time.monotonic() < end:
             time.sleep(0.05)
-        assert _procs_with(f"sleep\0{marker}") == []
-
-
-def _procs_with(marker: str) -> list[int]:
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/cmdline", "rb") as fh:
-                    if marker.encode() in fh.read():
-                        out.append(int(d))
-            except OSError:
-                pass
-    return out
+        assert host_procs_with(f"sleep\0{marker}") == []
 
 
 SPIN = "import time; t = time.time()\nwhile time.time() - t < 1.5: pass\nprint(round(time.process_time(), 2))"

@@ -20,6 +20,7 @@ import pytest
 from clawgym.sandbox import cleanup
 from clawgym.sandbox.base import SandboxError
 from clawgym.tasks.model import File
+from proc_helpers import host_procs_with, wait_gone
 
 WS = "/root/.openclaw/workspace"
 ALL = ["docker", "bwrap", "local"]
@@ -49,26 +50,6 @@ def isb(ifactory):
         yield s
 
 
-def host_procs_with(marker: str) -> list[int]:
-    out = []
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/cmdline", "rb") as f:
-                    if marker.encode() in f.read():
-                        out.append(int(d))
-            except OSError:
-                pass
-    return out
-
-
-def wait_gone(marker: str, timeout: float = 5.0) -> list[int]:
-    end = time.monotonic() + timeout
-    while True:
-        left = host_procs_with(marker)
-        if not left or time.monotonic() > end:
-            return left
-        time.sleep(0.05)
 
 
 # ---------------------------------------------------------------------------------------------
