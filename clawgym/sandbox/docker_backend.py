@@ -242,6 +242,19 @@ def _request(req: dict) -> bytes:
     return struct.pack(">I", len(body)) + body
 
 
+def _feed_stdin(sock: socket.socket, data: bytes) -> threading.Thread:
+    """Send `data` then half-close the socket, from a daemon thread (the reader runs meanwhile)."""
+    def _feed():
+        try:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+    t = threading.Thread(target=_feed, daemon=True)
+    t.start()
+    return t
+
+
 class DockerSandbox(HostFileMixin, Sandbox):
     backend = "docker"
 
@@ -417,14 +430,7 @@ class DockerSandbox(HostFileMixin, Sandbox):
         writer = None
         try:
             if stdin is not None:
-                def _feed():
-                    try:
-                        sock.sendall(stdin)
-                        sock.shutdown(socket.SHUT_WR)
-                    except OSError:
-                        pass
-                writer = threading.Thread(target=_feed, daemon=True)
-                writer.start()
+                writer = _feed_stdin(sock, stdin)
             pending = bytearray()
             exited_at = None
             swept = False
@@ -541,14 +547,7 @@ class DockerSandbox(HostFileMixin, Sandbox):
         writer = None
         try:
             if stdin is not None:
-                def _feed():
-                    try:
-                        raw.sendall(stdin)
-                        raw.shutdown(socket.SHUT_WR)
-                    except OSError:
-                        pass
-                writer = threading.Thread(target=_feed, daemon=True)
-                writer.start()
+                writer = _feed_stdin(raw, stdin)
             pending = bytearray()
             want_hdr = True
             need, stream = 8, 1
