@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import atexit
 import os
+import queue
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 
 import httpx
@@ -61,6 +64,37 @@ def _die_with_parent() -> None:  # runs in the child before exec: SIGTERM when t
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
     except Exception:  # pragma: no cover
         pass
+
+
+_SPAWNER: "queue.SimpleQueue | None" = None
+_SPAWNER_LOCK = threading.Lock()
+
+
+def _spawner_loop(q: "queue.SimpleQueue") -> None:
+    while True:
+        fn, fut = q.get()
+        if fut.set_running_or_notify_cancel():
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                fut.set_exception(e)
+
+
+def popen_die_with_parent(argv: list[str], **kwargs) -> subprocess.Popen:
+    """`subprocess.Popen` whose child gets SIGTERM when this process dies (even by SIGKILL).
+
+    PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process: a server started
+    from a worker thread (a Dagster step's thread pool, a ThreadPoolExecutor) would be killed as soon as that
+    thread finished. So the fork happens on one daemon thread that lives as long as the process."""
+    global _SPAWNER
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None:
+            _SPAWNER = queue.SimpleQueue()
+            threading.Thread(target=_spawner_loop, args=(_SPAWNER,), name="clawgym-spawner", daemon=True).start()
+        q = _SPAWNER
+    fut: Future = Future()
+    q.put((lambda: subprocess.Popen(argv, preexec_fn=_die_with_parent, **kwargs), fut))
+    return fut.result()
 
 
 class ModelServer:
@@ -117,8 +151,8 @@ class ModelServer:
             self._log_path = Path(p)
         self._log_file = open(self._log_path, "ab")
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
-        self._proc = subprocess.Popen(self.command(), stdout=self._log_file, stderr=subprocess.STDOUT, env=env,
-                                      start_new_session=True, preexec_fn=_die_with_parent)
+        self._proc = popen_die_with_parent(self.command(), stdout=self._log_file, stderr=subprocess.STDOUT, env=env,
+                                           start_new_session=True)
         atexit.register(self.stop)
         try:
             self._wait_healthy()
