@@ -99,7 +99,7 @@ TOOLS = [{"type": "function", "function": {
         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
 
 
-def serve(model: str, streams: int, max_tokens: int, rounds: int) -> None:
+def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: list[str] | None = None) -> None:
     """Aggregate completion tokens/s: `streams` concurrent requests vs one stream at a time, same server."""
     import openai
 
@@ -109,7 +109,8 @@ def serve(model: str, streams: int, max_tokens: int, rounds: int) -> None:
         from clawgym.train.base_model import prepare_base_model
 
         prepare_base_model(model)
-    with ModelServer(model, continuous_batching=True) as srv:
+    with ModelServer(model, continuous_batching=True, extra_args=extra_args) as srv:
+        print(f"serve   command: {' '.join(srv.command()[-8:])}", flush=True)
         client = openai.OpenAI(base_url=srv.base_url, api_key="none", timeout=1800, max_retries=0)
 
         def one(i: int) -> int:
@@ -147,6 +148,8 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--serve-args", default="", help="extra `transformers serve` flags, e.g. '--cb-max-batch-tokens 4096' "
+                    "(any --cb-* flag replaces ModelServer's CPU defaults)")
     ap.add_argument("--duckdb", action="store_true", help="time the DuckDB query over 1M step rows")
     ap.add_argument("--all", action="store_true", help="rollouts + --serve + --duckdb")
     a = ap.parse_args()
@@ -154,7 +157,7 @@ def main() -> None:
     if a.backends:
         rollouts([b for b in a.backends.split(",") if b], pools, a.n, a.openclaw)
     if a.serve or a.all:
-        serve(a.model, a.streams, a.max_tokens, a.rounds)
+        serve(a.model, a.streams, a.max_tokens, a.rounds, a.serve_args.split() or None)
     if a.duckdb or a.all:
         import subprocess
 

@@ -35,7 +35,10 @@ args = SFTConfig(output_dir=a["out"], max_steps=a["steps"], learning_rate=1e-5, 
                  gradient_accumulation_steps=1, lr_scheduler_type="constant", logging_steps=1, save_steps=10**9,
                  seed=0, data_seed=0, use_cpu=not torch.cuda.is_available(), assistant_only_loss=True,
                  max_length=a["max_length"], packing=False, report_to=[], disable_tqdm=True, activation_checkpointing=False,
-                 include_num_input_tokens_seen="non_padding", dataloader_num_workers=0)
+                 include_num_input_tokens_seen="non_padding", dataloader_num_workers=0,
+                 # same precision rule as clawgym.train.sft: bf16 only on a CUDA device that has it (TRL's
+                 # SFTConfig would otherwise turn bf16 autocast on, which on this CPU runs a slow reference GEMM)
+                 bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
 tr = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok)
 r = tr.train()
 rt = r.metrics["train_runtime"]
