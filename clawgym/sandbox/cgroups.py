@@ -79,8 +79,18 @@ class Cgroup:
                 self.dirs.append(d)
                 _write(os.path.join(d, "cpu.cfs_period_us"), str(period))
                 _write(os.path.join(d, "cpu.cfs_quota_us"), str(quota))
+                burst = os.path.join(d, "cpu.cfs_burst_us")
             else:
                 _write(os.path.join(self.dirs[0], "cpu.max"), f"{quota} {period}")
+                burst = os.path.join(self.dirs[0], "cpu.max.burst")
+            # let a sandbox save one period's unused quota for a burst (kernel >= 5.14): a command start is
+            # bwrap + bash + python at once, and without burst it was throttled to the next 100 ms period
+            # (~20 ms more per verification here); the long-run average stays at `cpus`
+            if os.path.exists(burst):
+                try:
+                    _write(burst, str(quota))
+                except OSError:
+                    pass
         except OSError as e:
             log.info("no CPU quota for the sandbox: %s", e)
 
