@@ -99,7 +99,8 @@ TOOLS = [{"type": "function", "function": {
         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}]
 
 
-def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: list[str] | None = None) -> None:
+def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: list[str] | None = None,
+          plain: bool = False) -> None:
     """Aggregate completion tokens/s: `streams` concurrent requests vs one stream at a time, same server."""
     import openai
 
@@ -114,6 +115,11 @@ def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: li
         client = openai.OpenAI(base_url=srv.base_url, api_key="none", timeout=1800, max_retries=0)
 
         def one(i: int) -> int:
+            if plain:  # a short chat request, no tools: decode-bound (the issue's reference measurement)
+                r = client.chat.completions.create(
+                    model=srv.model_name, max_tokens=max_tokens, temperature=0,
+                    messages=[{"role": "user", "content": f"Tell me a long story about the number {i}."}])
+                return r.usage.completion_tokens
             r = client.chat.completions.create(
                 model=srv.model_name, tools=TOOLS, max_tokens=max_tokens, temperature=0,
                 messages=[{"role": "system", "content": "You are an agent working in a file workspace."},
@@ -132,7 +138,8 @@ def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: li
                 toks = sum(ex.map(one, range(streams)))
             multis.append(toks / (time.perf_counter() - t))
     s1, sn = statistics.median(singles), statistics.median(multis)
-    print(f"serve   1 stream: {s1:.1f} tokens/s; {streams} concurrent: {sn:.1f} tokens/s aggregate "
+    kind = "plain chat" if plain else "rollout-shaped (system prompt + 2 tool schemas)"
+    print(f"serve   {kind}: 1 stream: {s1:.1f} tokens/s; {streams} concurrent: {sn:.1f} tokens/s aggregate "
           f"(max_tokens {max_tokens}, {rounds} rounds, median)")
     print(f"serve   ratio {streams} over 1 = {sn / s1:.2f} (goal >= 6) {'OK' if sn / s1 >= 6 else 'UNDER'}")
 
@@ -148,6 +155,7 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--plain", action="store_true", help="serve: short chat requests without tools")
     ap.add_argument("--serve-args", default="", help="extra `transformers serve` flags, e.g. '--cb-max-batch-tokens 4096' "
                     "(any --cb-* flag replaces ModelServer's CPU defaults)")
     ap.add_argument("--duckdb", action="store_true", help="time the DuckDB query over 1M step rows")
@@ -157,7 +165,7 @@ def main() -> None:
     if a.backends:
         rollouts([b for b in a.backends.split(",") if b], pools, a.n, a.openclaw)
     if a.serve or a.all:
-        serve(a.model, a.streams, a.max_tokens, a.rounds, a.serve_args.split() or None)
+        serve(a.model, a.streams, a.max_tokens, a.rounds, a.serve_args.split() or None, a.plain)
     if a.duckdb or a.all:
         import subprocess
 
