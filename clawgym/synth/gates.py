@@ -646,6 +646,18 @@ def start_forkserver(root, timeout, heavy=True):
 '''
 
 
+_DISCARD = r'''
+_junk, _junk_n = [], [0]
+def discard(d, nbytes, limit=16 << 20):
+    """Done with directory d: removed in batches (the sandbox's tmpfs goes away whole at close, far cheaper than
+    file-by-file), before the written bytes pile up past `limit`."""
+    _junk.append(d); _junk_n[0] += nbytes + 4096
+    if _junk_n[0] > limit:
+        for x in _junk:
+            shutil.rmtree(x, ignore_errors=True)
+        del _junk[:]; _junk_n[0] = 0
+'''
+
 REPLAY_DRIVER = FORKSERVER + r'''
 import base64, json, os, shutil, subprocess, sys
 root = os.path.dirname(os.path.abspath(__file__))
@@ -658,16 +670,7 @@ if job.get("forkserver", True):
     except Exception as e:  # no fork server: every python3 is a real process (same results, slower)
         sys.stderr.write("forkserver disabled: %r\n" % (e,))
         _env = None
-_junk, _junk_n = [], [0]
-def discard(d, nbytes, limit=16 << 20):
-    """Done with directory d: removed in batches (the sandbox's tmpfs goes away whole at close, far cheaper than
-    file-by-file), before the written bytes pile up past `limit`."""
-    _junk.append(d); _junk_n[0] += nbytes + 4096
-    if _junk_n[0] > limit:
-        for x in _junk:
-            shutil.rmtree(x, ignore_errors=True)
-        del _junk[:]; _junk_n[0] = 0
-def walk(d):
+''' + _DISCARD + r'''def walk(d):
     out = {}
     for dp, dns, fns in os.walk(d):
         for fn in fns:
@@ -737,16 +740,7 @@ if job.get("forkserver", True) and any("executable" in t["code"] for t in job["t
         _exe = os.path.join(root, "bin", "python3")
     except Exception as e:
         sys.stderr.write("forkserver disabled: %r\n" % (e,))
-_junk, _junk_n = [], [0]
-def discard(d, nbytes, limit=16 << 20):
-    """Done with directory d: removed in batches (the sandbox's tmpfs goes away whole at close, far cheaper than
-    file-by-file), before the written bytes pile up past `limit`."""
-    _junk.append(d); _junk_n[0] += nbytes + 4096
-    if _junk_n[0] > limit:
-        for x in _junk:
-            shutil.rmtree(x, ignore_errors=True)
-        del _junk[:]; _junk_n[0] = 0
-class _TO(Exception): pass
+''' + _DISCARD + r'''class _TO(Exception): pass
 def _alarm(*a): raise _TO()
 signal.signal(signal.SIGALRM, _alarm)
 def mean(r):
