@@ -76,6 +76,19 @@ def harness_loop(tasks, factory, workers: int = 1) -> tuple[float, dict[str, flo
     return dt, {r.task_id: r.score for r in results}
 
 
+def host_tuning() -> str:
+    """What the bwrap figure depends on: joining a cgroup (v1) waits for an RCU grace period unless the kernel
+    expedites them (scripts/setup.sh: CLAWGYM_TUNE_HOST=1)."""
+    from clawgym.sandbox.cgroups import mode
+
+    try:
+        with open("/sys/kernel/rcu_expedited") as f:
+            exp = f.read().strip()
+    except OSError:
+        exp = "?"
+    return f"cgroups {mode() or 'none'}, rcu_expedited={exp}"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--fixtures", default=os.environ.get("CLAWGYM_FIXTURES") or str(REPO.parent / "shared" / "fixtures"))
@@ -93,7 +106,7 @@ def main() -> int:
     tasks = rep.tasks
     dirs = [sample / t.source["dirname"] for t in tasks]
     rootfs = find_rootfs(SandboxConfig())
-    print(f"{len(tasks)} tasks; bare bwrap root: {rootfs or 'host /'}; rounds: {args.rounds}")
+    print(f"{len(tasks)} tasks; bare bwrap root: {rootfs or 'host /'}; rounds: {args.rounds}; {host_tuning()}")
     rc = 0
     bare_best = float("inf")
     for backend in [b for b in args.backends.split(",") if b]:
