@@ -5,7 +5,8 @@ Sandboxes (clawgym.sandbox):
                          (scripts/build_sandbox_image.sh, reuses an existing one) when needed; skips
                          ONLY when a Docker engine truly cannot start here (the reason is shown).
   bwrap_factory          session: bubblewrap on the debootstrapped rootfs (built when missing; host
-                         system dirs when debootstrap cannot run).
+                         system dirs when debootstrap cannot run); server mode + pool where root.
+  bwrap_perexec_factory  session: the same with server=False (a bwrap per exec: the fallback).
   local_factory          session: the unisolated temp-dir backend.
   any_isolating_factory  session: bwrap when it works here, else docker.
 Limits of these factories are small (256 MB memory, 128 pids, 64 MB disk) so hostile tests are fast.
@@ -91,6 +92,16 @@ def bwrap_factory(sandbox_rootfs):
     if not ok:
         pytest.skip(f"bubblewrap cannot run here: {why}")
     f = bwrap_backend.BwrapFactory(_config())
+    yield f
+    f.close()
+
+
+@pytest.fixture(scope="session")
+def bwrap_perexec_factory(bwrap_factory):
+    """bwrap with a fresh bwrap per exec (the fallback where server mode cannot run)."""
+    from clawgym.sandbox import bwrap_backend
+
+    f = bwrap_backend.BwrapFactory(_config(), server=False)
     yield f
     f.close()
 

@@ -23,8 +23,8 @@ from clawgym.tasks.model import File
 from proc_helpers import host_procs_with, wait_gone
 
 WS = "/root/.openclaw/workspace"
-ALL = ["docker", "bwrap", "local"]
-ISOLATING = ["docker", "bwrap"]
+ALL = ["docker", "bwrap", "bwrap_perexec", "local"]
+ISOLATING = ["docker", "bwrap", "bwrap_perexec"]
 
 
 @pytest.fixture(params=ALL)
@@ -239,7 +239,8 @@ def test_fork_bomb_contained(isb):
     assert r.ok and r.stdout.startswith("alive\n")
     assert int(r.stdout.split()[1]) < 10  # the bomb is gone
     if getattr(isb, "_cg", None) is not None:
-        assert isb._cg.pids() == []  # bwrap: nothing left in the sandbox's cgroup either
+        # bwrap: nothing left in the sandbox's cgroup either (server mode: only bwrap and its exec server)
+        assert set(isb._cg.pids()) <= isb._keep and len(isb._keep) == (2 if isb.server_mode else 0)
 
 
 def test_memory_bomb_contained(isb):
@@ -373,7 +374,8 @@ CHILD = textwrap.dedent("""
     import sys, time
     from clawgym.sandbox import get_factory
     from clawgym.sandbox.base import SandboxConfig
-    f = get_factory(sys.argv[1], SandboxConfig(memory_mb=256, pids=64, disk_mb=32), **({"pool_size": 1} if sys.argv[1] == "docker" else {}))
+    kw = {"pool_size": 1} if sys.argv[1] == "docker" else {"server": sys.argv[3] == "server"}
+    f = get_factory(sys.argv[1], SandboxConfig(memory_mb=256, pids=64, disk_mb=32), **kw)
     s = f.open()
     if sys.argv[1] == "docker":
         f.warm(60)
@@ -387,7 +389,8 @@ def test_signal_to_process_leaves_nothing(ifactory, sig):
     """A whole process using sandboxes gets Ctrl-C / SIGTERM: everything it made goes away."""
     marker = f"{3000 + uuid.uuid4().int % 6999}.{uuid.uuid4().int % 983}"
     env = dict(os.environ)
-    p = subprocess.Popen([sys.executable, "-c", CHILD, ifactory.name, marker], stdout=subprocess.PIPE,
+    mode = "server" if getattr(ifactory, "server", True) else "perexec"
+    p = subprocess.Popen([sys.executable, "-c", CHILD, ifactory.name, marker, mode], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env=env, text=True)
     try:
         line = p.stdout.readline()
@@ -411,7 +414,7 @@ def test_signal_to_process_leaves_nothing(ifactory, sig):
 def test_cleanup_removes_what_a_killed_process_left(bwrap_factory):
     """SIGKILL gives no chance to clean up: remove_leftovers() finds and removes the orphans."""
     marker = f"{4000 + uuid.uuid4().int % 5999}.{uuid.uuid4().int % 977}"
-    p = subprocess.Popen([sys.executable, "-c", CHILD, "bwrap", marker], stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen([sys.executable, "-c", CHILD, "bwrap", marker, "server"], stdout=subprocess.PIPE, text=True)
     assert p.stdout.readline().strip() == "ready"
     end = time.monotonic() + 20
     while not host_procs_with(f"sleep\0{marker}") and time.monotonic() < end:

@@ -1,4 +1,22 @@
-"""bubblewrap backend: a fresh `bwrap` per exec.
+"""bubblewrap backend.
+
+Two ways to run commands, both in the same sandbox layout:
+
+* server mode (default where the host is root and a cgroup is available): one `bwrap` per sandbox
+  runs the exec server (clawgym/sandbox/execd.py, bound read-only at /run/clawgym/execd.py) as pid 1
+  of its pid namespace, as the sandbox user, on a listening unix socket the host made outside the
+  sandbox (<state>/ctl.sock, root 0600) and handed in as an inherited fd: nothing inside can reach,
+  replace or signal it (pid 1 ignores signals from its own namespace; not dumpable, so no ptrace or
+  /proc/1/fd). Each exec forks a handler that forks the command (own session, env exactly as given)
+  and relays framed output. Every kill is host-side: a sweep SIGKILLs every process of the sandbox's
+  cgroup except bwrap and the server (after each exec, on timeout, flood, Ctrl-C). Joining the cgroup
+  and starting bwrap happen once per sandbox, and the factory keeps `pool_size` sandboxes started
+  ahead, so an exec costs a fork, not a bwrap start plus a cgroup join (on cgroup v1 each join waits
+  for an RCU grace period, ~15-20 ms);
+* per-exec mode (fallback, or `server=False`): a fresh `bwrap` per exec; when the command ends the pid
+  namespace dies with it.
+
+Common to both:
 
 * system: the debootstrapped root (scripts/build_sandbox_image.sh, /var/lib/clawgym/rootfs, same
   environment as the docker image) bound read-only; without it the host's /usr, /etc, ... read-only
@@ -7,8 +25,7 @@
 * --unshare-all (no network, new pid/ipc/uts/user namespaces), --die-with-parent, --new-session,
   uid/gid 1000; as root bwrap runs unprivileged as host uid 1000 (setpriv);
 * memory + pids limits through a per-sandbox cgroup (v1 or v2), else prlimit per process;
-* on timeout the process group and the whole cgroup are SIGKILLed; when the command ends the pid
-  namespace dies with it, so background processes never outlive an exec.
+* on timeout everything the command started is SIGKILLed; background processes never outlive an exec.
 """
 
 from __future__ import annotations
@@ -17,16 +34,22 @@ import json
 import logging
 import os
 import posixpath
+import select
 import shutil
+import signal
+import socket
 import stat
 import subprocess
 import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
-from clawgym.sandbox import cleanup
+from clawgym.sandbox import cleanup, execd_client
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError, SandboxFactory
 from clawgym.sandbox.cgroups import Cgroup
-from clawgym.sandbox.hostfs import HOME, SANDBOX_GID, SANDBOX_UID, HostFileMixin, HostFS, StateDir, run_capture
+from clawgym.sandbox.hostfs import (HOME, SANDBOX_GID, SANDBOX_UID, HostFileMixin, HostFS, StateDir, flood_limit,
+                                    run_capture)
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +59,26 @@ SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _SKIP_TOP = {"proc", "dev", "sys", "tmp", "root", "home", "run", "boot", "media", "mnt", "srv",
              "lost+found"}
 _HOST_TOP = ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt"]
+EXECD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "execd.py")
+EXECD_IN = "/run/clawgym/execd.py"
+SERVER_START_TIMEOUT_S = 20.0
+
+# Every server-mode bwrap is started from this one long-lived thread: bwrap's --die-with-parent
+# (PR_SET_PDEATHSIG) fires when the *thread* that forked it exits, so a sandbox opened from a short-lived
+# worker thread must not be its child.
+_spawner: ThreadPoolExecutor | None = None
+_spawner_lock = threading.Lock()
+
+
+def _spawn(argv: list[str], pass_fds: tuple[int, ...], log_path: str) -> subprocess.Popen:
+    global _spawner
+    with _spawner_lock:
+        if _spawner is None:
+            _spawner = ThreadPoolExecutor(1, thread_name_prefix="clawgym-bwrap-spawn")
+        ex = _spawner
+    with open(log_path, "ab") as err:  # bwrap's and the server's own messages (host-only file)
+        return ex.submit(subprocess.Popen, argv, pass_fds=pass_fds, cwd="/", stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=err, env={"PATH": SANDBOX_PATH}).result()
 
 
 def find_rootfs(config: SandboxConfig) -> str | None:
@@ -112,11 +155,15 @@ def _system_args(rootfs: str | None) -> list[str]:
 class BwrapSandbox(HostFileMixin, Sandbox):
     backend = "bwrap"
 
-    def __init__(self, config: SandboxConfig, rootfs: str | None):
+    def __init__(self, config: SandboxConfig, rootfs: str | None, server: bool = True):
         super().__init__(config)
         self.rootfs = rootfs
         self._closed = False
         self._lock = threading.Lock()
+        self._active = 0  # execs in flight (server mode: sweep only when the last one ends)
+        self._proc: subprocess.Popen | None = None  # server mode: the sandbox's bwrap
+        self._keep: set[int] = set()  # server mode: host pids of bwrap and the server
+        self._sock: str | None = None
         self._privileged = os.geteuid() == 0
         uid = SANDBOX_UID if self._privileged else None
         gid = SANDBOX_GID if self._privileged else None
@@ -127,10 +174,160 @@ class BwrapSandbox(HostFileMixin, Sandbox):
             roots = {self._state.workspace: self._state.ws, "/tmp": self._state.tmp}  # host access: workspace + /tmp only
             self.fs = HostFS(config.workspace, roots, uid, gid, max_read=max(1, int(config.disk_mb)) << 20)
             self._argv_static = self._build_static()
+            if server and self._cg is not None and self._privileged:
+                self._start_server()
         except BaseException:
             self._teardown()
             raise
         cleanup.register(self)
+
+    @property
+    def server_mode(self) -> bool:
+        return self._proc is not None
+
+    # -- server mode ---------------------------------------------------------------------------
+    def _start_server(self) -> None:
+        """Start this sandbox's bwrap with the exec server as pid 1; on failure log and stay per-exec."""
+        sock_path = os.path.join(self._state.path, "ctl.sock")
+        srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        r, w = os.pipe()
+        try:
+            srv.bind(sock_path)
+            os.chmod(sock_path, 0o600)
+            srv.listen(128)
+            fd = srv.fileno()
+            argv = self._prefix() + self._argv_static[:1] + ["--json-status-fd", str(w), "--as-pid-1"] + \
+                self._argv_static[1:-2] + ["--ro-bind", EXECD, EXECD_IN] + self._argv_static[-2:] + \
+                ["--chdir", "/", "--", "python3", "-I", "-S", EXECD_IN, "--fd", str(fd)]
+            self._proc = _spawn(argv, (fd, w), os.path.join(self._state.path, "server.log"))
+        except BaseException:
+            os.close(w)
+            os.close(r)
+            srv.close()
+            raise
+        os.close(w)
+        srv.close()  # the server holds it now
+        try:
+            child = _child_pid(r, self._proc, SERVER_START_TIMEOUT_S)
+            rc, err = execd_client.short_request(sock_path, {"op": "ping"}, timeout=SERVER_START_TIMEOUT_S)
+            if rc != 0 or child is None:
+                raise SandboxError(f"exec server did not answer (rc={rc}): {err.decode(errors='replace')[:500]}")
+        except (OSError, SandboxError) as e:
+            self._stop_server()
+            try:
+                with open(os.path.join(self._state.path, "server.log"), "rb") as f:
+                    msg = f.read(2000).decode(errors="replace").strip()
+            except OSError:
+                msg = ""
+            log.warning("bwrap server mode unavailable, running a bwrap per exec: %s %s", e, msg)
+            return
+        finally:
+            os.close(r)
+        self._keep = {self._proc.pid, child}
+        self._sock = sock_path
+        for pid in self._keep:  # the OOM killer takes a memory bomb, never the sandbox itself
+            try:
+                with open(f"/proc/{pid}/oom_score_adj", "w") as f:
+                    f.write("-998")
+            except OSError:
+                pass
+
+    def _stop_server(self) -> None:
+        p, self._proc = self._proc, None
+        self._sock = None
+        if p is None:
+            return
+        if self._cg is not None:
+            self._cg.kill_all()
+        try:
+            p.kill()
+        except OSError:
+            pass
+        try:
+            p.wait(timeout=10)
+        except (subprocess.TimeoutExpired, OSError):
+            pass
+
+    def _sweep(self) -> bool:
+        """SIGKILL every process of the sandbox except bwrap and the server, until none is left."""
+        cg = self._cg
+        if cg is None:
+            return False
+        end = time.monotonic() + 5.0
+        while True:
+            pids = [p for p in cg.pids() if p not in self._keep]
+            if not pids:
+                return True
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            if time.monotonic() > end:
+                log.warning("bwrap sandbox %s: processes survive the sweep: %s", self._state.name, pids[:10])
+                return False
+            time.sleep(0.002)
+
+    def _sweep_if_alone(self) -> None:
+        with self._lock:
+            alone = self._active == 1
+        if alone:
+            self._sweep()
+
+    def _server_alive(self) -> bool:
+        p = self._proc
+        return p is not None and p.poll() is None
+
+    def _exec_server(self, argv, chdir, env, stdin, timeout, max_output) -> ExecResult:
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        flood = flood_limit(max_output)
+        req = execd_client.encode({"op": "exec", "argv": argv, "env": self._env(env), "cwd": chdir,
+                                   "stdin": stdin is not None, "uid": SANDBOX_UID, "gid": SANDBOX_GID})
+        with self._lock:
+            self._active += 1
+        try:
+            for attempt in (1, 2, 3):
+                try:
+                    sock = execd_client.connect(self._sock, timeout=5.0)
+                    sock.sendall(req)
+                except OSError as e:
+                    if self._closed:
+                        raise SandboxError("sandbox was closed while a command ran") from e
+                    raise SandboxError(f"bwrap sandbox's exec server is gone: {e}") from e
+                try:
+                    r = execd_client.pump(sock, stdin, deadline, max_output, flood, self._sweep_if_alone)
+                except BaseException:  # Ctrl-C / error while the command runs: kill what it started
+                    self._sweep()
+                    raise
+                if r.started or r.timed_out or self._closed:
+                    break
+                # never started (the pids limit: the server could not fork): clear the sandbox, retry;
+                # nothing ran, so a retry cannot repeat a side effect
+                if attempt == 3 or not self._server_alive():
+                    raise SandboxError(f"exec failed: {r.error or 'the command could not be started'}")
+                self._sweep_if_alone()
+                time.sleep(0.05 * attempt)
+        finally:
+            with self._lock:
+                self._active -= 1
+                last = self._active == 0
+            if last and not self._closed:
+                self._sweep()  # nothing an exec started outlives it
+        if self._closed:
+            raise SandboxError("sandbox was closed while a command ran")
+        timed_out, rc = r.timed_out, r.rc
+        if r.flooded:
+            rc = 137
+        elif timed_out:
+            rc = 124
+        elif rc is None:
+            if not self._server_alive():
+                raise SandboxError("bwrap sandbox died while a command ran")
+            rc = 137  # its handler was killed from inside (e.g. `kill -9 -1`): the command was killed
+        return ExecResult(rc=rc, stdout=r.out.decode("utf-8", errors="replace"),
+                          stderr=r.err.decode("utf-8", errors="replace"), timed_out=timed_out,
+                          duration_s=time.monotonic() - t0, truncated=r.truncated)
 
     @property
     def host_workspace(self) -> str:
@@ -195,6 +392,8 @@ class BwrapSandbox(HostFileMixin, Sandbox):
             else:  # missing, or a symlink somewhere: let a shell inside resolve it (rc 126 if it fails)
                 argv = ["/bin/sh", "-c", 'cd -- "$1" || exit 126; shift; exec "$@"', "sh", wd] + argv
         timeout = float(timeout if timeout is not None else self.config.default_timeout_s)
+        if self._proc is not None:
+            return self._exec_server(argv, chdir, env, stdin, timeout, max_output)
         r, w = os.pipe()
         try:
             full = self._prefix() + self._argv_static[:1] + ["--json-status-fd", str(w)] + \
@@ -256,6 +455,7 @@ class BwrapSandbox(HostFileMixin, Sandbox):
 
     # -- teardown ------------------------------------------------------------------------------
     def _teardown(self):
+        self._stop_server()
         if self._cg is not None:
             self._cg.remove()
             self._cg = None
@@ -270,6 +470,29 @@ class BwrapSandbox(HostFileMixin, Sandbox):
             self._teardown()
         finally:
             cleanup.unregister(self)
+
+
+def _child_pid(fd: int, proc: subprocess.Popen, timeout: float) -> int | None:
+    """The sandbox's pid 1 (host pid) from bwrap's --json-status-fd; None if bwrap exits first."""
+    buf = bytearray()
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        r, _, _ = select.select([fd], [], [], max(0.0, min(0.5, end - time.monotonic())))
+        if r:
+            b = os.read(fd, 4096)
+            if not b:
+                return None
+            buf += b
+            for line in bytes(buf).splitlines():
+                try:
+                    d = json.loads(line)
+                except ValueError:
+                    continue
+                if "child-pid" in d:
+                    return int(d["child-pid"])
+        elif proc.poll() is not None:
+            return None
+    return None
 
 
 def _read_all(fd: int) -> bytes:
@@ -287,25 +510,103 @@ def _read_all(fd: int) -> bytes:
 
 
 class BwrapFactory(SandboxFactory):
+    """Opens bwrap sandboxes. In server mode (root + cgroups; `server=False` turns it off) a filler thread
+    keeps `pool_size` sandboxes started ahead (bwrap + exec server up, workspace empty); open() takes
+    one and writes the task's files, or starts one itself when none is ready. Pooled sandboxes are
+    never reused: each open() gets a fresh one."""
+
     name = "bwrap"
     _is_factory = True
 
-    def __init__(self, config: SandboxConfig | None = None):
+    def __init__(self, config: SandboxConfig | None = None, pool_size: int = 2, server: bool = True):
         super().__init__(config)
         if not bwrap_path():
             raise SandboxError("bwrap is not installed (apt-get install bubblewrap)")
         self.rootfs = find_rootfs(self.config)
         if self.rootfs is None:
             log.info("bwrap: no built rootfs, using the host's system dirs read-only")
+        self.server = bool(server) and os.environ.get("CLAWGYM_BWRAP_SERVER", "1") != "0"
+        self.pool_size = max(0, int(pool_size)) if self.server else 0
         self._closed = False
+        self._cond = threading.Condition()
+        self._pool: list[BwrapSandbox] = []
+        self._filler: threading.Thread | None = None
         cleanup.register(self)
+
+    def _new(self) -> BwrapSandbox:
+        return BwrapSandbox(self.config, self.rootfs, server=self.server)
+
+    def _start_filler(self) -> None:
+        with self._cond:
+            if self._filler is None and self.pool_size and not self._closed:
+                self._filler = threading.Thread(target=self._fill_loop, name="clawgym-bwrap-pool", daemon=True)
+                self._filler.start()
+
+    def _fill_loop(self) -> None:
+        failures = 0
+        while True:
+            with self._cond:
+                while not self._closed and len(self._pool) >= self.pool_size:
+                    self._cond.wait()
+                if self._closed:
+                    return
+            try:
+                sb = self._new()
+            except Exception as e:  # noqa: BLE001 - open() creates its own and reports the error
+                failures += 1
+                log.warning("bwrap pool: %s", e)
+                if failures >= 3:
+                    return
+                time.sleep(0.5 * failures)
+                continue
+            if not sb.server_mode:  # no server here: a pool would only hold idle dirs
+                sb.close()
+                with self._cond:
+                    self.pool_size = 0
+                return
+            failures = 0
+            with self._cond:
+                if self._closed:
+                    sb.close()
+                    return
+                self._pool.append(sb)
+                self._cond.notify_all()
+
+    def warm(self, timeout: float = 60.0) -> bool:
+        """Wait until the pool is full (benchmarks, tests)."""
+        self._start_filler()
+        end = time.monotonic() + timeout
+        with self._cond:
+            while len(self._pool) < self.pool_size and not self._closed and time.monotonic() < end:
+                self._cond.wait(0.05)
+            return len(self._pool) >= self.pool_size
 
     def open(self, files: Iterable = ()) -> BwrapSandbox:
         if self._closed:
             raise SandboxError("factory is closed")
-        return self._adopt(BwrapSandbox(self.config, self.rootfs), files)
+        self._start_filler()
+        sb = None
+        with self._cond:
+            if self._pool:
+                sb = self._pool.pop(0)
+                self._cond.notify_all()
+        if sb is None:
+            sb = self._new()
+        return self._adopt(sb, files)
 
     def close(self) -> None:
-        self._closed = True
+        with self._cond:
+            self._closed = True
+            pool, self._pool = self._pool, []
+            self._cond.notify_all()
+            filler = self._filler
+        for sb in pool:
+            sb.close()
+        if filler is not None and filler is not threading.current_thread():
+            filler.join(timeout=30)
+        with self._cond:  # one the filler finished after we emptied the pool
+            pool, self._pool = self._pool, []
+        for sb in pool:
+            sb.close()
         self._close_adopted()
         cleanup.unregister(self)

@@ -182,7 +182,7 @@ class Cgroup:
     def kill_all(self, timeout: float = 5.0) -> bool:
         """SIGKILL every process in the cgroup until it is empty (loops: a fork bomb respawns)."""
         deadline = time.monotonic() + timeout
-        freezer_done = False
+        delay = 0.0005
         while True:
             pids = self.pids()
             if not pids:
@@ -195,8 +195,8 @@ class Cgroup:
             if time.monotonic() > deadline:
                 log.warning("cgroup %s still has processes %s", self.dirs, pids[:10])
                 return False
-            time.sleep(0.005 if not freezer_done else 0.05)
-            freezer_done = True
+            time.sleep(delay)  # SIGKILLed processes leave the cgroup within a millisecond or two
+            delay = min(delay * 2, 0.05)
 
     def memory_failcnt(self) -> int:
         for d in self.dirs:

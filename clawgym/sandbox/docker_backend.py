@@ -45,7 +45,6 @@ so no container, mount or temp dir outlives it.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import posixpath
@@ -58,7 +57,7 @@ import time
 import weakref
 from typing import Iterable
 
-from clawgym.sandbox import cleanup
+from clawgym.sandbox import cleanup, execd_client
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError, SandboxFactory
 from clawgym.sandbox.hostfs import HOME, SANDBOX_GID, SANDBOX_UID, HostFileMixin, HostFS, StateDir, flood_limit
 
@@ -99,7 +98,6 @@ def available(image: str = "clawgym-sandbox:latest") -> tuple[bool, str]:
 EXECD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "execd.py")
 EXECD_IN = "/opt/clawgym/execd.py"
 CTL_IN = "/run/clawgym"
-_OUT, _ERR, _EXIT, _ERROR, _STARTED = 1, 2, 3, 4, 5
 
 
 class _Slot:
@@ -125,14 +123,7 @@ class _Slot:
                 and os.path.exists(self.sock))
 
     def connect(self, timeout: float = 5.0) -> socket.socket:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            s.settimeout(timeout)
-            s.connect(self.sock)
-        except BaseException:
-            s.close()
-            raise
-        return s
+        return execd_client.connect(self.sock, timeout)
 
     def wait_server(self, timeout: float = 10.0) -> bool:
         if not self.sock:
@@ -209,50 +200,7 @@ class _Slot:
 
     def request(self, req: dict, timeout: float = 10.0) -> tuple[int | None, bytes]:
         """A short request to the server (reset, ping): -> (rc or None, stderr)."""
-        s = self.connect(timeout)
-        try:
-            s.sendall(_request(req))
-            buf = bytearray()
-            end = time.monotonic() + timeout
-            while True:
-                left = end - time.monotonic()
-                if left <= 0:
-                    return None, b"timeout"
-                s.settimeout(left)
-                b = s.recv(1 << 16)
-                if not b:
-                    break
-                buf += b
-        finally:
-            s.close()
-        rc, err, pos = None, bytearray(), 0
-        while pos + 5 <= len(buf):
-            kind, n = struct.unpack_from(">BI", buf, pos)
-            data = bytes(buf[pos + 5:pos + 5 + n])
-            pos += 5 + n
-            if kind == _EXIT and len(data) == 4:
-                rc = struct.unpack(">i", data)[0]
-            elif kind in (_ERR, _ERROR, _OUT):
-                err += data
-        return rc, bytes(err)
-
-
-def _request(req: dict) -> bytes:
-    body = json.dumps(req).encode()
-    return struct.pack(">I", len(body)) + body
-
-
-def _feed_stdin(sock: socket.socket, data: bytes) -> threading.Thread:
-    """Send `data` then half-close the socket, from a daemon thread (the reader runs meanwhile)."""
-    def _feed():
-        try:
-            sock.sendall(data)
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
-    t = threading.Thread(target=_feed, daemon=True)
-    t.start()
-    return t
+        return execd_client.short_request(self.sock, req, timeout)
 
 
 class DockerSandbox(HostFileMixin, Sandbox):
@@ -377,7 +325,7 @@ class DockerSandbox(HostFileMixin, Sandbox):
     def _exec_fast(self, argv, wd, env, stdin, deadline, max_output, flood):
         """-> (out, err, truncated, timed_out, rc), or None when the server cannot be reached
         (the caller falls back to docker exec)."""
-        req = _request({"op": "exec", "argv": argv, "env": {**self._slot.base_env, **self._envd(env)},
+        req = execd_client.encode({"op": "exec", "argv": argv, "env": {**self._slot.base_env, **self._envd(env)},
                         "cwd": wd or self.config.workspace, "stdin": stdin is not None,
                         "uid": SANDBOX_UID, "gid": SANDBOX_GID})
         for attempt in (1, 2, 3):
@@ -393,14 +341,15 @@ class DockerSandbox(HostFileMixin, Sandbox):
                 log.debug("exec server of %s unreachable (%s): docker exec", self.container_id[:12], e)
                 return None
             try:
-                r = self._pump_fast(sock, stdin, deadline, max_output, flood)
+                r = execd_client.pump(sock, stdin, deadline, max_output, flood, self._sweep_if_alone)
             except BaseException:  # Ctrl-C / error while the command runs: kill what it started
                 try:
                     self._kill_all()
                 except Exception as e:
                     log.warning("could not stop the interrupted command: %s", e)
                 raise
-            out, err, truncated, timed_out, flooded, rc, started, error = r
+            out, err, truncated, timed_out, flooded, rc, started, error = (
+                r.out, r.err, r.truncated, r.timed_out, r.flooded, r.rc, r.started, r.error)
             if started or timed_out or self._closed:
                 break
             # the command never started (the server could not fork: the pids limit): clear the
@@ -422,84 +371,13 @@ class DockerSandbox(HostFileMixin, Sandbox):
         rc = 124 if timed_out else 137 if flooded else rc
         return out, err, truncated, timed_out, rc
 
-    def _pump_fast(self, sock, stdin, deadline, max_output, flood):
-        bufs = {_OUT: bytearray(), _ERR: bytearray()}
-        truncated = timed_out = flooded = started = False
-        rc = error = None
-        total = 0
-        writer = None
-        try:
-            if stdin is not None:
-                writer = _feed_stdin(sock, stdin)
-            pending = bytearray()
-            exited_at = None
-            swept = False
-            while True:
-                now = time.monotonic()
-                left = deadline - now
-                if left <= 0:
-                    timed_out = True
-                    break
-                if exited_at is not None:
-                    if now - exited_at > 3.0:
-                        break  # exited and still no EOF: stop waiting for stragglers
-                    wait = 0.02 if not swept else 0.1
-                else:
-                    wait = 5.0
-                sock.settimeout(max(0.001, min(left, wait)))
-                try:
-                    chunk = sock.recv(1 << 16)
-                except socket.timeout:
-                    if exited_at is not None and not swept:
-                        # background processes keep the output open: kill them (like bwrap)
-                        swept = True
-                        with self._lock:
-                            alone = self._active == 1
-                        if alone and self.kill_background:
-                            self._slot.sweep()
-                    continue
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                pending += chunk
-                pos = 0
-                while len(pending) - pos >= 5:
-                    kind, n = struct.unpack_from(">BI", pending, pos)
-                    if len(pending) - pos - 5 < n:
-                        break
-                    data = pending[pos + 5:pos + 5 + n]
-                    pos += 5 + n
-                    if kind in bufs:
-                        total += n
-                        if total > flood:
-                            truncated = flooded = True
-                            break
-                        buf = bufs[kind]
-                        room = max_output - len(buf)
-                        if room > 0:
-                            buf += data[:room]
-                        if n > room:
-                            truncated = True
-                    elif kind == _STARTED:
-                        started = True
-                    elif kind == _EXIT:
-                        rc = struct.unpack(">i", bytes(data))[0]
-                        exited_at = time.monotonic()
-                    elif kind == _ERROR:
-                        error = bytes(data).decode("utf-8", errors="replace")
-                del pending[:pos]
-                if flooded:
-                    break
-        finally:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)  # also wakes a stdin writer blocked in sendall
-            except OSError:
-                pass
-            sock.close()
-            if writer is not None:
-                writer.join(timeout=1)
-        return bytes(bufs[_OUT]), bytes(bufs[_ERR]), truncated, timed_out, flooded, rc, started, error
+    def _sweep_if_alone(self) -> None:
+        """The command exited but something it started holds its output: kill it (like bwrap), unless
+        another exec of this sandbox runs at the same time."""
+        with self._lock:
+            alone = self._active == 1
+        if alone and self.kill_background:
+            self._slot.sweep()
 
     # -- fallback: docker exec ----------------------------------------------------------------
     def _exec_docker(self, argv, env, stdin, deadline, max_output, flood):
@@ -547,7 +425,7 @@ class DockerSandbox(HostFileMixin, Sandbox):
         writer = None
         try:
             if stdin is not None:
-                writer = _feed_stdin(raw, stdin)
+                writer = execd_client.feed_stdin(raw, stdin)
             pending = bytearray()
             want_hdr = True
             need, stream = 8, 1

@@ -1,6 +1,7 @@
 """In-container exec server of the docker backend (stdlib only; runs under the image's python3).
 
-    python3 -I /opt/clawgym/execd.py /run/clawgym/ctl.sock
+    python3 -I /opt/clawgym/execd.py /run/clawgym/ctl.sock      (docker)
+    python3 -I /run/clawgym/execd.py --fd N                     (bwrap: pid 1 of the sandbox)
 
 It replaces `sleep infinity` as the child of docker-init and runs as uid 0 with only CAP_SETUID and
 CAP_SETGID (no-new-privileges, read-only root, no network). It listens on a unix socket in a
@@ -58,6 +59,8 @@ def _recv_exact(conn, n: int) -> bytes:
 
 
 def _drop(uid: int, gid: int) -> None:
+    if os.getresuid() == (uid, uid, uid) and os.getresgid() == (gid, gid, gid):
+        return  # already that user (bwrap: the server itself runs as the sandbox user, without privileges)
     os.setgroups([gid])  # what `docker exec --user uid:gid` gives: only its own group
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
@@ -340,11 +343,7 @@ def _undumpable() -> None:
         pass
 
 
-def serve(path: str) -> None:
-    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
-        signal.signal(s, signal.SIG_IGN)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers are reaped by the kernel
-    _undumpable()
+def _listen(path: str) -> socket.socket:
     os.umask(0o077)
     try:
         os.unlink(path)
@@ -355,6 +354,22 @@ def serve(path: str) -> None:
     os.chmod(path + ".new", 0o600)
     srv.listen(128)
     os.rename(path + ".new", path)  # the host waits for `path`: it appears only once it listens
+    return srv
+
+
+def serve(path: str | None = None, fd: int | None = None) -> None:
+    """Serve on a new socket at `path`, or on an inherited listening socket `fd` (bwrap: the host made
+    it outside the sandbox, so nothing inside can reach or replace it)."""
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(s, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # handlers (and, as pid 1, orphans) are reaped by the kernel
+    _undumpable()
+    if fd is not None:
+        os.umask(0o022)
+        srv = socket.socket(fileno=fd)
+        os.set_inheritable(fd, False)
+    else:
+        srv = _listen(path or "/run/clawgym/ctl.sock")
     while True:
         try:
             conn, _ = srv.accept()
@@ -388,7 +403,10 @@ def serve(path: str) -> None:
 
 def main() -> None:
     try:
-        serve(sys.argv[1] if len(sys.argv) > 1 else "/run/clawgym/ctl.sock")
+        if len(sys.argv) > 2 and sys.argv[1] == "--fd":
+            serve(fd=int(sys.argv[2]))
+        else:
+            serve(sys.argv[1] if len(sys.argv) > 1 else "/run/clawgym/ctl.sock")
     except Exception as e:  # noqa: BLE001 - never let the container stop: the host falls back
         print(f"execd: {e}; idle", file=sys.stderr, flush=True)
         for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

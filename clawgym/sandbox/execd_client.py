@@ -1,0 +1,170 @@
+"""Host side of the in-sandbox exec server (clawgym/sandbox/execd.py), shared by the docker and bwrap
+backends: request framing, the output pump (deadline, output cap, flood limit) and short requests.
+
+The pump never kills anything itself: the backend kills host-side (a sweep of the sandbox's cgroup
+that spares the server), through the `sweep` callback the pump calls when a command has exited but
+something it started still holds its output open.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+OUT, ERR, EXIT, ERROR, STARTED = 1, 2, 3, 4, 5
+
+
+def encode(req: dict) -> bytes:
+    body = json.dumps(req).encode()
+    return struct.pack(">I", len(body)) + body
+
+
+def connect(path: str, timeout: float = 5.0) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(timeout)
+        s.connect(path)
+    except BaseException:
+        s.close()
+        raise
+    return s
+
+
+def feed_stdin(sock: socket.socket, data: bytes) -> threading.Thread:
+    """Send `data` then half-close the socket, from a daemon thread (the reader runs meanwhile)."""
+    def _feed():
+        try:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+    t = threading.Thread(target=_feed, daemon=True)
+    t.start()
+    return t
+
+
+@dataclass
+class Pumped:
+    out: bytes
+    err: bytes
+    truncated: bool
+    timed_out: bool
+    flooded: bool
+    rc: int | None  # None: no exit frame (the handler died, the sandbox went away, or a timeout)
+    started: bool  # the command's process existed (before that, a retry cannot repeat a side effect)
+    error: str | None  # the server could not start the command
+
+
+def pump(sock: socket.socket, stdin: bytes | None, deadline: float, max_output: int, flood: int,
+         sweep: Callable[[], None] | None = None) -> Pumped:
+    """Relay one exec's frames until EOF, the deadline or the flood limit; closes `sock`.
+    `sweep` is called (once) when the command exited but its output stays open (background jobs)."""
+    bufs = {OUT: bytearray(), ERR: bytearray()}
+    truncated = timed_out = flooded = started = False
+    rc = error = None
+    total = 0
+    writer = None
+    try:
+        if stdin is not None:
+            writer = feed_stdin(sock, stdin)
+        pending = bytearray()
+        exited_at = None
+        swept = False
+        while True:
+            now = time.monotonic()
+            left = deadline - now
+            if left <= 0:
+                timed_out = True
+                break
+            if exited_at is not None:
+                if now - exited_at > 3.0:
+                    break  # exited and still no EOF: stop waiting for stragglers
+                wait = 0.02 if not swept else 0.1
+            else:
+                wait = 5.0
+            sock.settimeout(max(0.001, min(left, wait)))
+            try:
+                chunk = sock.recv(1 << 16)
+            except socket.timeout:
+                if exited_at is not None and not swept:
+                    swept = True  # background processes keep the output open: kill them
+                    if sweep is not None:
+                        sweep()
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
+            pending += chunk
+            pos = 0
+            while len(pending) - pos >= 5:
+                kind, n = struct.unpack_from(">BI", pending, pos)
+                if len(pending) - pos - 5 < n:
+                    break
+                data = pending[pos + 5:pos + 5 + n]
+                pos += 5 + n
+                if kind in bufs:
+                    total += n
+                    if total > flood:
+                        truncated = flooded = True
+                        break
+                    buf = bufs[kind]
+                    room = max_output - len(buf)
+                    if room > 0:
+                        buf += data[:room]
+                    if n > room:
+                        truncated = True
+                elif kind == STARTED:
+                    started = True
+                elif kind == EXIT:
+                    rc = struct.unpack(">i", bytes(data))[0]
+                    exited_at = time.monotonic()
+                elif kind == ERROR:
+                    error = bytes(data).decode("utf-8", errors="replace")
+            del pending[:pos]
+            if flooded:
+                break
+    finally:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)  # also wakes a stdin writer blocked in sendall
+        except OSError:
+            pass
+        sock.close()
+        if writer is not None:
+            writer.join(timeout=1)
+    return Pumped(bytes(bufs[OUT]), bytes(bufs[ERR]), truncated, timed_out, flooded, rc, started, error)
+
+
+def short_request(path: str, req: dict, timeout: float = 10.0) -> tuple[int | None, bytes]:
+    """A short request to the server (reset, ping): -> (rc or None, stderr + error text)."""
+    s = connect(path, timeout)
+    try:
+        s.sendall(encode(req))
+        buf = bytearray()
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                return None, b"timeout"
+            s.settimeout(left)
+            b = s.recv(1 << 16)
+            if not b:
+                break
+            buf += b
+    finally:
+        s.close()
+    rc, err, pos = None, bytearray(), 0
+    while pos + 5 <= len(buf):
+        kind, n = struct.unpack_from(">BI", buf, pos)
+        data = bytes(buf[pos + 5:pos + 5 + n])
+        pos += 5 + n
+        if kind == EXIT and len(data) == 4:
+            rc = struct.unpack(">i", data)[0]
+        elif kind in (ERR, ERROR, OUT):
+            err += data
+    return rc, bytes(err)
