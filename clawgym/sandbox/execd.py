@@ -1,18 +1,22 @@
-"""In-container exec server of the docker backend (stdlib only; runs under the image's python3).
+"""In-sandbox exec server of the docker and bwrap backends (stdlib only; runs under the sandbox's python3).
 
     python3 -I /opt/clawgym/execd.py /run/clawgym/ctl.sock      (docker)
-    python3 -I /run/clawgym/execd.py --fd N                     (bwrap: pid 1 of the sandbox)
+    python3 -I -S /run/clawgym/execd.py --fd N                  (bwrap: pid 1 of the sandbox)
 
-It replaces `sleep infinity` as the child of docker-init and runs as uid 0 with only CAP_SETUID and
-CAP_SETGID (no-new-privileges, read-only root, no network). It listens on a unix socket in a
-directory the sandbox user cannot enter (host dir owned by root, mode 0700), ignores
-SIGINT/SIGTERM/SIGHUP and is not dumpable (the sandbox user can neither read its memory/environ nor
-signal it: different uid, no CAP_KILL).
+docker: it replaces `sleep infinity` as the child of docker-init and runs as uid 0 with only
+CAP_SETUID and CAP_SETGID (no-new-privileges, read-only root, no network). It listens on a unix
+socket in a directory the sandbox user cannot enter (host dir owned by root, mode 0700).
+bwrap: it is pid 1 of the sandbox's pid namespace and runs as the sandbox user without capabilities;
+it serves an inherited listening socket the host bound outside the sandbox (no path inside), and as
+pid 1 it receives no signal from its own namespace that it has no handler for (not even SIGKILL).
+Both: it ignores SIGINT/SIGTERM/SIGHUP and is not dumpable (nothing in the sandbox can ptrace it or
+read its memory, environ or fds).
 
-For each connection it forks a handler which forks the command: setgroups([1000]) (like docker exec),
-setresgid/setresuid(1000), own session, chdir(cwd) (rc 126 + message when missing), the environment exactly as given,
-stdin/stdout/stderr pipes. The handler relays output as frames and sends the exit status. It never
-kills anything: the host kills leftovers via the container's cgroup (keep: init + this server).
+For each connection it forks a handler which starts the command with subprocess (vfork + exec):
+as 1000:1000 with only group 1000 (like docker exec; nothing to drop when already that user), own
+session, chdir(cwd) (rc 126 + message when missing), default signal dispositions, the environment
+exactly as given, stdin/stdout/stderr pipes. The handler relays output as frames and sends the exit
+status. It never kills anything: the host kills leftovers via the sandbox's cgroup, sparing the server.
 
 Protocol (host -> server): 4-byte big-endian length + JSON request, then (when "stdin" is true) the
 raw stdin bytes until the host shuts down its write side.
