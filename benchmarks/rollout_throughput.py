@@ -64,7 +64,7 @@ def rollouts(backends: list[str], pools: list[int], n: int, openclaw: bool) -> N
             continue
         best = 0.0
         for pool in pools:
-            kw = {"pool_size": max(2, pool)} if b == "docker" else {}
+            kw = {"pool_size": max(2, pool)} if b in ("docker", "bwrap") else {}  # sandboxes started ahead
             with get_factory(b, **kw) as f:
                 if hasattr(f, "warm"):
                     f.warm(120)
