@@ -518,7 +518,7 @@ class BwrapFactory(SandboxFactory):
     name = "bwrap"
     _is_factory = True
 
-    def __init__(self, config: SandboxConfig | None = None, pool_size: int = 2, server: bool = True):
+    def __init__(self, config: SandboxConfig | None = None, pool_size: int = 4, server: bool = True):
         super().__init__(config)
         if not bwrap_path():
             raise SandboxError("bwrap is not installed (apt-get install bubblewrap)")
@@ -530,6 +530,8 @@ class BwrapFactory(SandboxFactory):
         self._closed = False
         self._cond = threading.Condition()
         self._pool: list[BwrapSandbox] = []
+        self._starting = 0  # sandboxes being started for the pool
+        self._failures = 0  # pool starts that failed in a row (3: the filler gives up)
         self._filler: threading.Thread | None = None
         cleanup.register(self)
 
@@ -543,34 +545,38 @@ class BwrapFactory(SandboxFactory):
                 self._filler.start()
 
     def _fill_loop(self) -> None:
-        failures = 0
+        """Keep pool + starting >= pool_size, starting up to pool_size sandboxes at once: a start is mostly
+        waiting (cgroup join, bwrap, the server's python), so starts overlap well even on 2 cores."""
         while True:
             with self._cond:
-                while not self._closed and len(self._pool) >= self.pool_size:
+                while not self._closed and self.pool_size and len(self._pool) + self._starting >= self.pool_size:
                     self._cond.wait()
-                if self._closed:
+                if self._closed or not self.pool_size or self._failures >= 3:
                     return
-            try:
-                sb = self._new()
-            except Exception as e:  # noqa: BLE001 - open() creates its own and reports the error
-                failures += 1
-                log.warning("bwrap pool: %s", e)
-                if failures >= 3:
-                    return
-                time.sleep(0.5 * failures)
-                continue
-            if not sb.server_mode:  # no server here: a pool would only hold idle dirs
-                sb.close()
-                with self._cond:
-                    self.pool_size = 0
-                return
-            failures = 0
+                self._starting += 1
+            threading.Thread(target=self._start_one, name="clawgym-bwrap-start", daemon=True).start()
+
+    def _start_one(self) -> None:
+        sb = None
+        try:
+            sb = self._new()
+        except Exception as e:  # noqa: BLE001 - open() starts its own and reports the error
+            log.warning("bwrap pool: %s", e)
             with self._cond:
-                if self._closed:
-                    sb.close()
-                    return
-                self._pool.append(sb)
+                self._failures += 1
+            time.sleep(0.5)
+        finally:
+            with self._cond:
+                self._starting -= 1
+                if sb is not None and not sb.server_mode:  # no server here: a pool would only hold idle dirs
+                    self.pool_size = 0
+                keep = sb is not None and sb.server_mode and not self._closed
+                if keep:
+                    self._pool.append(sb)
+                    self._failures = 0
                 self._cond.notify_all()
+        if sb is not None and not keep:
+            sb.close()
 
     def warm(self, timeout: float = 60.0) -> bool:
         """Wait until the pool is full (benchmarks, tests)."""
@@ -587,6 +593,9 @@ class BwrapFactory(SandboxFactory):
         self._start_filler()
         sb = None
         with self._cond:
+            end = time.monotonic() + 5.0
+            while not self._pool and self._starting and not self._closed and time.monotonic() < end:
+                self._cond.wait(0.05)  # one is on its way: sooner than starting another
             if self._pool:
                 sb = self._pool.pop(0)
                 self._cond.notify_all()
@@ -604,9 +613,9 @@ class BwrapFactory(SandboxFactory):
             sb.close()
         if filler is not None and filler is not threading.current_thread():
             filler.join(timeout=30)
-        with self._cond:  # one the filler finished after we emptied the pool
-            pool, self._pool = self._pool, []
-        for sb in pool:
-            sb.close()
+        with self._cond:  # starts still running close what they made (factory closed)
+            end = time.monotonic() + 30
+            while self._starting and time.monotonic() < end:
+                self._cond.wait(0.05)
         self._close_adopted()
         cleanup.unregister(self)
