@@ -183,3 +183,25 @@ def test_cpu_limits(bwrap_factory, docker_factory):
         assert hc["NanoCpus"] == int(cfg.cpus * 1e9) and hc["PidsLimit"] == cfg.pids
         assert hc["Memory"] == cfg.memory_mb << 20 and hc["ReadonlyRootfs"] and hc["NetworkMode"] == "none"
         assert hc["CapDrop"] == ["ALL"] and "no-new-privileges" in hc["SecurityOpt"]
+
+
+def test_bwrap_server_pool_gives_fresh_fast_sandboxes(bwrap_factory):
+    """Server mode: sandboxes are started ahead (open is fast), each open() gets a fresh one, the exec
+    server cannot be killed or replaced from inside, and what an exec leaves running is swept."""
+    with get_factory("bwrap", SandboxConfig(memory_mb=256, pids=64, disk_mb=16), pool_size=2) as f:
+        if not f.server:
+            pytest.skip("server mode needs root and cgroups (the per-exec fallback is tested everywhere)")
+        assert f.warm(60)
+        t0 = time.monotonic()
+        s1 = f.open([File(path="a.txt", content=b"one")])
+        assert time.monotonic() - t0 < 0.5 and s1.server_mode
+        with s1:
+            pid1 = s1._proc.pid
+            r = s1.exec("echo leak > /tmp/x; echo leak > /dev/shm/y; sleep 300 & kill -9 1; kill -9 -1; cat a.txt")
+            assert r.rc == 137  # `kill -9 -1` killed the command, not the server (pid 1 ignores it)
+            assert s1.exec("cat /tmp/x /dev/shm/y a.txt; echo; ps -e --no-headers -o comm | grep -c sleep").stdout.split() \
+                == ["leak", "leak", "one", "0"]
+            assert os.path.exists(s1._sock) and not s1.exec(f"test -e {s1._sock}").ok  # host-only socket
+        with f.open() as s2:
+            assert s2._proc.pid != pid1
+            assert s2.exec("ls -A /tmp /dev/shm; test -e a.txt || echo none").stdout.split() == ["/dev/shm:", "/tmp:", "none"]

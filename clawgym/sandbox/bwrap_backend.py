@@ -511,9 +511,10 @@ def _read_all(fd: int) -> bytes:
 
 class BwrapFactory(SandboxFactory):
     """Opens bwrap sandboxes. In server mode (root + cgroups; `server=False` turns it off) a filler thread
-    keeps `pool_size` sandboxes started ahead (bwrap + exec server up, workspace empty); open() takes
-    one and writes the task's files, or starts one itself when none is ready. Pooled sandboxes are
-    never reused: each open() gets a fresh one."""
+    keeps sandboxes started ahead (bwrap + exec server up, workspace empty): one at first, doubling up to
+    `pool_size` each time open() finds none ready (warm() fills it at once). open() takes one and writes
+    the task's files, or starts one itself when none is on its way. Pooled sandboxes are never reused:
+    each open() gets a fresh one."""
 
     name = "bwrap"
     _is_factory = True
@@ -531,6 +532,7 @@ class BwrapFactory(SandboxFactory):
         self._cond = threading.Condition()
         self._pool: list[BwrapSandbox] = []
         self._starting = 0  # sandboxes being started for the pool
+        self._target = 1  # how many to keep ready: doubles (up to pool_size) each time open() finds none
         self._failures = 0  # pool starts that failed in a row (3: the filler gives up)
         self._filler: threading.Thread | None = None
         cleanup.register(self)
@@ -549,7 +551,7 @@ class BwrapFactory(SandboxFactory):
         waiting (cgroup join, bwrap, the server's python), so starts overlap well even on 2 cores."""
         while True:
             with self._cond:
-                while not self._closed and self.pool_size and len(self._pool) + self._starting >= self.pool_size:
+                while not self._closed and self.pool_size and len(self._pool) + self._starting >= self._target:
                     self._cond.wait()
                 if self._closed or not self.pool_size or self._failures >= 3:
                     return
@@ -580,6 +582,8 @@ class BwrapFactory(SandboxFactory):
 
     def warm(self, timeout: float = 60.0) -> bool:
         """Wait until the pool is full (benchmarks, tests)."""
+        with self._cond:
+            self._target = self.pool_size
         self._start_filler()
         end = time.monotonic() + timeout
         with self._cond:
@@ -593,6 +597,9 @@ class BwrapFactory(SandboxFactory):
         self._start_filler()
         sb = None
         with self._cond:
+            if not self._pool:  # demand outruns the pool: keep more ready (a one-off open() wastes at most one)
+                self._target = min(max(1, self.pool_size), self._target * 2)
+                self._cond.notify_all()
             end = time.monotonic() + 5.0
             while not self._pool and self._starting and not self._closed and time.monotonic() < end:
                 self._cond.wait(0.05)  # one is on its way: sooner than starting another
