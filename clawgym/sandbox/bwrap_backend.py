@@ -36,7 +36,6 @@ import os
 import posixpath
 import select
 import shutil
-import signal
 import socket
 import stat
 import subprocess
@@ -251,22 +250,7 @@ class BwrapSandbox(HostFileMixin, Sandbox):
     def _sweep(self) -> bool:
         """SIGKILL every process of the sandbox except bwrap and the server, until none is left."""
         cg = self._cg
-        if cg is None:
-            return False
-        end = time.monotonic() + 5.0
-        while True:
-            pids = [p for p in cg.pids() if p not in self._keep]
-            if not pids:
-                return True
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            if time.monotonic() > end:
-                log.warning("bwrap sandbox %s: processes survive the sweep: %s", self._state.name, pids[:10])
-                return False
-            time.sleep(0.002)
+        return cg is not None and cg.kill_all(keep=self._keep)
 
     def _sweep_if_alone(self) -> None:
         with self._lock:

@@ -179,12 +179,12 @@ class Cgroup:
                 pass
         return sorted(out)
 
-    def kill_all(self, timeout: float = 5.0) -> bool:
-        """SIGKILL every process in the cgroup until it is empty (loops: a fork bomb respawns)."""
+    def kill_all(self, timeout: float = 5.0, keep: frozenset[int] | set[int] = frozenset()) -> bool:
+        """SIGKILL every process in the cgroup except `keep` until none is left (loops: a fork bomb respawns)."""
         deadline = time.monotonic() + timeout
         delay = 0.0005
         while True:
-            pids = self.pids()
+            pids = [p for p in self.pids() if p not in keep]
             if not pids:
                 return True
             for pid in pids:
