@@ -45,6 +45,14 @@ def _serve_cmd(launcher: bool = False) -> list[str]:
 
 CPU_CB_ARGS = ("--cb-num-blocks", "768", "--cb-block-size", "32", "--cb-max-batch-tokens", "1024")
 
+# glibc malloc for the server process (set unless the caller's environment sets them). Every layer of every step
+# allocates a few MB-sized tensors (the paged-cache read, activations); glibc's adaptive mmap threshold handed many
+# of them to fresh mmap()s and returned them on free, so each step page-faulted and zeroed them again: about a
+# quarter of the CPU time of a 16-stream decode step went to the kernel (sys 31 s of 130 s). A fixed mmap
+# threshold (32 MiB, glibc's maximum) and a high trim threshold keep those blocks in the heap for reuse; the
+# process's peak RSS is unchanged (2.4 GB at 16 streams), freed memory is just not handed back between steps.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024), "MALLOC_TRIM_THRESHOLD_": str(1024 * 1024 * 1024)}
+
 
 def _has_cuda(device: str) -> bool:
     if device.startswith("cuda"):
@@ -147,6 +155,10 @@ class ModelServer:
             extra += list(CPU_CB_ARGS)
         return cmd + extra
 
+    def environment(self) -> dict[str, str]:
+        """The server process's environment: this process's, offline, and `MALLOC_ENV` unless already set."""
+        return {**MALLOC_ENV, **os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
+
     def start(self) -> str:
         if self._proc is not None:
             return self.base_url
@@ -156,9 +168,8 @@ class ModelServer:
             os.close(fd)
             self._log_path = Path(p)
         self._log_file = open(self._log_path, "ab")
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
-        self._proc = popen_die_with_parent(self.command(), stdout=self._log_file, stderr=subprocess.STDOUT, env=env,
-                                           start_new_session=True)
+        self._proc = popen_die_with_parent(self.command(), stdout=self._log_file, stderr=subprocess.STDOUT,
+                                           env=self.environment(), start_new_session=True)
         atexit.register(self.stop)
         try:
             self._wait_healthy()

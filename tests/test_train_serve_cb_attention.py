@@ -1,0 +1,158 @@
+"""ModelServer's continuous-batching attention (clawgym.train.serve.cb_sdpa_attention): per sequence, the same
+result as transformers' block-diagonal sdpa; the server runs through serve.py's launcher with it installed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+from clawgym.train import serve
+from clawgym.train.serve import MALLOC_ENV, ModelServer, cb_sdpa_attention, install_cb_attention
+
+HEADS, KV_HEADS, DIM = 6, 2, 16
+
+
+class _Attn(torch.nn.Module):  # what the attention function reads from the module
+    num_key_value_groups = HEADS // KV_HEADS
+    is_causal = True
+
+
+def _reference(query, key, value, cu_q, cu_k):
+    """Every query of the step against every key of the step, through a block-diagonal causal mask (CB's sdpa)."""
+    mask = torch.full((cu_q[-1], cu_k[-1]), float("-inf"))
+    for i in range(len(cu_q) - 1):
+        q_len, k_len = cu_q[i + 1] - cu_q[i], cu_k[i + 1] - cu_k[i]
+        for r in range(q_len):  # a query sees its own sequence's keys up to its position (bottom-right aligned)
+            mask[cu_q[i] + r, cu_k[i]: cu_k[i] + k_len - q_len + r + 1] = 0
+    rep = HEADS // KV_HEADS
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key.repeat_interleave(rep, 1), value.repeat_interleave(rep, 1), attn_mask=mask)
+    return out.transpose(1, 2), mask
+
+
+def _step(q_lens, k_lens, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    cu_q, cu_k = [0], [0]
+    for q, k in zip(q_lens, k_lens):
+        cu_q.append(cu_q[-1] + q)
+        cu_k.append(cu_k[-1] + k)
+    # the layouts CB hands over: [1, heads, tokens, dim] views of [tokens, heads, dim] tensors
+    query = torch.randn(cu_q[-1], HEADS, DIM, generator=g).transpose(0, 1).unsqueeze(0)
+    key = torch.randn(cu_k[-1], KV_HEADS, DIM, generator=g).transpose(0, 1).unsqueeze(0)
+    value = torch.randn(cu_k[-1], KV_HEADS, DIM, generator=g).transpose(0, 1).unsqueeze(0)
+    return query, key, value, cu_q, cu_k
+
+
+@pytest.mark.parametrize("q_lens,k_lens", [
+    ([1] * 5, [7, 30, 12, 1, 64]),                # decode only, unequal contexts (padded batch)
+    ([9, 1, 4, 1], [9, 20, 10, 33]),              # mixed: a fresh prefill, decodes, a chunk after cached tokens
+    ([17, 5], [17, 5]),                           # prefill only
+])
+def test_matches_block_diagonal_sdpa(q_lens, k_lens):
+    query, key, value, cu_q, cu_k = _step(q_lens, k_lens)
+    want, mask = _reference(query, key, value, cu_q, cu_k)
+    got, weights = cb_sdpa_attention(_Attn(), query, key, value, mask[None, None], scaling=DIM ** -0.5,
+                                     cu_seq_lens_q=torch.tensor(cu_q, dtype=torch.int32),
+                                     cu_seq_lens_k=torch.tensor(cu_k, dtype=torch.int32))
+    assert weights is None
+    assert got.shape == (1, cu_q[-1], HEADS, DIM)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_chunk_after_cache_without_mask_is_causal_bottom_right():
+    query, key, value, cu_q, cu_k = _step([4, 1], [10, 6], seed=1)
+    want, _ = _reference(query, key, value, cu_q, cu_k)
+    got, _ = cb_sdpa_attention(_Attn(), query, key, value, None, scaling=DIM ** -0.5,
+                               cu_seq_lens_q=torch.tensor(cu_q), cu_seq_lens_k=torch.tensor(cu_k))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_without_cb_boundaries_it_is_transformers_sdpa():
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(2, h, 8, DIM, generator=g) for h in (HEADS, KV_HEADS, KV_HEADS))
+    want, _ = sdpa_attention_forward(_Attn(), q, k, v, None, scaling=0.3)
+    got, _ = cb_sdpa_attention(_Attn(), q, k, v, None, scaling=0.3)
+    torch.testing.assert_close(got, want)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from clawgym.train.base_model import make_tiny_model
+
+    return make_tiny_model(tmp_path_factory.mktemp("cbattn") / "tiny", hidden_size=64, num_layers=2)
+
+
+def test_continuous_batching_generates_the_same_tokens(tiny):
+    """A real CB run (prefix sharing, chunked prefill, mixed steps): greedy tokens identical with and without it."""
+    from transformers import AttentionInterface, AutoModelForCausalLM, ContinuousBatchingConfig, GenerationConfig
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny), attn_implementation="sdpa")
+    prefix = list(range(100, 160))  # a shared 60-token prefix, like a rollout's system prompt + tool schemas
+    prompts = [prefix + [200 + i] * (3 + 7 * i) for i in range(6)]
+    gen = GenerationConfig(max_new_tokens=12, do_sample=False, eos_token_id=-1)
+    cfg = ContinuousBatchingConfig(num_blocks=64, block_size=16, max_batch_tokens=48,  # forces chunked prefill
+                                   return_logprobs=True)
+
+    def run():
+        out = model.generate_batch(prompts, generation_config=gen, continuous_batching_config=cfg, warmup=False)
+        return sorted((o.prompt_ids, o.generated_tokens, o.logprobs) for o in out.values())
+
+    before = AttentionInterface._global_mapping["sdpa"]
+    want = run()
+    try:
+        install_cb_attention()
+        assert AttentionInterface._global_mapping["sdpa"] is cb_sdpa_attention
+        got = run()
+    finally:
+        AttentionInterface._global_mapping["sdpa"] = before
+    assert [len(t) for _, t, _ in got] == [12] * 6
+    assert [(p, t) for p, t, _ in got] == [(p, t) for p, t, _ in want]
+    torch.testing.assert_close(torch.tensor([lp for *_, lp in got]), torch.tensor([lp for *_, lp in want]),
+                               atol=1e-4, rtol=1e-4)  # the log-probabilities of every generated token too
+
+
+def test_command_and_environment(tiny, monkeypatch):
+    cb = ModelServer(tiny, port=1234, device="cpu")
+    cmd = cb.command()
+    assert cmd[:3] == [sys.executable, str(Path(serve.__file__).resolve()), "serve"]
+    assert "--continuous-batching" in cmd and cmd[-6:] == list(serve.CPU_CB_ARGS)
+    launcher = str(Path(serve.__file__).resolve())
+    assert launcher not in ModelServer(tiny, port=1, per_sequence_attention=False).command()
+    assert "--no-continuous-batching" in ModelServer(tiny, port=1, continuous_batching=False).command()
+    env = cb.environment()
+    assert all(env[k] == v for k, v in MALLOC_ENV.items()) and env["HF_HUB_OFFLINE"] == "1"
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "12345")  # the caller's settings win
+    assert cb.environment()["MALLOC_TRIM_THRESHOLD_"] == "12345"
+
+
+def test_launcher_runs_transformers_serve_cli():
+    r = subprocess.run([sys.executable, serve.__file__, "serve", "--help"], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "--continuous-batching" in r.stdout and "--cb-max-batch-tokens" in r.stdout
+
+
+def test_server_answers_concurrent_requests(tiny):
+    import openai
+
+    with ModelServer(tiny, device="cpu", startup_timeout_s=120) as srv:
+        client = openai.OpenAI(base_url=srv.base_url, api_key="none", timeout=120, max_retries=0)
+
+        def ask(i):
+            r = client.chat.completions.create(model=srv.model_name, max_tokens=8, temperature=0,
+                                               messages=[{"role": "system", "content": "You are an agent."},
+                                                         {"role": "user", "content": f"Say {i}."}])
+            return r.usage.completion_tokens
+
+        with ThreadPoolExecutor(4) as ex:
+            toks = list(ex.map(ask, range(4)))
+        assert all(1 <= t <= 8 for t in toks), toks
+        assert "Traceback" not in srv.log_tail(20000)
