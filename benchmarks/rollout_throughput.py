@@ -7,7 +7,8 @@
 3. a DuckDB query (pass rate by category x policy) over 1M generated step rows (goal < 1 s; benchmarks/duckdb_steps.py).
 
     python benchmarks/rollout_throughput.py [--n 24] [--pools 1,2,4,8] [--backends bwrap,docker]
-                                           [--serve] [--streams 16] [--max-tokens 64] [--duckdb] [--openclaw]
+                                           [--serve] [--streams 16] [--max-tokens 64] [--plain] [--stock-attention]
+                                           [--duckdb] [--openclaw]
 
 Without --serve/--duckdb only part 1 runs (--all runs everything). Prints one line per measurement.
 """
@@ -100,7 +101,7 @@ TOOLS = [{"type": "function", "function": {
 
 
 def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: list[str] | None = None,
-          plain: bool = False) -> None:
+          plain: bool = False, stock_attention: bool = False) -> None:
     """Aggregate completion tokens/s: `streams` concurrent requests vs one stream at a time, same server."""
     import openai
 
@@ -110,8 +111,10 @@ def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: li
         from clawgym.train.base_model import prepare_base_model
 
         prepare_base_model(model)
-    with ModelServer(model, continuous_batching=True, extra_args=extra_args) as srv:
-        print(f"serve   command: {' '.join(srv.command()[-8:])}", flush=True)
+    with ModelServer(model, continuous_batching=True, extra_args=extra_args,
+                     per_sequence_attention=not stock_attention) as srv:
+        attn = "transformers' sdpa (block-diagonal)" if stock_attention else "per-sequence (clawgym cb_sdpa_attention)"
+        print(f"serve   command: {' '.join(srv.command()[-8:])}; CB attention: {attn}", flush=True)
         client = openai.OpenAI(base_url=srv.base_url, api_key="none", timeout=1800, max_retries=0)
 
         def one(i: int) -> int:
@@ -187,6 +190,8 @@ def main() -> None:
     ap.add_argument("--plain", action="store_true", help="serve: short chat requests without tools")
     ap.add_argument("--serve-args", default="", help="extra `transformers serve` flags, e.g. '--cb-max-batch-tokens 4096' "
                     "(any --cb-* flag replaces ModelServer's CPU defaults)")
+    ap.add_argument("--stock-attention", action="store_true", help="serve: transformers' own block-diagonal sdpa for "
+                    "continuous batching instead of ModelServer's per-sequence attention (for comparison)")
     ap.add_argument("--duckdb", action="store_true", help="time the DuckDB query over 1M step rows")
     ap.add_argument("--all", action="store_true", help="rollouts + --serve + --duckdb")
     a = ap.parse_args()
@@ -194,7 +199,7 @@ def main() -> None:
     if a.backends:
         rollouts([b for b in a.backends.split(",") if b], pools, a.n, a.openclaw)
     if a.serve or a.all:
-        serve(a.model, a.streams, a.max_tokens, a.rounds, a.serve_args.split() or None, a.plain)
+        serve(a.model, a.streams, a.max_tokens, a.rounds, a.serve_args.split() or None, a.plain, a.stock_attention)
     if a.duckdb or a.all:
         import subprocess
 
