@@ -61,6 +61,7 @@ _HOST_TOP = ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "op
 EXECD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "execd.py")
 EXECD_IN = "/run/clawgym/execd.py"
 SERVER_START_TIMEOUT_S = 20.0
+MAX_STARTING = 4  # pool starts in flight at once (a start is mostly waiting; more would only queue on the CPU)
 
 # Every server-mode bwrap is started from this one long-lived thread: bwrap's --die-with-parent
 # (PR_SET_PDEATHSIG) fires when the *thread* that forked it exits, so a sandbox opened from a short-lived
@@ -535,7 +536,8 @@ class BwrapFactory(SandboxFactory):
         waiting (cgroup join, bwrap, the server's python), so starts overlap well even on 2 cores."""
         while True:
             with self._cond:
-                while not self._closed and self.pool_size and len(self._pool) + self._starting >= self._target:
+                while not self._closed and self.pool_size and (len(self._pool) + self._starting >= self._target
+                                                               or self._starting >= MAX_STARTING):
                     self._cond.wait()
                 if self._closed or not self.pool_size or self._failures >= 3:
                     return
