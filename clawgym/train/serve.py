@@ -245,7 +245,8 @@ class ModelServer:
 # boundaries CB passes to every attention call: the one-token (decode) queries of a step in one padded batched SDPA
 # call (each sequence only sees its own keys; grouped query heads packed, no copies per head), the multi-token
 # (prefill) chunks one call each (causal, or CB's own mask block when a chunk continues a cached prefix). Anything
-# else (no CB boundaries, sliding windows, sinks, softcap, dropout) goes to transformers' own sdpa function.
+# else (no CB boundaries, sliding windows, sinks, softcap, dropout, non-causal modules) goes to transformers' own
+# sdpa function.
 # It is installed with transformers' public extension point, `AttentionInterface.register("sdpa", ...)`, in the
 # server process only (`python clawgym/train/serve.py serve ...`, see `_launch`).
 
@@ -283,6 +284,7 @@ def cb_sdpa_attention(module, query, key, value, attention_mask, dropout: float 
     if (not isinstance(cu_q, torch.Tensor) or not isinstance(cu_k, torch.Tensor) or query.shape[0] != 1
             or dropout or kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None
             or hasattr(module, "sinks") or getattr(module, "sliding_window", None)
+            or not getattr(module, "is_causal", True)
             or key.shape[-1] != value.shape[-1] or query.shape[1] % key.shape[1]):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
