@@ -185,23 +185,50 @@ def test_cpu_limits(bwrap_factory, docker_factory):
         assert hc["CapDrop"] == ["ALL"] and "no-new-privileges" in hc["SecurityOpt"]
 
 
-def test_bwrap_server_pool_gives_fresh_fast_sandboxes(bwrap_factory):
-    """Server mode: sandboxes are started ahead (open is fast), each open() gets a fresh one, the exec
-    server cannot be killed or replaced from inside, and what an exec leaves running is swept."""
-    with get_factory("bwrap", SandboxConfig(memory_mb=256, pids=64, disk_mb=16), pool_size=2) as f:
+LEAVE_STATE = r"""
+import ctypes, os
+l = ctypes.CDLL(None, use_errno=True)
+l.syscall.restype = ctypes.c_long
+assert l.shmget(1234, 4096, 0o1666) >= 0  # SysV shared memory
+assert l.mq_open(b"/q1", os.O_CREAT | os.O_RDWR, 0o600, None) >= 0  # POSIX message queue
+assert l.syscall(248, b"user", b"cgkey", b"secret", 6, -4) > 0  # a key in the user keyring (x86_64 add_key)
+"""
+STATE_CHECK = ("ls -A /tmp /dev/shm /dev/mqueue ~ | tr '\\n' ' '; echo; tail -n +2 /proc/sysvipc/shm | wc -l; "
+               "grep -c cgkey /proc/keys; ps -e --no-headers -o comm | grep -c sleep")
+
+
+def test_bwrap_server_pool_recycles_clean_sandboxes(bwrap_factory):
+    """Server mode: sandboxes are started ahead (open is fast); the exec server survives kill -9 from
+    inside; a closed sandbox is reset and reused, and nothing of the previous task is left in it."""
+    with get_factory("bwrap", SandboxConfig(memory_mb=256, pids=64, disk_mb=16), pool_size=1, max_idle=2) as f:
         if not f.server:
             pytest.skip("server mode needs root and cgroups (the per-exec fallback is tested everywhere)")
         assert f.warm(60)
         t0 = time.monotonic()
         s1 = f.open([File(path="a.txt", content=b"one")])
         assert time.monotonic() - t0 < 0.5 and s1.server_mode
-        with s1:
-            pid1 = s1._proc.pid
-            r = s1.exec("echo leak > /tmp/x; echo leak > /dev/shm/y; sleep 300 & kill -9 1; kill -9 -1; cat a.txt")
-            assert r.rc == 137  # `kill -9 -1` killed the command, not the server (pid 1 ignores it)
-            assert s1.exec("cat /tmp/x /dev/shm/y a.txt; echo; ps -e --no-headers -o comm | grep -c sleep").stdout.split() \
-                == ["leak", "leak", "one", "0"]
-            assert os.path.exists(s1._sock) and not s1.exec(f"test -e {s1._sock}").ok  # host-only socket
+        pid1 = s1._proc.pid
+        r = s1.exec("sleep 300 & kill -9 1; kill -9 -1; cat a.txt")
+        assert r.rc == 137  # `kill -9 -1` killed the command, not the server (pid 1 ignores it)
+        assert s1.exec("echo ok").stdout == "ok\n"
+        assert os.path.exists(s1._sock) and not s1.exec(f"test -e {s1._sock}").ok  # host-only socket
+        x86 = os.uname().machine == "x86_64"
+        if x86:
+            assert s1.exec(["python3", "-c", LEAVE_STATE]).ok
+        s1.exec("echo x > /tmp/x; echo y > /dev/shm/y; mkdir ~/.cache; touch ~/.cache/z; (setsid sleep 301 &); "
+                "touch /dev/evil; rm -f /dev/stdout")  # /dev itself is read-only
+        before = s1.exec(STATE_CHECK).stdout.splitlines()
+        assert before[0].split() == ["/dev/mqueue:"] + (["q1"] if x86 else []) + ["/dev/shm:", "y", "/root:", ".cache",
+                                     ".openclaw", "/tmp:", "x"]
+        assert before[1:] == (["1", "1"] if x86 else ["0", "0"]) + ["0"]  # background jobs die with their exec
+        assert s1.exec("test -L /dev/stdout && test ! -e /dev/evil").ok
+        s1.close()
+        assert f.settle(30)
         with f.open() as s2:
-            assert s2._proc.pid != pid1
-            assert s2.exec("ls -A /tmp /dev/shm; test -e a.txt || echo none").stdout.split() == ["/dev/shm:", "/tmp:", "none"]
+            assert s2._proc.pid == pid1 and f.stats["reused"] == 1  # the same sandbox, reset
+            after = s2.exec(STATE_CHECK + "; ls -A").stdout.splitlines()
+            assert after[0].split() == ["/dev/mqueue:", "/dev/shm:", "/root:", ".openclaw", "/tmp:"]
+            assert after[1:] == ["0", "0", "0"]  # no IPC object, key or process; the workspace is empty
+        assert f.settle(30)
+    assert not os.path.exists(s2._state.path)  # factory.close() tore the pooled sandbox down
+    assert all(not os.path.exists(f"/proc/{p}") or open(f"/proc/{p}/stat").read().split()[2] == "Z" for p in s2._keep)

@@ -328,14 +328,18 @@ def _traces(s) -> dict:
 
 
 def _assert_gone(traces, factory):
-    if hasattr(factory, "settle"):  # docker recycles: a closed sandbox's container is reset in the background
+    if hasattr(factory, "settle"):  # docker and bwrap recycle: a closed sandbox is reset in the background
         assert factory.settle(60)
-        for cid, d in factory.idle():  # back in the pool: reset to an empty state, not leaked
-            if cid in traces["containers"]:
-                traces["containers"].remove(cid)
+        for key, d in factory.idle():  # back in the pool: reset to an empty state, not leaked
+            if key in traces["containers"] or d in traces["dirs"]:
+                if key in traces["containers"]:
+                    traces["containers"].remove(key)
                 traces["dirs"].remove(d)
+                traces["cgroups"] = []  # the same sandbox, kept with its cgroup
                 assert os.listdir(os.path.join(d, "tmp")) == []
                 assert os.listdir(os.path.join(d, "root", ".openclaw", "workspace")) == []
+                if os.path.isdir(os.path.join(d, "shm")):
+                    assert os.listdir(os.path.join(d, "shm")) == []
     for d in traces["dirs"]:
         assert not os.path.exists(d), d
         assert d not in open("/proc/self/mounts").read()

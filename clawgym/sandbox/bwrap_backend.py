@@ -47,7 +47,7 @@ from typing import Iterable
 from clawgym.sandbox import cleanup, execd_client
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError, SandboxFactory
 from clawgym.sandbox.cgroups import Cgroup
-from clawgym.sandbox.hostfs import (HOME, SANDBOX_GID, SANDBOX_UID, HostFileMixin, HostFS, StateDir, flood_limit,
+from clawgym.sandbox.hostfs import (HOME, SANDBOX_GID, SANDBOX_UID, CountedHostFileMixin, HostFS, StateDir, flood_limit,
                                     run_capture)
 
 log = logging.getLogger(__name__)
@@ -152,7 +152,7 @@ def _system_args(rootfs: str | None) -> list[str]:
     return args
 
 
-class BwrapSandbox(HostFileMixin, Sandbox):
+class BwrapSandbox(CountedHostFileMixin, Sandbox):
     backend = "bwrap"
 
     def __init__(self, config: SandboxConfig, rootfs: str | None, server: bool = True):
@@ -160,7 +160,8 @@ class BwrapSandbox(HostFileMixin, Sandbox):
         self.rootfs = rootfs
         self._closed = False
         self._lock = threading.Lock()
-        self._active = 0  # execs in flight (server mode: sweep only when the last one ends)
+        self._idle = threading.Condition(self._lock)
+        self._active = 0  # execs + host file operations in flight (server mode: sweep when the last exec ends)
         self._proc: subprocess.Popen | None = None  # server mode: the sandbox's bwrap
         self._keep: set[int] = set()  # server mode: host pids of bwrap and the server
         self._sock: str | None = None
@@ -168,8 +169,14 @@ class BwrapSandbox(HostFileMixin, Sandbox):
         uid = SANDBOX_UID if self._privileged else None
         gid = SANDBOX_GID if self._privileged else None
         self._state = StateDir(config.workspace, config.disk_mb, uid, gid)
+        self._shm = os.path.join(self._state.path, "shm")  # /dev/shm, on the sandbox's size-limited tmpfs
+        self._recycler = None  # server mode from a factory: close() hands the sandbox back to be reset
+        self._failcnt0 = 0
         self._cg = None
         try:
+            os.mkdir(self._shm, 0o1777)
+            self._state._own(self._shm)
+            os.chmod(self._shm, 0o1777)
             self._cg = Cgroup.create(self._state.name, config.memory_mb, config.pids, config.cpus)
             roots = {self._state.workspace: self._state.ws, "/tmp": self._state.tmp}  # host access: workspace + /tmp only
             self.fs = HostFS(config.workspace, roots, uid, gid, max_read=max(1, int(config.disk_mb)) << 20)
@@ -269,8 +276,7 @@ class BwrapSandbox(HostFileMixin, Sandbox):
         flood = flood_limit(max_output)
         req = execd_client.encode({"op": "exec", "argv": argv, "env": self._env(env), "cwd": chdir,
                                    "stdin": stdin is not None, "uid": SANDBOX_UID, "gid": SANDBOX_GID})
-        with self._lock:
-            self._active += 1
+        self._enter()  # raises on a closed handle; counted, so a reset waits for this exec
         try:
             for attempt in (1, 2, 3):
                 try:
@@ -294,9 +300,7 @@ class BwrapSandbox(HostFileMixin, Sandbox):
                 self._sweep_if_alone()
                 time.sleep(0.05 * attempt)
         finally:
-            with self._lock:
-                self._active -= 1
-                last = self._active == 0
+            last = self._leave()
             if last and not self._closed:
                 self._sweep()  # nothing an exec started outlives it
         if self._closed:
@@ -329,7 +333,10 @@ class BwrapSandbox(HostFileMixin, Sandbox):
         a += ["--die-with-parent", "--new-session",
               "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID), "--hostname", "clawgym"]
         a += _system_args(self.rootfs)
-        a += ["--proc", "/proc", "--dev", "/dev", "--dir", "/run", "--dir", "/home"]
+        # /dev read-only (bwrap makes it writable by the sandbox user) with /dev/shm from the sandbox's state
+        # and its own /dev/mqueue: nothing there outlives a reset
+        a += ["--proc", "/proc", "--dev", "/dev", "--bind", self._shm, "/dev/shm", "--mqueue", "/dev/mqueue",
+              "--remount-ro", "/dev", "--dir", "/run", "--dir", "/home"]
         a += ["--bind", self._state.home, HOME, "--bind", self._state.tmp, "/tmp"]
         if self._state.ws_separate:
             a += ["--bind", self._state.ws, self._state.workspace]
@@ -435,8 +442,41 @@ class BwrapSandbox(HostFileMixin, Sandbox):
         return False
 
     def memory_failcnt(self) -> int:
-        """How often the sandbox hit its memory limit (cgroup), 0 without a cgroup."""
-        return self._cg.memory_failcnt() if self._cg is not None else 0
+        """How often this sandbox hit its memory limit (cgroup), 0 without a cgroup."""
+        return self._cg.memory_failcnt() - self._failcnt0 if self._cg is not None else 0
+
+    # -- recycling (server mode) ----------------------------------------------------------------
+    def _handoff(self) -> "BwrapSandbox":
+        """A new handle on this sandbox's bwrap, server, cgroup and state, for the factory to reset and
+        hand out again; this handle is closed."""
+        new = object.__new__(BwrapSandbox)
+        new.__dict__.update(self.__dict__)
+        new._closed, new._active, new._lock = False, 0, threading.Lock()
+        new._idle = threading.Condition(new._lock)
+        new.uses = getattr(self, "uses", 0) + 1
+        return new
+
+    def _reset(self) -> None:
+        """Bring a used server-mode sandbox back to the state of a fresh one (raises SandboxError):
+        1. no process but bwrap and the server; 2. as the sandbox user, inside: SysV IPC objects removed,
+        /dev/shm and /dev/mqueue emptied, user keyrings cleared; 3. from the host, never following
+        symlinks: HOME (with the workspace), /tmp and /dev/shm emptied, owners and modes restored.
+        Nothing else is writable inside (root and /dev read-only, /proc/sys not writable without
+        capabilities); the user, pid, net, ipc, uts and mount namespaces stay, empty."""
+        if not self._server_alive() or not self._sweep():
+            raise SandboxError("processes could not be swept")
+        rc, msg = execd_client.short_request(self._sock, {"op": "reset", "uid": SANDBOX_UID, "gid": SANDBOX_GID},
+                                             timeout=10.0)
+        if rc != 0:
+            raise SandboxError(f"ipc reset rc={rc}: {msg[:200]!r}")
+        if not self._sweep():
+            raise SandboxError("processes could not be swept")
+        try:
+            self._state.reset(extra=((self._shm, 0o1777),))
+        except OSError as e:
+            raise SandboxError(f"state reset: {e}") from e
+        if self._cg is not None:
+            self._failcnt0 = self._cg.memory_failcnt()
 
     # -- teardown ------------------------------------------------------------------------------
     def _teardown(self):
@@ -452,7 +492,11 @@ class BwrapSandbox(HostFileMixin, Sandbox):
                 return
             self._closed = True
         try:
-            self._teardown()
+            recycler = self._recycler
+            if recycler is not None and self._proc is not None:
+                recycler(self)  # reset in the background and reused (the factory tears it down otherwise)
+            else:
+                self._teardown()
         finally:
             cleanup.unregister(self)
 
@@ -498,13 +542,17 @@ class BwrapFactory(SandboxFactory):
     """Opens bwrap sandboxes. In server mode (root + cgroups; `server=False` turns it off) a filler thread
     keeps sandboxes started ahead (bwrap + exec server up, workspace empty): one at first, doubling up to
     `pool_size` each time open() finds none ready (warm() fills it at once). open() takes one and writes
-    the task's files, or starts one itself when none is on its way. Pooled sandboxes are never reused:
-    each open() gets a fresh one."""
+    the task's files, or starts one itself when none is on its way. With `recycle` (default), close()
+    returns at once and a reaper thread resets the sandbox (BwrapSandbox._reset: processes, IPC,
+    keyrings, HOME, /tmp, /dev/shm) and puts it back into the pool (at most `max_idle` kept, `max_uses`
+    uses each); a sandbox whose reset fails is torn down. `recycle=False`: every open() gets a fresh one.
+    factory.close() waits for the reaper: no process, mount, cgroup or temp dir outlives it."""
 
     name = "bwrap"
     _is_factory = True
 
-    def __init__(self, config: SandboxConfig | None = None, pool_size: int = 4, server: bool = True):
+    def __init__(self, config: SandboxConfig | None = None, pool_size: int = 4, server: bool = True, *,
+                 recycle: bool = True, max_idle: int | None = None, max_uses: int = 200):
         super().__init__(config)
         if not bwrap_path():
             raise SandboxError("bwrap is not installed (apt-get install bubblewrap)")
@@ -520,10 +568,105 @@ class BwrapFactory(SandboxFactory):
         self._target = 1  # how many to keep ready: doubles (up to pool_size) each time open() finds none
         self._failures = 0  # pool starts that failed in a row (3: the filler gives up)
         self._filler: threading.Thread | None = None
+        self.recycle = bool(recycle) and self.server
+        self.max_idle = max(self.pool_size, int(max_idle if max_idle is not None else max(8, self.pool_size)))
+        self.max_uses = int(max_uses)
+        self._reap_q: list[tuple[BwrapSandbox, BwrapSandbox]] = []
+        self._reaping = 0
+        self._reaper: threading.Thread | None = None
+        self.stats = {"started": 0, "reused": 0, "reset_failed": 0}
         cleanup.register(self)
 
     def _new(self) -> BwrapSandbox:
-        return BwrapSandbox(self.config, self.rootfs, server=self.server)
+        sb = BwrapSandbox(self.config, self.rootfs, server=self.server)
+        with self._cond:
+            self.stats["started"] += 1
+        self._own(sb)
+        return sb
+
+    def _own(self, sb: BwrapSandbox) -> None:
+        if self.recycle and sb.server_mode:
+            sb._recycler = self._recycle
+
+    # -- recycling ------------------------------------------------------------------------------
+    def _recycle(self, old: BwrapSandbox) -> None:
+        """old.close() of a server-mode sandbox: queue it for a reset (the reaper reuses or tears it down)."""
+        new = old._handoff()
+        with self._cond:
+            closed = self._closed
+            if not closed:
+                cleanup.register(new)  # tracked until reused or torn down
+                self._reap_q.append((old, new))
+                if self._reaper is None or not self._reaper.is_alive():
+                    self._reaper = threading.Thread(target=self._reap_loop, name="clawgym-bwrap-reaper", daemon=True)
+                    self._reaper.start()
+        if closed:
+            new._teardown()
+            return
+        with self._cond:
+            self._cond.notify_all()
+
+    def _reap_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._reap_q and not self._closed:
+                    self._cond.wait()
+                if not self._reap_q:
+                    return
+                old, new = self._reap_q.pop(0)
+                self._reaping += 1
+            ok = False
+            try:
+                ok = self._reset(old, new)
+            except Exception as e:  # noqa: BLE001
+                log.warning("bwrap sandbox reset: %s", e)
+            with self._cond:
+                self._reaping -= 1
+                keep = ok and not self._closed and len(self._pool) < self.max_idle
+                if keep:
+                    self._pool.append(new)
+                    self.stats["reused"] += 1
+                self._cond.notify_all()
+            if not keep:
+                new._teardown()
+                cleanup.unregister(new)
+
+    def _reset(self, old: BwrapSandbox, new: BwrapSandbox) -> bool:
+        end = time.monotonic() + 10.0
+        while True:  # kill what runs, until the old handle's calls have all returned
+            new._sweep()
+            if old.wait_quiet(0.05):
+                break
+            if time.monotonic() > end:
+                return self._failed(new, "a command was still running")
+        if new.uses >= self.max_uses:
+            return False
+        try:
+            new._reset()
+        except SandboxError as e:
+            return self._failed(new, str(e))
+        return True
+
+    def _failed(self, sb: BwrapSandbox, why: str) -> bool:
+        log.info("bwrap sandbox %s is not reused: %s", sb._state.name, why)
+        with self._cond:
+            self.stats["reset_failed"] += 1
+        return False
+
+    def settle(self, timeout: float = 60.0) -> bool:
+        """Wait until every closed sandbox has been reset or torn down (tests, benchmarks)."""
+        end = time.monotonic() + timeout
+        with self._cond:
+            while self._reap_q or self._reaping:
+                if time.monotonic() > end:
+                    return False
+                self._cond.wait(0.05)
+        return True
+
+    def idle(self) -> list[tuple[str, str]]:
+        """(name, host state dir) of the sandboxes ready in the pool."""
+        with self._cond:
+            return [(sb._state.name, sb._state.path) for sb in self._pool]
 
     def _start_filler(self) -> None:
         with self._cond:
@@ -536,13 +679,17 @@ class BwrapFactory(SandboxFactory):
         waiting (cgroup join, bwrap, the server's python), so starts overlap well even on 2 cores."""
         while True:
             with self._cond:
-                while not self._closed and self.pool_size and (len(self._pool) + self._starting >= self._target
+                while not self._closed and self.pool_size and (self._ready_soon() >= self._target
                                                                or self._starting >= MAX_STARTING):
                     self._cond.wait()
                 if self._closed or not self.pool_size or self._failures >= 3:
                     return
                 self._starting += 1
             threading.Thread(target=self._start_one, name="clawgym-bwrap-start", daemon=True).start()
+
+    def _ready_soon(self) -> int:
+        """Sandboxes ready or on their way (started, or closed and being reset). Under self._cond."""
+        return len(self._pool) + self._starting + len(self._reap_q) + self._reaping
 
     def _start_one(self) -> None:
         sb = None
@@ -587,10 +734,10 @@ class BwrapFactory(SandboxFactory):
                 self._target = min(max(1, self.pool_size), self._target * 2)
                 self._cond.notify_all()
             end = time.monotonic() + 5.0
-            while not self._pool and self._starting and not self._closed and time.monotonic() < end:
+            while not self._pool and self._ready_soon() and not self._closed and time.monotonic() < end:
                 self._cond.wait(0.05)  # one is on its way: sooner than starting another
             if self._pool:
-                sb = self._pool.pop(0)
+                sb = self._pool.pop()  # the most recently returned: warm caches
                 self._cond.notify_all()
         if sb is None:
             sb = self._new()
@@ -603,6 +750,7 @@ class BwrapFactory(SandboxFactory):
             self._cond.notify_all()
             filler = self._filler
         for sb in pool:
+            sb._recycler = None
             sb.close()
         if filler is not None and filler is not threading.current_thread():
             filler.join(timeout=30)
@@ -610,5 +758,14 @@ class BwrapFactory(SandboxFactory):
             end = time.monotonic() + 30
             while self._starting and time.monotonic() < end:
                 self._cond.wait(0.05)
-        self._close_adopted()
+        self._close_adopted()  # handed-out sandboxes: torn down at once (the factory is closed)
+        with self._cond:
+            reaper = self._reaper
+        if reaper is not None and reaper is not threading.current_thread():
+            reaper.join(timeout=60)  # it tears down everything still queued (factory closed)
+        with self._cond:
+            pool, self._pool = self._pool, []
+        for sb in pool:
+            sb._recycler = None
+            sb.close()
         cleanup.unregister(self)

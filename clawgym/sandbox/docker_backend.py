@@ -50,7 +50,6 @@ import os
 import posixpath
 import signal
 import socket
-import stat
 import struct
 import threading
 import time
@@ -59,7 +58,8 @@ from typing import Iterable
 
 from clawgym.sandbox import cleanup, execd_client
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError, SandboxFactory
-from clawgym.sandbox.hostfs import HOME, SANDBOX_GID, SANDBOX_UID, HostFileMixin, HostFS, StateDir, flood_limit
+from clawgym.sandbox.hostfs import (HOME, SANDBOX_GID, SANDBOX_UID, CountedHostFileMixin, HostFS, StateDir,
+                                    flood_limit)
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ class _Slot:
         return execd_client.short_request(self.sock, req, timeout)
 
 
-class DockerSandbox(HostFileMixin, Sandbox):
+class DockerSandbox(CountedHostFileMixin, Sandbox):
     backend = "docker"
 
     def __init__(self, config: SandboxConfig, factory: "DockerFactory", slot: _Slot):
@@ -229,54 +229,8 @@ class DockerSandbox(HostFileMixin, Sandbox):
     def host_workspace(self) -> str:
         return self._slot.state.ws
 
-    def _enter(self) -> None:
-        with self._lock:
-            if self._closed:
-                raise SandboxError("sandbox is closed")
-            self._active += 1
-
-    def _leave(self) -> bool:
-        with self._lock:
-            self._active -= 1
-            if self._active == 0:
-                self._idle.notify_all()
-            return self._active == 0
-
-    # host file operations count as activity, so a recycled container never sees a late write
-    def write_file(self, path, content, mode=0o644):
-        self._enter()
-        try:
-            return super().write_file(path, content, mode)
-        finally:
-            self._leave()
-
-    def remove(self, path):
-        self._enter()
-        try:
-            return super().remove(path)
-        finally:
-            self._leave()
-
-    def read_file(self, path, max_bytes=None):
-        self._enter()
-        try:
-            return super().read_file(path, max_bytes)
-        finally:
-            self._leave()
-
-    def list_files(self, path="."):
-        self._enter()
-        try:
-            return super().list_files(path)
-        finally:
-            self._leave()
-
-    def snapshot(self):
-        self._enter()
-        try:
-            return super().snapshot()
-        finally:
-            self._leave()
+    # host file operations count as activity (HostFileMixin calls _enter/_leave), so a recycled container
+    # never sees a late write
 
     def _envd(self, env) -> dict[str, str]:
         e = {"PATH": SANDBOX_PATH, "HOME": HOME, "USER": "sandbox", "LOGNAME": "sandbox",
@@ -738,20 +692,8 @@ class DockerFactory(SandboxFactory):
         if not slot.sweep():
             return self._failed(slot, "processes could not be swept")
         # 3. HOME (with the workspace) and /tmp, from the host, never following symlinks
-        st = slot.state
         try:
-            for d, mode in ((st.home, 0o755), (st.tmp, 0o1777)) + (((st.ws, 0o755),) if st.ws_separate else ()):
-                empty_dir(d)
-                os.chown(d, SANDBOX_UID, SANDBOX_GID, follow_symlinks=False)
-                os.chmod(d, mode, follow_symlinks=False)
-            if not st.ws_separate:
-                cur = st.home
-                for part in os.path.relpath(st.ws, st.home).split(os.sep):
-                    cur = os.path.join(cur, part)
-                    os.mkdir(cur, 0o755)
-                    os.chown(cur, SANDBOX_UID, SANDBOX_GID, follow_symlinks=False)
-            if os.listdir(st.tmp) or os.listdir(st.ws) or (not st.ws_separate and len(os.listdir(st.home)) != 1):
-                return self._failed(slot, "state dirs not empty after the reset")
+            slot.state.reset()
         except OSError as e:
             return self._failed(slot, f"state reset: {e}")
         slot.uses += 1
@@ -874,17 +816,3 @@ class DockerFactory(SandboxFactory):
         cleanup.unregister(self)
 
 
-def empty_dir(path: str) -> None:
-    """Remove everything below `path` (not path itself) without following symlinks."""
-    import shutil
-
-    dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        for name in os.listdir(dfd):
-            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
-            if stat.S_ISDIR(st.st_mode):
-                shutil.rmtree(name, dir_fd=dfd)
-            else:
-                os.unlink(name, dir_fd=dfd)
-    finally:
-        os.close(dfd)

@@ -225,6 +225,20 @@ def _run(conn, req: dict) -> None:
 _IPC_RMID = 0
 
 
+_SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
+_KEYCTL_CLEAR = 7
+
+
+def _clear_keyrings(libc) -> None:
+    """Empty the user and user-session keyrings (bwrap: per user namespace, so they outlive processes;
+    docker's seccomp profile refuses keyctl, so there is nothing to clear)."""
+    nr = _SYS_KEYCTL.get(os.uname().machine)
+    if nr is None:
+        return
+    for ring in (-4, -5):  # KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING
+        libc.syscall(nr, _KEYCTL_CLEAR, ring)
+
+
 def _reset_ipc() -> list[str]:
     """As the sandbox user: remove its SysV IPC objects and POSIX shm/mqueue files; -> what is left."""
     libc = ctypes.CDLL(None, use_errno=True)
@@ -235,6 +249,7 @@ def _reset_ipc() -> list[str]:
             rm(i)
     for d in ("/dev/shm", "/dev/mqueue"):
         _empty(d)
+    _clear_keyrings(libc)
     left = [f"{k} {i}" for k in ("shm", "sem", "msg") for i in _ipc_ids(k)]
     for d in ("/dev/shm", "/dev/mqueue"):
         try:

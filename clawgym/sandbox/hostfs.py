@@ -155,6 +155,27 @@ class StateDir:
             self.remove()
             raise
 
+    def reset(self, extra: tuple[tuple[str, int], ...] = ()) -> None:
+        """Back to the state of a fresh StateDir: HOME, /tmp, the workspace and `extra` (dir, mode) emptied
+        from the host without following symlinks, owners and modes restored, the workspace path made
+        again; raises OSError when something is left. Nothing of the sandbox may run meanwhile."""
+        own = self.uid is not None and os.geteuid() == 0
+        dirs = ((self.home, 0o755), (self.tmp, 0o1777)) + (((self.ws, 0o755),) if self.ws_separate else ()) + extra
+        for d, mode in dirs:
+            empty_dir(d)
+            if own:
+                os.chown(d, self.uid, self.gid if self.gid is not None else self.uid, follow_symlinks=False)
+            os.chmod(d, mode, follow_symlinks=False)
+        if not self.ws_separate:
+            cur = self.home
+            for part in os.path.relpath(self.ws, self.home).split(os.sep):
+                cur = os.path.join(cur, part)
+                os.mkdir(cur, 0o755)
+                self._own(cur)
+        left = [d for d, _ in ((self.tmp, 0), (self.ws, 0)) + extra if os.listdir(d)]
+        if left or (not self.ws_separate and len(os.listdir(self.home)) != 1):
+            raise OSError(f"state dirs not empty after the reset: {left or [self.home]}")
+
     def _own(self, p: str) -> None:
         if self.uid is not None and os.geteuid() == 0:
             os.chown(p, self.uid, self.gid if self.gid is not None else self.uid, follow_symlinks=False)
@@ -168,6 +189,22 @@ class StateDir:
             self.mounted = False
         if os.path.lexists(self.path):
             _rmtree(self.path)
+
+
+def empty_dir(path: str) -> None:
+    """Remove everything below `path` (not path itself) without following symlinks."""
+    import shutil
+
+    dfd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for name in os.listdir(dfd):
+            st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                shutil.rmtree(name, dir_fd=dfd)
+            else:
+                os.unlink(name, dir_fd=dfd)
+    finally:
+        os.close(dfd)
 
 
 def _rmtree(path: str) -> None:
@@ -424,7 +461,9 @@ def _remove_at(dfd: int, name: str) -> None:
 
 # ---------------------------------------------------------------------------------------------
 class HostFileMixin:
-    """read/write/list/remove/snapshot of a Sandbox through `self.fs` (a HostFS)."""
+    """read/write/list/remove/snapshot of a Sandbox through `self.fs` (a HostFS). Each call is bracketed by
+    `_enter()` (raises SandboxError on a closed sandbox) and `_leave()`; backends that reuse a sandbox
+    count activity there, so a late call on a closed handle can never touch the next task's files."""
 
     fs: HostFS
 
@@ -434,27 +473,51 @@ class HostFileMixin:
 
             raise SandboxError("sandbox is closed")
 
-    def write_file(self, path: str, content: bytes, mode: int = 0o644) -> None:
+    def _enter(self) -> None:
         self._check()
-        self.fs.write(path, content, mode)
+
+    def _leave(self) -> bool:
+        return True
+
+    def write_file(self, path: str, content: bytes, mode: int = 0o644) -> None:
+        self._enter()
+        try:
+            self.fs.write(path, content, mode)
+        finally:
+            self._leave()
 
     def read_file(self, path: str, max_bytes: int | None = None) -> bytes:
         """The file's bytes (never through a symlink); max_bytes: at most that many."""
-        self._check()
-        return self.fs.read(path, max_bytes)
+        self._enter()
+        try:
+            return self.fs.read(path, max_bytes)
+        finally:
+            self._leave()
 
     def list_files(self, path: str = ".") -> list[str]:
-        self._check()
-        return self.fs.list(path)
+        self._enter()
+        try:
+            return self.fs.list(path)
+        finally:
+            self._leave()
 
     def remove(self, path: str) -> None:
-        self._check()
-        self.fs.remove(path)
+        self._enter()
+        try:
+            self.fs.remove(path)
+        finally:
+            self._leave()
 
     def snapshot(self) -> dict[str, bytes]:
         """All regular files of the workspace; files too big to be real (sparse, larger than the
         sandbox's disk) are left out with a warning."""
-        self._check()
+        self._enter()
+        try:
+            return self._snapshot()
+        finally:
+            self._leave()
+
+    def _snapshot(self) -> dict[str, bytes]:
         out = {}
         for p in self.fs.list("."):
             try:
@@ -466,6 +529,39 @@ class HostFileMixin:
                     raise
                 log.warning("snapshot: %s", e)
         return out
+
+
+class CountedHostFileMixin(HostFileMixin):
+    """HostFileMixin for sandboxes that are reused: execs and host file operations in flight are counted
+    (`_active`, under `_lock`; `_idle` is notified at zero), so a reset can wait until the old handle is
+    quiet. The class sets `_lock`, `_idle = threading.Condition(_lock)`, `_active` and `_closed`."""
+
+    def _enter(self) -> None:
+        with self._lock:
+            if self._closed:
+                from clawgym.sandbox.base import SandboxError
+
+                raise SandboxError("sandbox is closed")
+            self._active += 1
+
+    def _leave(self) -> bool:
+        """-> whether this was the last activity."""
+        with self._lock:
+            self._active -= 1
+            if self._active == 0:
+                self._idle.notify_all()
+            return self._active == 0
+
+    def wait_quiet(self, timeout: float) -> bool:
+        """Wait until nothing of this handle runs (after close: a reset may start)."""
+        end = time.monotonic() + timeout
+        with self._lock:
+            while self._active:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(min(left, 0.01))
+        return True
 
 
 # ---------------------------------------------------------------------------------------------
