@@ -59,7 +59,7 @@ from typing import Iterable
 from clawgym.sandbox import cleanup, execd_client
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError, SandboxFactory
 from clawgym.sandbox.hostfs import (HOME, SANDBOX_GID, SANDBOX_UID, CountedHostFileMixin, HostFS, StateDir,
-                                    flood_limit)
+                                    cap_append, flood_limit)
 
 log = logging.getLogger(__name__)
 
@@ -428,12 +428,7 @@ class DockerSandbox(CountedHostFileMixin, Sandbox):
                         continue
                     data = pending[:need]
                     del pending[:need]
-                    buf = bufs.get(stream, bufs[2])
-                    room = max_output - len(buf)
-                    if room > 0:
-                        buf += data[:room]
-                    if len(data) > room:
-                        truncated = True
+                    truncated |= cap_append(bufs.get(stream, bufs[2]), data, max_output)
                     want_hdr, need = True, 8
         finally:
             try:

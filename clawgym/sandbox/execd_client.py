@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
+from clawgym.sandbox.hostfs import cap_append
+
 OUT, ERR, EXIT, ERROR, STARTED = 1, 2, 3, 4, 5
 
 
@@ -113,12 +115,7 @@ def pump(sock: socket.socket, stdin: bytes | None, deadline: float, max_output: 
                     if total > flood:
                         truncated = flooded = True
                         break
-                    buf = bufs[kind]
-                    room = max_output - len(buf)
-                    if room > 0:
-                        buf += data[:room]
-                    if n > room:
-                        truncated = True
+                    truncated |= cap_append(bufs[kind], data, max_output)
                 elif kind == STARTED:
                     started = True
                 elif kind == EXIT:

@@ -565,6 +565,14 @@ class CountedHostFileMixin(HostFileMixin):
 
 
 # ---------------------------------------------------------------------------------------------
+def cap_append(buf: bytearray, data, max_output: int) -> bool:
+    """Append to `buf` what fits under `max_output` bytes; -> True when something was dropped."""
+    room = max_output - len(buf)
+    if room > 0:
+        buf += data[:room]
+    return len(data) > room
+
+
 def flood_limit(max_output: int) -> int:
     """Total output after which a command is killed (its output beyond max_output is dropped
     anyway): max(64 MiB, 4 x max_output). Keeps `yes` or a 1 GB dump from running for minutes."""
@@ -639,12 +647,7 @@ def run_capture(argv: list[str], *, env: dict[str, str] | None, cwd: str | None,
                 if total > flood:
                     truncated = flooded = True
                     break
-                buf = bufs[fd]
-                room = max_output - len(buf)
-                if room > 0:
-                    buf += chunk[:room]
-                if len(chunk) > room:
-                    truncated = True
+                truncated |= cap_append(bufs[fd], chunk, max_output)
         if flooded:
             _kill(proc, on_timeout)
         elif not timed_out:
