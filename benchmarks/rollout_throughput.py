@@ -8,6 +8,7 @@
 
     python benchmarks/rollout_throughput.py [--n 24] [--pools 1,2,4,8] [--backends bwrap,docker]
                                            [--serve] [--streams 16] [--max-tokens 64] [--plain] [--stock-attention]
+                                           [--stock-linear]
                                            [--duckdb] [--openclaw]
 
 Without --serve/--duckdb only part 1 runs (--all runs everything). Prints one line per measurement.
@@ -101,7 +102,7 @@ TOOLS = [{"type": "function", "function": {
 
 
 def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: list[str] | None = None,
-          plain: bool = False, stock_attention: bool = False) -> None:
+          plain: bool = False, stock_attention: bool = False, stock_linear: bool = False) -> None:
     """Aggregate completion tokens/s: `streams` concurrent requests vs one stream at a time, same server."""
     import openai
 
@@ -112,9 +113,10 @@ def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: li
 
         prepare_base_model(model)
     with ModelServer(model, continuous_batching=True, extra_args=extra_args,
-                     per_sequence_attention=not stock_attention) as srv:
+                     per_sequence_attention=not stock_attention, packed_linear=not stock_linear) as srv:
         attn = "transformers' sdpa (block-diagonal)" if stock_attention else "per-sequence (clawgym cb_sdpa_attention)"
-        print(f"serve   command: {' '.join(srv.command()[-8:])}; CB attention: {attn}", flush=True)
+        linear = "MKL F.linear (stock)" if stock_linear else "oneDNN pre-packed (clawgym packed_linear_forward)"
+        print(f"serve   command: {' '.join(srv.command()[-8:])}; CB attention: {attn}; linear: {linear}", flush=True)
         client = openai.OpenAI(base_url=srv.base_url, api_key="none", timeout=1800, max_retries=0)
 
         def one(i: int) -> int:
@@ -130,10 +132,9 @@ def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: li
                                                       f"in the workspace into report{i}.md, section by section."}])
             return r.usage.completion_tokens
 
-        def streamed(i: int) -> tuple[int, float, float]:
-            """(completion chunks, time of the first, time of the last) for one rollout-shaped streamed request."""
-            first = last = None
-            n = 0
+        def streamed(i: int) -> list[float]:
+            """The arrival time of every completion chunk (one per token) of one streamed request."""
+            times = []
             stream = client.chat.completions.create(
                 model=srv.model_name, tools=None if plain else TOOLS, max_tokens=max_tokens, temperature=0, stream=True,
                 messages=[{"role": "system", "content": "You are an agent working in a file workspace."},
@@ -144,11 +145,8 @@ def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: li
                     continue
                 d = chunk.choices[0].delta
                 if d is not None and (d.content or d.tool_calls):
-                    now = time.perf_counter()
-                    first = first or now
-                    last = now
-                    n += 1
-            return n, first or 0.0, last or 0.0
+                    times.append(time.perf_counter())
+            return times or [0.0]
 
         one(0)  # warm-up (weights in cache, kernels)
         singles, multis = [], []
@@ -164,8 +162,12 @@ def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: li
         d_single = [streamed(i) for i in range(2)]
         with ThreadPoolExecutor(streams) as ex:
             d_multi = list(ex.map(streamed, range(streams)))
-    dec1 = sum(n - 1 for n, _, _ in d_single) / max(1e-9, sum(b - a for _, a, b in d_single))
-    decn = sum(n - 1 for n, _, _ in d_multi) / max(1e-9, max(b for _, _, b in d_multi) - min(a for _, a, _ in d_multi))
+    dec1 = sum(len(t) - 1 for t in d_single) / max(1e-9, sum(t[-1] - t[0] for t in d_single))
+    decn = sum(len(t) - 1 for t in d_multi) / max(1e-9, max(t[-1] for t in d_multi) - min(t[0] for t in d_multi))
+    # steady state: only the span in which all `streams` requests are decoding (the last one has its first token,
+    # none has its last), so no prefill of a late request falls into it
+    lo, hi = max(t[0] for t in d_multi), min(t[-1] for t in d_multi)
+    steady = sum(lo < x <= hi for t in d_multi for x in t) / (hi - lo) if hi > lo else float("nan")
     s1, sn = statistics.median(singles), statistics.median(multis)
     kind = "plain chat" if plain else "rollout-shaped (system prompt + 2 tool schemas)"
     print(f"serve   {kind}: 1 stream: {s1:.1f} tokens/s; {streams} concurrent: {sn:.1f} tokens/s aggregate "
@@ -174,6 +176,8 @@ def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: li
     print(f"serve   decode (streamed, first to last token): 1 stream {dec1:.1f} tokens/s; {streams} concurrent "
           f"{decn:.1f} tokens/s aggregate")
     print(f"serve   decode ratio {streams} over 1 = {decn / dec1:.2f} (goal >= 6) {'OK' if decn / dec1 >= 6 else 'UNDER'}")
+    print(f"serve   steady decode (all {streams} decoding, {hi - lo:.1f} s): {steady:.1f} tokens/s aggregate, "
+          f"ratio {steady / dec1:.2f}")
 
 
 def main() -> None:
@@ -192,6 +196,8 @@ def main() -> None:
                     "(any --cb-* flag replaces ModelServer's CPU defaults)")
     ap.add_argument("--stock-attention", action="store_true", help="serve: transformers' own block-diagonal sdpa for "
                     "continuous batching instead of ModelServer's per-sequence attention (for comparison)")
+    ap.add_argument("--stock-linear", action="store_true", help="serve: MKL's F.linear instead of ModelServer's "
+                    "pre-packed oneDNN linear layers (for comparison)")
     ap.add_argument("--duckdb", action="store_true", help="time the DuckDB query over 1M step rows")
     ap.add_argument("--all", action="store_true", help="rollouts + --serve + --duckdb")
     a = ap.parse_args()
@@ -199,7 +205,8 @@ def main() -> None:
     if a.backends:
         rollouts([b for b in a.backends.split(",") if b], pools, a.n, a.openclaw)
     if a.serve or a.all:
-        serve(a.model, a.streams, a.max_tokens, a.rounds, a.serve_args.split() or None, a.plain, a.stock_attention)
+        serve(a.model, a.streams, a.max_tokens, a.rounds, a.serve_args.split() or None, a.plain, a.stock_attention,
+              a.stock_linear)
     if a.duckdb or a.all:
         import subprocess
 

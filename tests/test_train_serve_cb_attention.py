@@ -1,5 +1,7 @@
-"""ModelServer's continuous-batching attention (clawgym.train.serve.cb_sdpa_attention): per sequence, the same
-result as transformers' block-diagonal sdpa; the server runs through serve.py's launcher with it installed."""
+"""ModelServer's CPU kernels: the continuous-batching attention (clawgym.train.serve.cb_sdpa_attention, with the
+one-copy cache read of decode steps, cb_cache_update) gives the same result as transformers' block-diagonal sdpa;
+the pre-packed oneDNN linear layers (packed_linear_forward) the same as F.linear; the server runs through
+serve.py's launcher with both installed."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ import pytest
 import torch
 
 from clawgym.train import serve
-from clawgym.train.serve import MALLOC_ENV, ModelServer, cb_sdpa_attention, install_cb_attention
+from clawgym.train.serve import (MALLOC_ENV, ModelServer, cb_sdpa_attention, install_cb_attention,
+                                 install_packed_linear, packed_linear_forward, uninstall_cb_attention,
+                                 uninstall_packed_linear)
 
 HEADS, KV_HEADS, DIM = 6, 2, 16
 
@@ -65,6 +69,34 @@ def test_matches_block_diagonal_sdpa(q_lens, k_lens):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
+def _padded(key, value, cu_k):  # what cb_cache_update hands over for a decode-only step
+    lens = [cu_k[i + 1] - cu_k[i] for i in range(len(cu_k) - 1)]
+    l_max = max(lens)
+    kp = torch.zeros(len(lens), KV_HEADS, l_max, DIM)
+    vp = torch.zeros(len(lens), KV_HEADS, l_max, DIM)
+    for i, n in enumerate(lens):
+        kp[i, :, :n] = key[0, :, cu_k[i]:cu_k[i + 1]]
+        vp[i, :, :n] = value[0, :, cu_k[i]:cu_k[i + 1]]
+    valid = (torch.arange(l_max)[None, :] < torch.tensor(lens)[:, None])[:, None, None, :]
+    return kp, vp, valid
+
+
+@pytest.mark.parametrize("causal_module", [True, False])
+def test_decode_step_read_padded_from_the_cache(causal_module):
+    """The one-copy decode path (keys padded by cb_cache_update), and its unpadding fallback for a module the
+    per-sequence path does not handle (here: non-causal, which goes to transformers' sdpa with the CB mask)."""
+    query, key, value, cu_q, cu_k = _step([1] * 4, [5, 19, 1, 11], seed=3)
+    want, mask = _reference(query, key, value, cu_q, cu_k)
+    module = _Attn()
+    module.is_causal = causal_module
+    dummy = torch.full_like(key[:, :, :4], float("nan"))  # what the cache update returns: must not be read
+    got, _ = cb_sdpa_attention(module, query, dummy if causal_module else key[:, :, :0], dummy, mask[None, None],
+                               scaling=DIM ** -0.5, cu_seq_lens_q=torch.tensor(cu_q, dtype=torch.int32),
+                               cu_seq_lens_k=torch.tensor(cu_k, dtype=torch.int32),
+                               **{serve._PADDED_KV: _padded(key, value, cu_k)})
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
 def test_chunk_after_cache_without_mask_is_causal_bottom_right():
     query, key, value, cu_q, cu_k = _step([4, 1], [10, 6], seed=1)
     want, _ = _reference(query, key, value, cu_q, cu_k)
@@ -105,14 +137,28 @@ def test_continuous_batching_generates_the_same_tokens(tiny):
         out = model.generate_batch(prompts, generation_config=gen, continuous_batching_config=cfg, warmup=False)
         return sorted((o.prompt_ids, o.generated_tokens, o.logprobs) for o in out.values())
 
-    before = AttentionInterface._global_mapping["sdpa"]
+    from transformers.generation.continuous_batching.cache import PagedAttentionCache
+
+    stock_update = PagedAttentionCache.update
     want = run()
+    padded_steps = []
     try:
         install_cb_attention()
         assert AttentionInterface._global_mapping["sdpa"] is cb_sdpa_attention
+        assert PagedAttentionCache.update is serve.cb_cache_update
+
+        def counting(self, k, v, layer_idx, kwargs):  # count the decode-only steps read padded from the cache
+            out = serve.cb_cache_update(self, k, v, layer_idx, kwargs)
+            padded_steps.append(serve._PADDED_KV in kwargs)
+            return out
+
+        PagedAttentionCache.update = counting
         got = run()
     finally:
-        AttentionInterface._global_mapping["sdpa"] = before
+        uninstall_cb_attention()
+    assert PagedAttentionCache.update is stock_update
+    assert AttentionInterface._global_mapping["sdpa"] is not cb_sdpa_attention
+    assert any(padded_steps) and not all(padded_steps)  # both the one-copy decode path and the stock path ran
     assert [len(t) for _, t, _ in got] == [12] * 6
     assert [(p, t) for p, t, _ in got] == [(p, t) for p, t, _ in want]
     torch.testing.assert_close(torch.tensor([lp for *_, lp in got]), torch.tensor([lp for *_, lp in want]),
@@ -120,13 +166,18 @@ def test_continuous_batching_generates_the_same_tokens(tiny):
 
 
 def test_command_and_environment(tiny, monkeypatch):
+    launcher = str(Path(serve.__file__).resolve())
     cb = ModelServer(tiny, port=1234, device="cpu")
     cmd = cb.command()
-    assert cmd[:3] == [sys.executable, str(Path(serve.__file__).resolve()), "serve"]
+    assert cmd[:5] == [sys.executable, launcher, "--cb-attention", "--packed-linear", "serve"]
     assert "--continuous-batching" in cmd and cmd[-6:] == list(serve.CPU_CB_ARGS)
-    launcher = str(Path(serve.__file__).resolve())
-    assert launcher not in ModelServer(tiny, port=1, per_sequence_attention=False).command()
-    assert "--no-continuous-batching" in ModelServer(tiny, port=1, continuous_batching=False).command()
+    assert ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False).command()[:4] == [
+        sys.executable, launcher, "--packed-linear", "serve"]
+    assert launcher not in ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False,
+                                       packed_linear=False).command()
+    assert "--packed-linear" not in ModelServer(tiny, port=1, device="cuda").command()  # CPU kernels only
+    plain = ModelServer(tiny, port=1, device="cpu", continuous_batching=False).command()
+    assert "--no-continuous-batching" in plain and plain[2:4] == ["--packed-linear", "serve"]
     env = cb.environment()
     assert all(env[k] == v for k, v in MALLOC_ENV.items()) and env["HF_HUB_OFFLINE"] == "1"
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "12345")  # the caller's settings win
@@ -134,7 +185,8 @@ def test_command_and_environment(tiny, monkeypatch):
 
 
 def test_launcher_runs_transformers_serve_cli():
-    r = subprocess.run([sys.executable, serve.__file__, "serve", "--help"], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, serve.__file__, "--cb-attention", "--packed-linear", "serve", "--help"],
+                       capture_output=True, text=True,
                        timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
     assert "--continuous-batching" in r.stdout and "--cb-max-batch-tokens" in r.stdout
@@ -156,3 +208,63 @@ def test_server_answers_concurrent_requests(tiny):
             toks = list(ex.map(ask, range(4)))
         assert all(1 <= t <= 8 for t in toks), toks
         assert "Traceback" not in srv.log_tail(20000)
+
+
+@pytest.fixture
+def packed():
+    if not install_packed_linear():
+        pytest.skip("this torch build has no oneDNN (mkldnn) linear ops")  # pragma: no cover - the pinned CPU build has
+    yield
+    uninstall_packed_linear()
+
+
+def test_packed_linear_matches_f_linear(packed):
+    g = torch.Generator().manual_seed(4)
+    lin = torch.nn.Linear(96, 200)
+    with torch.no_grad():
+        for x in (torch.randn(5, 96, generator=g), torch.randn(1, 16, 96, generator=g),
+                  torch.randn(7, 3, 96, generator=g).transpose(0, 1)):  # 2-D, CB's [1, tokens, hidden], strided
+            got = lin(x)
+            assert serve._PACKED in lin.__dict__ and lin.__dict__[serve._PACKED] is not False  # the oneDNN path ran
+            torch.testing.assert_close(got, torch.nn.functional.linear(x, lin.weight, lin.bias), atol=1e-5, rtol=1e-5)
+        nobias = torch.nn.Linear(96, 8, bias=False)
+        x = torch.randn(3, 96, generator=g)
+        torch.testing.assert_close(nobias(x), x @ nobias.weight.T, atol=1e-5, rtol=1e-5)
+        lin.weight.mul_(-2)  # an in-place edit (a reloaded checkpoint, a training step) is packed again
+        torch.testing.assert_close(lin(x[:, :96]), torch.nn.functional.linear(x, lin.weight, lin.bias),
+                                   atol=1e-5, rtol=1e-5)
+    # training and other dtypes take the stock forward: gradients flow, float64 stays float64
+    y = lin(torch.randn(2, 96, generator=g))
+    y.sum().backward()
+    assert lin.weight.grad is not None and lin.weight.grad.abs().sum() > 0
+    assert lin.double()(torch.randn(2, 96, dtype=torch.float64)).dtype == torch.float64
+
+
+def test_packed_linear_generates_like_stock(tiny, packed):
+    """The whole model through continuous batching with both CPU kernels: the same greedy tokens as stock, the
+    log-probabilities to float32 rounding."""
+    from transformers import AutoModelForCausalLM, ContinuousBatchingConfig, GenerationConfig
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny), attn_implementation="sdpa")
+    prompts = [list(range(100, 140)) + [300 + i] * (2 + 5 * i) for i in range(5)]
+    gen = GenerationConfig(max_new_tokens=10, do_sample=False, eos_token_id=-1)
+    cfg = ContinuousBatchingConfig(num_blocks=64, block_size=16, max_batch_tokens=64, return_logprobs=True)
+
+    def run():
+        out = model.generate_batch(prompts, generation_config=gen, continuous_batching_config=cfg, warmup=False)
+        return sorted((o.prompt_ids, o.generated_tokens, o.logprobs) for o in out.values())
+
+    got = run()
+    assert all(serve._PACKED in m.__dict__ for m in model.modules() if isinstance(m, torch.nn.Linear))
+    uninstall_packed_linear()
+    want = run()
+    install_packed_linear()
+    install_cb_attention()
+    try:
+        both = run()
+    finally:
+        uninstall_cb_attention()
+    for run_ in (got, both):
+        assert [(p, t) for p, t, _ in run_] == [(p, t) for p, t, _ in want]
+        torch.testing.assert_close(torch.tensor([lp for *_, lp in run_]), torch.tensor([lp for *_, lp in want]),
+                                   atol=1e-4, rtol=1e-4)

@@ -34,9 +34,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve_cmd(launcher: bool = False) -> list[str]:
-    if launcher:  # this file as a script: registers the per-sequence attention, then runs `transformers serve`
-        return [sys.executable, str(Path(__file__).resolve()), "serve"]
+def _serve_cmd(launcher: list[str] | None = None) -> list[str]:
+    if launcher:  # this file as a script: installs the CPU kernels named by its flags, then runs `transformers serve`
+        return [sys.executable, str(Path(__file__).resolve()), *launcher, "serve"]
     exe = shutil.which("transformers", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
     if exe:
         return [exe, "serve"]
@@ -113,7 +113,8 @@ class ModelServer:
     def __init__(self, model_dir: str | os.PathLike, port: int | None = None, continuous_batching: bool = True,
                  host: str = "127.0.0.1", device: str = "auto", dtype: str = "auto",
                  startup_timeout_s: float = 180.0, log_path: str | os.PathLike | None = None,
-                 extra_args: list[str] | None = None, per_sequence_attention: bool = True):
+                 extra_args: list[str] | None = None, per_sequence_attention: bool = True,
+                 packed_linear: bool = True):
         self.model_dir = str(Path(model_dir).resolve())
         if not (Path(self.model_dir) / "config.json").exists():
             raise FileNotFoundError(f"{self.model_dir}: not an HF model folder (no config.json)")
@@ -126,6 +127,8 @@ class ModelServer:
         # continuous batching: attention per sequence (`cb_sdpa_attention`) instead of transformers' whole-step
         # block-diagonal sdpa; the server then runs through this file's launcher (`_launch`)
         self.per_sequence_attention = per_sequence_attention
+        # on CPU: every nn.Linear through oneDNN with its weight pre-packed once (`install_packed_linear`)
+        self.packed_linear = packed_linear
         self._log_path = Path(log_path) if log_path else None
         self._log_file = None
         self._proc: subprocess.Popen | None = None
@@ -144,7 +147,11 @@ class ModelServer:
         return f"{self.root_url}/v1"
 
     def command(self) -> list[str]:
-        launcher = self.continuous_batching and self.per_sequence_attention
+        launcher = []
+        if self.continuous_batching and self.per_sequence_attention:
+            launcher.append("--cb-attention")
+        if self.packed_linear and not _has_cuda(self.device):
+            launcher.append("--packed-linear")
         cmd = _serve_cmd(launcher) + [self.model_dir, "--host", self.host, "--port", str(self.port),
                                       "--device", self.device, "--dtype", self.dtype, "--log-level", "warning"]
         cmd.append("--continuous-batching" if self.continuous_batching else "--no-continuous-batching")
@@ -280,7 +287,23 @@ def cb_sdpa_attention(module, query, key, value, attention_mask, dropout: float 
     import torch
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    padded = kwargs.pop(_PADDED_KV, None)  # set by `cb_cache_update` when every query of the step is a decode token
     cu_q, cu_k = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k")
+    if padded is not None:
+        kp, vp, valid = padded
+        b, kv_heads, _, dim = kp.shape
+        heads = query.shape[1]
+        if query.shape[0] == 1 and query.shape[2] == b and heads % kv_heads == 0 and not dropout and not (
+                kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None
+                or hasattr(module, "sinks") or getattr(module, "sliding_window", None)
+                or not getattr(module, "is_causal", True)):
+            q = query[0].transpose(0, 1).reshape(b, kv_heads, heads // kv_heads, dim)
+            o = torch.nn.functional.scaled_dot_product_attention(q, kp, vp, attn_mask=valid, scale=scaling)
+            return o.reshape(1, b, heads, dim), None
+        # anything unusual: unpad to the flat [1, kv_heads, keys, dim] layout and take the general path below
+        keep = valid.reshape(-1)
+        key, value = (x.transpose(1, 2).reshape(-1, kv_heads, x.shape[-1])[keep].transpose(0, 1).unsqueeze(0)
+                      for x in (kp, vp))
     if (not isinstance(cu_q, torch.Tensor) or not isinstance(cu_k, torch.Tensor) or query.shape[0] != 1
             or dropout or kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None
             or hasattr(module, "sinks") or getattr(module, "sliding_window", None)
@@ -322,16 +345,151 @@ def cb_sdpa_attention(module, query, key, value, attention_mask, dropout: float 
     return out.unsqueeze(0), None
 
 
+_PADDED_KV = "_clawgym_padded_kv"
+_STOCK_CACHE_UPDATE = None
+
+
+def cb_cache_update(self, key_states, value_states, layer_idx: int, kwargs: dict):
+    """`PagedAttentionCache.update` that reads a decode-only step's keys and values from the cache once.
+
+    Stock CB reads every sequence's cached keys and values of the layer into one flat tensor (`index_select` with
+    the step's read index), and the per-sequence attention then gathered them a second time into a padded
+    [sequences, kv_heads, longest context, dim] batch. When every query of the step is a decode token, this reads
+    the padded batch straight from the cache (the read index composed with the padded gather: one copy instead of
+    two) and hands it to `cb_sdpa_attention` in the layer's kwargs; the flat keys and values are never built.
+    Every other step (prefill, mixed, sliding-window or block-table layers, another attention function) runs
+    transformers' own update."""
+    import torch
+    from transformers.generation.continuous_batching.cache_allocators.full_attention import (
+        FullAttentionCacheAllocator,
+    )
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    allocator = self.layer_to_allocator[layer_idx]
+    cu_q, cu_k, read_index = kwargs.get("cu_seq_lens_q"), kwargs.get("cu_seq_lens_k"), kwargs.get("read_index")
+    if (type(allocator) is not FullAttentionCacheAllocator or kwargs.get("block_table") is not None
+            or not isinstance(cu_q, torch.Tensor) or not isinstance(cu_k, dict) or read_index is None
+            or getattr(self.config, "_attn_implementation", None) != "sdpa"
+            or ALL_ATTENTION_FUNCTIONS.get("sdpa") is not cb_sdpa_attention
+            or key_states.shape[0] != 1 or key_states.shape[2] != cu_q.numel() - 1):  # not one query per sequence
+        return _STOCK_CACHE_UPDATE(self, key_states, value_states, layer_idx, kwargs)
+    read = read_index[allocator.index]
+    if read.numel() == 0:
+        return _STOCK_CACHE_UPDATE(self, key_states, value_states, layer_idx, kwargs)
+    kwargs["cu_seq_lens_k"] = cu_k = cu_k[allocator.layer_type].to(torch.int32)
+    kwargs["max_length_k"] = kwargs["max_length_k"][allocator.layer_type]
+    k_cache, v_cache = allocator._kv_token_views[layer_idx]  # [cache tokens, kv_heads, dim]
+    write = kwargs["write_index"][allocator.index]
+    k_new, v_new = (x.squeeze(0).transpose(0, 1) for x in (key_states, value_states))
+    k_cache.index_copy_(0, write, k_new)
+    v_cache.index_copy_(0, write, v_new)
+    rows, _, gather, valid, _ = _decode_index(tuple(cu_q.tolist()), tuple(cu_k.tolist()), key_states.device, torch)
+    b, l_max = valid.shape[0], valid.shape[-1]
+    slots = read.index_select(0, gather)
+    kp, vp = (c.index_select(0, slots).view(b, l_max, c.shape[1], c.shape[2]).transpose(1, 2)
+              for c in (k_cache, v_cache))
+    kwargs[_PADDED_KV] = (kp, vp, valid)
+    return key_states, value_states  # not read by cb_sdpa_attention when the padded batch is there
+
+
 def install_cb_attention() -> None:
-    """Route transformers' ``sdpa`` attention through `cb_sdpa_attention` in this process."""
+    """Route transformers' ``sdpa`` attention through `cb_sdpa_attention` in this process, and CB's cache reads
+    of decode-only steps through `cb_cache_update`."""
+    global _STOCK_CACHE_UPDATE
     from transformers import AttentionInterface
+    from transformers.generation.continuous_batching.cache import PagedAttentionCache
 
     AttentionInterface.register("sdpa", cb_sdpa_attention)
+    if _STOCK_CACHE_UPDATE is None:
+        _STOCK_CACHE_UPDATE = PagedAttentionCache.update
+        PagedAttentionCache.update = cb_cache_update
+
+
+def uninstall_cb_attention() -> None:
+    """Undo `install_cb_attention` (tests)."""
+    global _STOCK_CACHE_UPDATE
+    from transformers import AttentionInterface
+    from transformers.generation.continuous_batching.cache import PagedAttentionCache
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    AttentionInterface.register("sdpa", sdpa_attention_forward)
+    if _STOCK_CACHE_UPDATE is not None:
+        PagedAttentionCache.update, _STOCK_CACHE_UPDATE = _STOCK_CACHE_UPDATE, None
+
+
+# ---- pre-packed oneDNN linear layers on CPU ----------------------------------------------------------------------
+# fp32 `F.linear` on CPU is an MKL sgemm that re-packs the weight matrix on every call. At the shapes of decoding
+# (a handful of token rows against a 576 x 1536 or 49152 x 576 weight) that packing is a large share of the call,
+# and MKL's kernels on this AMD host scale poorly past small M: `python benchmarks/linear_kernels.py` prints the
+# ratios. oneDNN (torch's mkldnn backend, the kernels inductor's CPU freezing pass uses for linear layers) can pack a
+# weight once into its blocked layout (`torch.ops.mkldnn._reorder_linear_weight`) and reuse it every call
+# (`torch.ops.mkldnn._linear_pointwise`). `install_packed_linear` routes `nn.Linear.forward` through that in the
+# server process, for inference only (fp32 on CPU, no autograd); the packed copy is keyed by the weight's storage
+# and version, so a reloaded or edited weight is packed again. Anything else (GPU, other dtypes, training, an op
+# the torch build lacks) runs the stock forward. Results agree with MKL's to float32 rounding (~1e-6 relative).
+
+_PACKED = "_clawgym_packed_weight"
+_STOCK_LINEAR_FORWARD = None
+
+
+def _packable(torch) -> bool:
+    return (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+            and hasattr(torch.ops.mkldnn, "_reorder_linear_weight"))
+
+
+def packed_linear_forward(self, input):
+    """`nn.Linear.forward` with the weight packed once for oneDNN (see above)."""
+    import torch
+
+    w = self.weight
+    if (input.device.type != "cpu" or w.device.type != "cpu" or input.dtype != torch.float32
+            or w.dtype != torch.float32 or w.is_sparse or input.is_sparse or input.numel() == 0
+            or (torch.is_grad_enabled() and (w.requires_grad or input.requires_grad))
+            or self.__dict__.get(_PACKED) is False):
+        return _STOCK_LINEAR_FORWARD(self, input)
+    key = (w.data_ptr(), w._version, tuple(w.shape))
+    hit = self.__dict__.get(_PACKED)
+    if hit is None or hit[0] != key:
+        try:
+            packed = torch.ops.mkldnn._reorder_linear_weight(w.detach())
+        except RuntimeError:
+            self.__dict__[_PACKED] = False  # this build or layout cannot: stock forward from now on
+            return _STOCK_LINEAR_FORWARD(self, input)
+        hit = self.__dict__[_PACKED] = (key, packed)
+    bias = self.bias.detach() if self.bias is not None else None
+    return torch.ops.mkldnn._linear_pointwise(input, hit[1], bias, "none", [], "")
+
+
+def install_packed_linear() -> bool:
+    """Route `nn.Linear.forward` through `packed_linear_forward` in this process; False where oneDNN is missing."""
+    global _STOCK_LINEAR_FORWARD
+    import torch
+
+    if not _packable(torch):
+        return False
+    if _STOCK_LINEAR_FORWARD is None:
+        _STOCK_LINEAR_FORWARD = torch.nn.Linear.forward
+        torch.nn.Linear.forward = packed_linear_forward
+    return True
+
+
+def uninstall_packed_linear() -> None:
+    """Undo `install_packed_linear` (tests); packed copies left on modules are ignored by the stock forward."""
+    global _STOCK_LINEAR_FORWARD
+    import torch
+
+    if _STOCK_LINEAR_FORWARD is not None:
+        torch.nn.Linear.forward, _STOCK_LINEAR_FORWARD = _STOCK_LINEAR_FORWARD, None
+
+
+LAUNCHER_FLAGS = {"--cb-attention": install_cb_attention, "--packed-linear": install_packed_linear}
 
 
 def _launch(argv: list[str]) -> None:
-    """`python clawgym/train/serve.py serve MODEL ...`: `transformers serve` with the per-sequence CB attention."""
-    install_cb_attention()
+    """`python clawgym/train/serve.py [--cb-attention] [--packed-linear] serve MODEL ...`: `transformers serve`
+    with the per-sequence CB attention and/or the pre-packed oneDNN linear layers installed."""
+    while argv and argv[0] in LAUNCHER_FLAGS:
+        LAUNCHER_FLAGS[argv.pop(0)]()
     from transformers.cli.transformers import main
 
     sys.argv = ["transformers", *argv]
