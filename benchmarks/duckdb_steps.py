@@ -10,15 +10,18 @@ query a user would type. Goal (issue 4): < 1 s.
 import argparse
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import duckdb
 
-from clawgym import lake as lk
-from clawgym.lake.catalog import refresh_catalog
-from clawgym.tasks import CATEGORIES
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without an install too
+
+from clawgym import lake as lk  # noqa: E402
+from clawgym.lake.catalog import refresh_catalog  # noqa: E402
+from clawgym.tasks import CATEGORIES  # noqa: E402
 
 QUERY = """
 SELECT t.category, t.policy,
