@@ -191,7 +191,16 @@ l = ctypes.CDLL(None, use_errno=True)
 l.syscall.restype = ctypes.c_long
 assert l.shmget(1234, 4096, 0o1666) >= 0  # SysV shared memory
 assert l.mq_open(b"/q1", os.O_CREAT | os.O_RDWR, 0o600, None) >= 0  # POSIX message queue
-assert l.syscall(248, b"user", b"cgkey", b"secret", 6, -4) > 0  # a key in the user keyring (x86_64 add_key)
+serial = l.syscall(248, b"user", b"cgkey", b"secret", 6, -4)  # a key in the user keyring (x86_64 add_key)
+assert serial > 0
+print(serial)
+"""
+READ_KEY = r"""
+import ctypes, sys
+l = ctypes.CDLL(None, use_errno=True)
+buf = ctypes.create_string_buffer(64)
+n = l.syscall(250, 11, int(sys.argv[1]), buf, 64)  # keyctl(KEYCTL_READ, serial): the key's payload
+print(buf.raw[:n].decode() if n >= 0 else "unreadable")
 """
 STATE_CHECK = ("ls -A /tmp /dev/shm /dev/mqueue ~ | tr '\\n' ' '; echo; tail -n +2 /proc/sysvipc/shm | wc -l; "
                "grep -c cgkey /proc/keys; ps -e --no-headers -o comm | grep -c sleep")
@@ -214,7 +223,10 @@ def test_bwrap_server_pool_recycles_clean_sandboxes(bwrap_factory):
         assert os.path.exists(s1._sock) and not s1.exec(f"test -e {s1._sock}").ok  # host-only socket
         x86 = os.uname().machine == "x86_64"
         if x86:
-            assert s1.exec(["python3", "-c", LEAVE_STATE]).ok
+            r = s1.exec(["python3", "-c", LEAVE_STATE])
+            assert r.ok, r.stderr
+            serial = r.stdout.strip()
+            assert s1.exec(["python3", "-c", READ_KEY, serial]).stdout == "secret\n"
         s1.exec("echo x > /tmp/x; echo y > /dev/shm/y; mkdir ~/.cache; touch ~/.cache/z; (setsid sleep 301 &); "
                 "touch /dev/evil; rm -f /dev/stdout")  # /dev itself is read-only
         before = s1.exec(STATE_CHECK).stdout.splitlines()
@@ -226,7 +238,14 @@ def test_bwrap_server_pool_recycles_clean_sandboxes(bwrap_factory):
         assert f.settle(30)
         with f.open() as s2:
             assert s2._proc.pid == pid1 and f.stats["reused"] == 1  # the same sandbox, reset
-            after = s2.exec(STATE_CHECK + "; ls -A").stdout.splitlines()
+            if x86:  # the reset unlinked the old key: unreadable by its serial at once
+                assert s2.exec(["python3", "-c", READ_KEY, serial]).stdout == "unreadable\n"
+            deadline = time.monotonic() + 10
+            while True:  # an invalidated key stays listed in /proc/keys until the kernel's key GC runs
+                after = s2.exec(STATE_CHECK + "; ls -A").stdout.splitlines()
+                if after[2] == "0" or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
             assert after[0].split() == ["/dev/mqueue:", "/dev/shm:", "/root:", ".openclaw", "/tmp:"]
             assert after[1:] == ["0", "0", "0"]  # no IPC object, key or process; the workspace is empty
         assert f.settle(30)
