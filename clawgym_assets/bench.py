@@ -82,27 +82,41 @@ class BenchScoresConfig(dg.Config):
     n_boot: int = 2000
     seed: int = 0
     pass_threshold: float = 1.0
+    max_infra_rate: float = 0.05  # above this share of infra rollouts the model is flagged and not ranked
+    max_unjudged_rate: float = 1.0  # likewise for unjudged rollouts (1.0 = never flags)
+    attempts: int = 3  # rollout-level tries of an infra failure
+    retry_wait_s: float = 2.0
+    request_attempts: int = 0  # tries per model request (0 = the endpoint kind's default)
+    request_backoff_s: float = 1.0
 
 
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"}, partitions_def=model_partitions, pool="sandboxes",
           deps=[dg.AssetDep(bench_tasks, partition_mapping=dg.AllPartitionMapping()),
                 dg.AssetDep(checkpoints, partition_mapping=dg.AllPartitionMapping())],
           description="Per task, per category and overall scores (0–100, seeded bootstrap 95% CIs, pass@k) of one "
-                      "model / checkpoint / policy on the bench suites; every row traced to its rollout + verification.")
+                      "model / checkpoint / policy on the bench suites; every row traced to its rollout + verification. "
+                      "Means and CIs are over scored rollouts (ok, agent_error, limit) only; infra and unjudged "
+                      "rollouts are counted (n_infra, n_unjudged, infra_rate) and a model above max_infra_rate is "
+                      "flagged (not ranked).")
 def bench_scores(context: dg.AssetExecutionContext, config: BenchScoresConfig, lake: LakeResource,
                  sandbox: SandboxResource, endpoints: ModelEndpointsResource, judge: JudgeResource,
                  openclaw: OpenClawResource) -> dg.MaterializeResult:
     from clawgym.agent.loop import Limits
+    from clawgym.agent.policies import RetryPolicy
     from clawgym.bench.runner import run_suite
     from clawgym.bench.stats import OVERALL, summarize
+    from clawgym.lake.records import BENCH_RESULT_KEY, effective_rows
 
     model = context.partition_key
     spec = endpoints.policy(model)
     reg = {r["checkpoint"]: r for r in lake.read("checkpoints").to_pylist()}
     parent = (reg.get(model) or {}).get("parent")
+    retry = RetryPolicy(attempts=config.request_attempts, backoff_s=config.request_backoff_s) \
+        if config.request_attempts > 0 else None
     md: dict = {}
     all_rows: list = []
     summary_rows: list = []
+    unscored: list[str] = []
     with sandbox.factory() as factory:
         for suite in config.suites:
             tasks = tasks_from_table(lake.read("tasks", {"source": f"bench_{suite}"}))
@@ -113,56 +127,87 @@ def bench_scores(context: dg.AssetExecutionContext, config: BenchScoresConfig, l
                              limits=Limits(max_turns=config.max_turns, max_wall_s=config.max_wall_s,
                                            max_completion_tokens=config.max_completion_tokens),
                              judge=judge.judge(), runtime=openclaw.runtime(), openclaw_opts=openclaw.opts(),
-                             run_id=context.run.run_id, pass_threshold=config.pass_threshold, log=context.log.info)
+                             run_id=context.run.run_id, pass_threshold=config.pass_threshold, log=context.log.info,
+                             attempts=config.attempts, retry_wait_s=config.retry_wait_s, retry=retry)
             lake.write("bench_results", rows, {"model": model, "suite": suite})
-            scored = [r for r in rows if r["failure_class"] != "infra"]  # infra failures are never scored as 0
-            md[f"{suite}/n_infra"] = len(rows) - len(scored)
-            if not scored:
-                raise dg.Failure(f"{model} on {suite}: all {len(rows)} rollouts failed with infra errors "
-                                 f"(endpoint or sandbox); nothing to score. See the run log for the errors.")
-            stats = summarize(scored, n_boot=config.n_boot, seed=config.seed, pass_threshold=config.pass_threshold)
+            rows = effective_rows(rows, BENCH_RESULT_KEY)
+            # only scored rollouts enter means/CIs; infra and unjudged are counted, never scored as 0
+            stats = summarize(rows, n_boot=config.n_boot, seed=config.seed, pass_threshold=config.pass_threshold,
+                              max_infra_rate=config.max_infra_rate, max_unjudged_rate=config.max_unjudged_rate)
+            ov = next(s for s in stats if s.category == OVERALL)
             srows = [{**s.to_dict(), "model": model, "suite": suite, "parent": parent, "run_id": context.run.run_id}
-                     for s in stats]
+                     for s in stats if s.mean is not None]  # a category with nothing scored has no mean to store
+            # written even when empty: stale scores of an earlier run must not stand in for this one
             lake.write("bench_scores", srows, {"model": model, "suite": suite})
             all_rows += rows
             summary_rows += srows
-            ov = next(s for s in stats if s.category == OVERALL)
+            md[f"{suite}/n_tasks"] = ov.n_tasks
+            md[f"{suite}/n_scored"] = ov.n_scored
+            md[f"{suite}/n_infra"] = ov.n_infra
+            md[f"{suite}/n_unjudged"] = ov.n_unjudged
+            md[f"{suite}/infra_rate"] = dg.MetadataValue.float(round(ov.infra_rate, 4))
+            md[f"{suite}/flagged"] = ov.flagged
+            md[f"{suite}/flag_reason"] = ov.flag_reason
+            if ov.flagged:
+                context.log.warning(f"{model} on {suite} flagged, not ranked: {ov.flag_reason}")
+            md[f"{suite}/by_category"] = md_table(
+                ["category", "n", "mean", "ci_low", "ci_high", "pass@1", f"pass@{ov.k}", "n_tasks", "n_scored",
+                 "n_infra", "n_unjudged", "infra_rate"],
+                [[s.category, s.n, s.mean, s.ci_low, s.ci_high, s.pass_at_1, s.pass_at_k, s.n_tasks, s.n_scored,
+                  s.n_infra, s.n_unjudged, s.infra_rate] for s in stats])
+            if ov.mean is None:
+                unscored.append(f"{suite}: {ov.flag_reason}")
+                continue
             md[f"{suite}/overall"] = dg.MetadataValue.float(round(ov.mean, 2))
             md[f"{suite}/ci95"] = f"[{ov.ci_low:.1f}, {ov.ci_high:.1f}]"
-            md[f"{suite}/by_category"] = md_table(
-                ["category", "n", "mean", "ci_low", "ci_high", "pass@1", f"pass@{ov.k}"],
-                [[s.category, s.n, s.mean, s.ci_low, s.ci_high, s.pass_at_1, s.pass_at_k] for s in stats])
     _refresh(context, lake)
+    if unscored:
+        raise dg.Failure(f"{model}: nothing scored on " + "; ".join(unscored) + " (infra = endpoint or sandbox "
+                         "failures, unjudged = no rubric judge). See the run log for the errors.", metadata=md)
     return dg.MaterializeResult(metadata={
         **md, "model": model, "policy_kind": spec.kind, "parent": parent or "", "n_results": len(all_rows),
+        "flagged": any(r["flagged"] for r in summary_rows),
         "failure_classes": md_counts("failure_class", counts(r["failure_class"] for r in all_rows)),
     })
 
 
 class LeaderboardConfig(dg.Config):
     suite: str = "procedural"
+    max_infra_rate: float = 0.05  # models above it are flagged (as are those bench_scores flagged) and not ranked
 
 
 @dg.asset(group_name=GROUP, kinds={"python"},
           deps=[dg.AssetDep(bench_scores, partition_mapping=dg.AllPartitionMapping())],
-          description="All scored models side by side per category, with a plot and the delta vs parent checkpoint.")
+          description="All scored models side by side per category, with a plot and the delta vs parent checkpoint "
+                      "(over tasks scored for both). Flagged models (infra rate above the bound) are listed, not "
+                      "ranked.")
 def leaderboard(context: dg.AssetExecutionContext, config: LeaderboardConfig, lake: LakeResource) -> dg.MaterializeResult:
     from clawgym.bench.leaderboard import leaderboard_rows, markdown_table, plot_png, png_markdown
 
     rows = lake.read("bench_scores", {"suite": config.suite}).to_pylist()
     results = lake.read("bench_results", {"suite": config.suite}).to_pylist()
     reg = {r["checkpoint"]: r for r in lake.read("checkpoints").to_pylist()}
-    board = leaderboard_rows(rows, results, reg)
+    board = leaderboard_rows(rows, results, reg, max_infra_rate=config.max_infra_rate)
+    flagged = [b for b in board if b["flagged"]]
     png = plot_png(rows, config.suite, title=f"{config.suite} bench")
     out = lake.path("leaderboard.png")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(png)
     _refresh(context, lake)
     return dg.MaterializeResult(metadata={
-        "n_models": len(board), "table": dg.MetadataValue.md(markdown_table(rows, config.suite)),
+        "n_models": len(board), "n_ranked": len(board) - len(flagged), "n_flagged": len(flagged),
+        "flagged": md_table(["model", "reason", "n_infra", "n_unjudged", "infra_rate"],
+                            [[b["model"], b["flag_reason"], b["n_infra"], b["n_unjudged"], b["infra_rate"]]
+                             for b in flagged]),
+        "trust": md_table(["rank", "model", "overall", "n_tasks", "n_scored", "n_infra", "n_unjudged", "infra_rate",
+                           "flagged"],
+                          [[b["rank"], b["model"], b["overall"], b["n_tasks"], b["n_scored"], b["n_infra"],
+                            b["n_unjudged"], b["infra_rate"], b["flagged"]] for b in board]),
+        "table": dg.MetadataValue.md(markdown_table(rows, config.suite, max_infra_rate=config.max_infra_rate)),
         "plot": dg.MetadataValue.md(png_markdown(png, "leaderboard")), "plot_path": dg.MetadataValue.path(str(out)),
-        "deltas_vs_parent": md_table(["model", "parent", "overall", "delta", "ci_low", "ci_high", "regression"],
+        "deltas_vs_parent": md_table(["model", "parent", "overall", "delta", "ci_low", "ci_high", "n_common",
+                                      "regression"],
                                      [[b["model"], b["parent"], b["overall"], b["delta"], b["delta_ci_low"],
-                                       b["delta_ci_high"], b["regression"]] for b in board]),
+                                       b["delta_ci_high"], b["delta_n_common"], b["regression"]] for b in board]),
         "board": dg.MetadataValue.json(board),
     })

@@ -5,7 +5,8 @@ from typing import List
 
 import dagster as dg
 
-from clawgym.lake.records import counts, group_mean, tasks_from_table
+from clawgym.lake.codec import decode_text, loads
+from clawgym.lake.records import counts, effective_rows, group_mean, outcome, outcome_counts, tasks_from_table
 from clawgym_assets._util import md_counts, md_histogram, md_table
 from clawgym_assets.partitions import N_SHARDS, trajectory_partitions
 from clawgym_assets.synthesis import verifiers
@@ -21,6 +22,10 @@ class TrajectoriesConfig(dg.Config):
     max_completion_tokens: int = 1024
     batch_size: int = 4  # rollouts per appended part file (the resume granularity)
     limit: int = 0  # 0 = every task of the shard
+    attempts: int = 3  # rollout-level tries of an infra failure within this run
+    retry_wait_s: float = 2.0  # wait before rollout-level try i+1: retry_wait_s * i
+    request_attempts: int = 0  # tries per model request (0 = the endpoint kind's default RetryPolicy)
+    request_backoff_s: float = 1.0
 
 
 def _partition(context) -> tuple:
@@ -43,23 +48,31 @@ def train_tasks_for_shard(lake: LakeResource, sources, shard: int, n_shards: int
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"}, partitions_def=trajectory_partitions, deps=[verifiers],
           pool="sandboxes",
           description="One row per rollout (messages, tool calls, tokens, timings, diff, verifier result, failure "
-                      "class). Partitioned policy|shard (shard = sha1(task_id) % N). Resumable: task_ids already "
-                      "in the partition are skipped.")
+                      "class). Partitioned policy|shard (shard = sha1(task_id) % N). Resumable: tasks with a "
+                      "finished rollout (any class but infra) are skipped; infra rows are retried and kept as "
+                      "history (readers use the latest non-infra row per policy, task, repeat).")
 def trajectories(context: dg.AssetExecutionContext, config: TrajectoriesConfig, lake: LakeResource,
                  sandbox: SandboxResource, endpoints: ModelEndpointsResource, judge: JudgeResource,
                  openclaw: OpenClawResource) -> dg.MaterializeResult:
     from clawgym.agent.loop import Limits
-    from clawgym.agent.policies import open_endpoint
+    from clawgym.agent.policies import RetryPolicy, open_endpoint
     from clawgym.agent.rollout import run_rollout
+    from clawgym.lake.records import finished_keys
 
     policy, shard = _partition(context)
     part = {"policy": policy, "shard": shard}
     tasks = train_tasks_for_shard(lake, config.sources, shard)
     if config.limit:
         tasks = tasks[: config.limit]
-    done = lake.values("trajectories", "task_id", part)
+    prior = lake.read("trajectories", part).select(["task_id", "failure_class", "score"]).to_pylist()
+    done = {decode_text(t) for t in finished_keys(prior)}  # finished: any class but infra
+    seen = {decode_text(r["task_id"]) for r in prior}
     todo = [t for t in tasks if t.task_id not in done]
-    context.log.info(f"{policy}|{shard}: {len(tasks)} tasks, {len(done)} already written, {len(todo)} to run")
+    n_retry = sum(1 for t in todo if t.task_id in seen)  # only infra rows so far: run again
+    context.log.info(f"{policy}|{shard}: {len(tasks)} tasks, {len(done)} finished, {n_retry} infra to retry, "
+                     f"{len(todo)} to run")
+    retry = RetryPolicy(attempts=config.request_attempts, backoff_s=config.request_backoff_s) \
+        if config.request_attempts > 0 else None
     spec = endpoints.policy(policy)
     limits = Limits(max_turns=config.max_turns, max_wall_s=config.max_wall_s,
                     max_completion_tokens=config.max_completion_tokens)
@@ -69,7 +82,8 @@ def trajectories(context: dg.AssetExecutionContext, config: TrajectoriesConfig, 
         with sandbox.factory() as factory, open_endpoint(spec, todo) as ep:
             for t in todo:
                 ro = run_rollout(t, ep, factory, limits=limits, judge=judge.judge(), runtime=openclaw.runtime(),
-                                 openclaw_opts=openclaw.opts())
+                                 openclaw_opts=openclaw.opts(), attempts=config.attempts,
+                                 retry_wait_s=config.retry_wait_s, retry=retry)
                 ro.policy = policy
                 batch.append(ro.to_row(shard=shard, run_id=context.run.run_id))
                 if len(batch) >= config.batch_size:
@@ -79,19 +93,26 @@ def trajectories(context: dg.AssetExecutionContext, config: TrajectoriesConfig, 
         if batch:
             lake.append("trajectories", batch, part)
             written += len(batch)
-    rows = lake.read("trajectories", part).to_pylist()
+    history = lake.read("trajectories", part).drop_columns(["messages_json", "diff_json", "tools_json"]).to_pylist()
+    rows = effective_rows(history)  # the row that counts per task: latest non-infra, else latest infra
+    oc = outcome_counts(rows)
+    scored = [r for r in rows if outcome(r) == "scored"]
     return dg.MaterializeResult(metadata={
-        "n_rollouts": len(rows), "n_new": written, "n_skipped_resume": len(done),
-        "mean_score": (sum(r["score"] or 0 for r in rows) / len(rows)) if rows else None,
+        "n_rollouts": len(rows), "n_rows_with_history": len(history), "n_new": written,
+        "n_skipped_resume": len(done), "n_retried_infra": n_retry,
+        "n_scored": oc["n_scored"], "n_infra": oc["n_infra"], "n_unjudged": oc["n_unjudged"],
+        "infra_rate": dg.MetadataValue.float(round(oc["infra_rate"], 4)),
+        "mean_score": (sum(r["score"] for r in scored) / len(scored)) if scored else None,  # scored rollouts only
         "failure_classes": md_counts("failure_class", counts(r["failure_class"] for r in rows)),
         "mean_score_by_category": md_table(["category", "mean score"],
-                                           list(group_mean(rows, "category", "score").items())),
-        "score_histogram": md_histogram([r["score"] for r in rows], title="score"),
+                                           list(group_mean(scored, "category", "score").items())),
+        "score_histogram": md_histogram([r["score"] for r in scored], title="score"),
     })
 
 
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"}, partitions_def=trajectory_partitions, deps=[trajectories],
-          description="One row per tool call of every trajectory in the partition (call, arguments, result).")
+          description="One row per tool call of every trajectory in the partition (call, arguments, result); "
+                      "retried infra attempts included (rows carry their rollout_id).")
 def steps(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
     from clawgym.agent.rollout import Rollout
 
@@ -99,8 +120,8 @@ def steps(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.Materiali
     part = {"policy": policy, "shard": shard}
     out = []
     for r in lake.read("trajectories", part).to_pylist():
-        ro = Rollout(rollout_id=r["rollout_id"], task_id=r["task_id"], policy=policy,
-                     messages=json.loads(r["messages_json"] or "[]"))
+        ro = Rollout(rollout_id=decode_text(r["rollout_id"]), task_id=decode_text(r["task_id"]), policy=policy,
+                     messages=loads(r["messages_json"], []))
         out += ro.steps(shard=shard)
     lake.write("steps", out, part)
     return dg.MaterializeResult(metadata={
@@ -123,7 +144,8 @@ def sft_dataset(context: dg.AssetExecutionContext, config: SftConfig, lake: Lake
                 endpoints: ModelEndpointsResource) -> dg.MaterializeResult:
     from clawgym.trajectories.sft import SFTCleanConfig, build_sft_dataset, save_hf_dataset
 
-    rows = lake.read("trajectories").to_pylist()
+    history = lake.read("trajectories").to_pylist()
+    rows = effective_rows(history)  # retried infra attempts are history: the latest non-infra row per task
     if config.policies:
         rows = [r for r in rows if r["policy"] in config.policies]
     tasks = tasks_from_table(lake.read("tasks", {"source": "synthetic"})) + \
@@ -141,7 +163,8 @@ def sft_dataset(context: dg.AssetExecutionContext, config: SftConfig, lake: Lake
     stats = {k: v for k, v in res.stats.items() if k != "config"}
     return dg.MaterializeResult(metadata={
         "n_rows": len(res.rows),
-        "hf_dataset": dg.MetadataValue.path(str(hf_dir)) if hf_dir else "(empty)", "n_trajectories_in": len(rows), "n_rejected": len(res.rejected),
+        "hf_dataset": dg.MetadataValue.path(str(hf_dir)) if hf_dir else "(empty)", "n_trajectories_in": len(rows),
+        "n_superseded_infra": len(history) - len(rows), "n_rejected": len(res.rejected),
         "rejected_by_reason": md_counts("reason", counts(r["reason"] for r in res.rejected)),
         "stats": dg.MetadataValue.json(json.loads(json.dumps(stats, default=str))),
         "by_category": md_counts("category", counts(r.get("category") for r in res.rows)),

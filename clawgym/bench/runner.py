@@ -43,16 +43,19 @@ def result_row(ro, *, model: str, suite: str, repeat: int, pass_threshold: float
         "model": model, "suite": suite, "task_id": ro.task_id, "category": ro.category, "repeat": repeat,
         "score": None if score is None else float(score), "passed": score is not None and score >= pass_threshold - 1e-9,
         "failure_class": ro.failure_class, "rollout_id": ro.rollout_id,
-        "verification_json": json.dumps(ro.verification, default=str) if ro.verification is not None else None,
+        "verification_json": json.dumps(ro.verification, default=str, ensure_ascii=False)
+        if ro.verification is not None else None,
         "messages_json": json.dumps(ro.messages, default=str, ensure_ascii=False), "run_id": run_id,
     }
 
 
 def run_suite(tasks: Iterable, policy, factory, *, model: str, suite: str, repeats: int = 1, limits=None,
               judge=None, runtime: str = "builtin", openclaw_opts: dict | None = None, run_id: str = "",
-              pass_threshold: float = 1.0, log: Callable[[str], Any] | None = None) -> list[dict]:
+              pass_threshold: float = 1.0, log: Callable[[str], Any] | None = None, attempts: int = 3,
+              retry_wait_s: float = 2.0, retry=None) -> list[dict]:
     """Roll out every task `repeats` times with one live endpoint; returns bench_results rows.
-    Infra failures (score None after retries) keep score None and failure_class="infra": never scored as 0."""
+    Infra failures (score None after `attempts` rollout-level tries, `retry` = per-request RetryPolicy) keep score
+    None and failure_class="infra"; "unjudged" rollouts keep score None too: neither is ever scored as 0."""
     from clawgym.agent.policies import get_policy, open_endpoint
     from clawgym.agent.rollout import run_rollout
 
@@ -63,7 +66,8 @@ def run_suite(tasks: Iterable, policy, factory, *, model: str, suite: str, repea
         for t in tasks:
             for r in range(repeats):
                 ro = run_rollout(t, ep, factory, limits=limits, judge=judge, runtime=runtime,
-                                 openclaw_opts=openclaw_opts)
+                                 openclaw_opts=openclaw_opts, attempts=attempts, retry_wait_s=retry_wait_s,
+                                 retry=retry)
                 ro.policy = model
                 rows.append(result_row(ro, model=model, suite=suite, repeat=r, pass_threshold=pass_threshold,
                                        run_id=run_id))

@@ -1,8 +1,13 @@
 """The lake: table schemas, atomic Parquet writes, hive partitions, the DuckDB catalog (DESIGN §7)."""
 
+from clawgym.lake import codec  # noqa: F401
 from clawgym.lake.catalog import default_db_path, query, refresh_catalog, view_sql  # noqa: F401
 from clawgym.lake.io import (  # noqa: F401
     REPO_ROOT, append_rows, atomic_write_parquet, column_values, data_root, lake_root, list_partitions,
-    partition_dir, read_table, table_dir, to_table, write_table,
+    partition_dir, read_rows, read_table, table_dir, to_table, write_table,
+)
+from clawgym.lake.records import (  # noqa: F401
+    BENCH_RESULT_KEY, FINISHED, SCORED_CLASSES, TRAJECTORY_KEY, UNSCORED_CLASSES, effective_rows, finished_keys,
+    is_finished, outcome, outcome_counts,
 )
 from clawgym.lake.schemas import PARTITIONS, SCHEMAS, TABLES, file_schema, schema  # noqa: F401

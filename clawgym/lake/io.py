@@ -8,7 +8,6 @@ globs, pyarrow datasets) never see a half-written file and a killed run leaves n
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import re
 import secrets
@@ -19,6 +18,7 @@ from typing import Any, Iterable, Mapping
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from clawgym.lake import codec
 from clawgym.lake.schemas import PARTITIONS, file_schema, schema
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -73,14 +73,26 @@ def atomic_write_parquet(table: pa.Table, path: str | Path) -> Path:
 
 
 def _jsonable(v: Any) -> str | None:
-    if v is None or isinstance(v, str):
-        return v
-    return json.dumps(v, default=str, ensure_ascii=False)
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return codec.encode_json_text(v)
+    return codec.dumps(v)
+
+
+def _text(v: Any) -> str | None:
+    if v is None:
+        return None
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        v = bytes(v).decode("utf-8", "surrogateescape")
+    return codec.encode_text(v if isinstance(v, str) else str(v))
 
 
 def to_table(name: str, rows: Iterable[Mapping[str, Any]] | pa.Table, *, for_file: bool = False) -> pa.Table:
     """Conform rows (dicts) to the table's schema: missing columns become null, extra keys are dropped,
-    ``*_json`` columns accept any JSON-able value, timestamps default to now (UTC)."""
+    ``*_json`` columns accept any JSON-able value, timestamps default to now (UTC). Every string is stored
+    with the lake string encoding (:mod:`clawgym.lake.codec`): lone surrogates (non-UTF-8 file names) and
+    other odd text never fail a write and read back exactly through ``codec.decode_text`` / ``codec.loads``."""
     sch = file_schema(name) if for_file else schema(name)
     if isinstance(rows, pa.Table):
         rows = rows.to_pylist()
@@ -94,7 +106,9 @@ def to_table(name: str, rows: Iterable[Mapping[str, Any]] | pa.Table, *, for_fil
         elif pa.types.is_timestamp(f.type):
             vals = [now if v is None else v for v in vals]
         elif pa.types.is_string(f.type) or pa.types.is_large_string(f.type):
-            vals = [None if v is None else str(v) for v in vals]
+            vals = [_text(v) for v in vals]
+        elif pa.types.is_list(f.type) and pa.types.is_string(f.type.value_type):
+            vals = [None if v is None else [_text(x) for x in v] for v in vals]
         elif pa.types.is_floating(f.type):
             vals = [None if v is None else float(v) for v in vals]
         elif pa.types.is_integer(f.type):
@@ -104,7 +118,10 @@ def to_table(name: str, rows: Iterable[Mapping[str, Any]] | pa.Table, *, for_fil
 
 
 def _part_name() -> str:
-    return f"part-{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(4)}.parquet"
+    """part-<UTC second>-<ns>-<rand>.parquet: names sort in write order (readers rely on it for "latest row")."""
+    ns = time.time_ns()
+    return f"part-{time.strftime('%Y%m%dT%H%M%S', time.gmtime(ns // 10**9))}-{ns % 10**9:09d}-" \
+           f"{secrets.token_hex(4)}.parquet"
 
 
 def write_table(name: str, rows, partitions: Mapping[str, Any] | None = None, *, mode: str = "overwrite",
@@ -162,6 +179,14 @@ def read_table(name: str, partitions: Mapping[str, Any] | None = None, root: str
     for f in missing:
         out = out.append_column(f, pa.nulls(out.num_rows, f.type))
     return out.select(sch.names).cast(sch)
+
+
+def read_rows(name: str, partitions: Mapping[str, Any] | None = None, root: str | Path | None = None,
+              *, decode: bool = True) -> list[dict[str, Any]]:
+    """Rows as dicts; with decode (default) every string is decoded back to what was written
+    (:func:`clawgym.lake.codec.decode_row`): rewrite such rows with :func:`write_table` without double-encoding."""
+    rows = read_table(name, partitions, root).to_pylist()
+    return [codec.decode_row(r) for r in rows] if decode else rows
 
 
 def column_values(name: str, column: str, partitions: Mapping[str, Any] | None = None,

@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import json
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
+
+# Rollout failure classes (clawgym.agent.rollout.FailureClass) by what they mean for a score:
+SCORED_CLASSES = ("ok", "agent_error", "limit")  # the model's own result: scored (failures normally 0)
+UNSCORED_CLASSES = ("infra", "unjudged")  # our machinery failed / no rubric judge: score None, never in a mean
+FINISHED = ("ok", "agent_error", "limit", "unjudged")  # done for resume; infra is retried
+TRAJECTORY_KEY = ("policy", "task_id", "repeat")
+BENCH_RESULT_KEY = ("model", "suite", "task_id", "repeat")
+_MIN_TS = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
 
 
 def task_row(task, source: str) -> dict[str, Any]:
@@ -48,3 +57,67 @@ def group_mean(rows: Iterable[Mapping], key: str, value: str) -> dict[str, float
         if r.get(value) is not None:
             acc.setdefault(str(r.get(key)), []).append(float(r[value]))
     return {k: sum(v) / len(v) for k, v in sorted(acc.items())}
+
+
+def outcome(row: Mapping) -> str:
+    """"scored" | "infra" | "unjudged" for a trajectories / bench_results row. A row of a scored class without a
+    score (which the rollout code never writes) is our machinery's failure: "infra". Rows without a
+    failure_class are scored when they have a score."""
+    fc = row.get("failure_class")
+    if fc in UNSCORED_CLASSES:
+        return str(fc)
+    if row.get("score") is None:
+        return "infra"
+    return "scored"
+
+
+def is_finished(row: Mapping) -> bool:
+    """A rollout that resume must not run again: any outcome but infra."""
+    return outcome(row) != "infra"
+
+
+def _key(row: Mapping, keys: Sequence[str]) -> tuple:
+    return tuple((row.get(k) or 0) if k == "repeat" else row.get(k) for k in keys)
+
+
+def _when(row: Mapping) -> _dt.datetime:
+    t = row.get("created_at")
+    if isinstance(t, _dt.datetime):
+        return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+    return _MIN_TS
+
+
+def effective_rows(rows: Iterable[Mapping], keys: Sequence[str] = TRAJECTORY_KEY) -> list[dict]:
+    """The row that counts per key (default policy, task, repeat; a missing repeat is 0): the latest finished
+    (non-infra) row, or the latest row when every attempt was infra. The lake keeps every row (retried infra
+    rows are history); readers, bench scores and the SFT export use these. "Latest" = created_at, then read
+    order (part files sort in write order). Output keeps the order in which keys first appear."""
+    groups: dict[tuple, list[tuple[int, Mapping]]] = {}
+    for i, r in enumerate(rows):
+        groups.setdefault(_key(r, keys), []).append((i, r))
+    out = []
+    for items in groups.values():
+        items.sort(key=lambda ir: (_when(ir[1]), ir[0]))
+        done = [r for _, r in items if is_finished(r)]
+        out.append(dict(done[-1] if done else items[-1][1]))
+    return out
+
+
+def finished_keys(rows: Iterable[Mapping], keys: Sequence[str] = ("task_id",)) -> set:
+    """Keys (default: task_id) that have a finished rollout: what resume skips."""
+    out = set()
+    for r in rows:
+        if is_finished(r):
+            k = _key(r, keys)
+            out.add(k[0] if len(keys) == 1 else k)
+    return out
+
+
+def outcome_counts(rows: Iterable[Mapping]) -> dict[str, Any]:
+    """n_rollouts, n_scored, n_infra, n_unjudged, infra_rate, unjudged_rate of (effective) rows."""
+    c = {"scored": 0, "infra": 0, "unjudged": 0}
+    for r in rows:
+        c[outcome(r)] += 1
+    n = sum(c.values())
+    return {"n_rollouts": n, "n_scored": c["scored"], "n_infra": c["infra"], "n_unjudged": c["unjudged"],
+            "infra_rate": c["infra"] / n if n else 0.0, "unjudged_rate": c["unjudged"] / n if n else 0.0}

@@ -3,6 +3,13 @@
 Nested values (messages, tool calls, diffs, verifier details) are stored as JSON text in columns whose
 name ends with ``_json``; DuckDB reads them with ``json_extract``. Columns named in ``PARTITIONS`` live in
 hive folders (``policy=…/shard=…``) and are not stored inside the part files.
+
+Every string is stored with the lake string encoding (``clawgym.lake.codec``): lone surrogates (non-UTF-8 file
+names) and the escape character are written as ``␛XXXX``; ``codec.decode_text`` / ``codec.loads`` /
+``io.read_rows`` give the original strings back.
+
+`trajectories` keeps every attempt: a task whose rollout was infra is run again by the next materialization and
+both rows stay; readers use ``records.effective_rows`` (latest non-infra row per policy, task, repeat).
 """
 
 from __future__ import annotations
@@ -71,6 +78,11 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("model", S), ("suite", S), ("category", S),  # category "overall" = the whole suite
         ("n", I32), ("mean", F64), ("ci_low", F64), ("ci_high", F64), ("pass_at_1", F64), ("pass_at_k", F64),
         ("k", I32), ("parent", S), ("run_id", S), ("created_at", TS),
+        # trust: mean/CI are over scored rollouts (ok, agent_error, limit) only; infra and unjudged are counted.
+        # n_tasks = tasks attempted, n = tasks in the mean; n_rollouts/n_scored/n_infra/n_unjudged count rollouts
+        ("n_tasks", I32), ("n_rollouts", I32), ("n_scored", I32), ("n_infra", I32), ("n_unjudged", I32),
+        ("infra_rate", F64), ("unjudged_rate", F64),
+        ("flagged", B), ("flag_reason", S),  # model-level (same on every row of a model × suite): not ranked
     ),
 }
 

@@ -2,11 +2,15 @@
 
     build_sft_dataset(trajectory_rows, tasks, bench_tasks, cfg) -> SFTBuildResult(rows, stats, rejected)
 
-From the `trajectories` table rows (clawgym.agent.rollout.Rollout.to_row) it keeps the `ok` rollouts whose
-verifier score is at least `cfg.min_score`, removes heartbeat / cron / internal-context turns, drops exact
-duplicates, rows longer than `cfg.max_tokens` tokens of the target tokenizer, and every task of the bench
-suites or close to one (same task id, same content fingerprint or instruction, or — within the same family —
-an all-MiniLM-L6-v2 cosine similarity of at least `cfg.contamination_threshold`).
+From the `trajectories` table rows (clawgym.agent.rollout.Rollout.to_row, or lake rows as stored: JSON columns
+are read with ``clawgym.lake.codec.loads``) it keeps the `ok` rollouts whose verifier score is at least
+`cfg.min_score`, removes heartbeat / cron / internal-context turns, drops exact duplicates, rows longer than
+`cfg.max_tokens` tokens of the target tokenizer, and every task of the bench suites or close to one (same task
+id, same content fingerprint or instruction, or — within the same family — an all-MiniLM-L6-v2 cosine
+similarity of at least `cfg.contamination_threshold`). Rows whose conversation is not valid Unicode (a
+non-UTF-8 file name, a lone surrogate) are rejected as `not_utf8`: a tokenizer cannot take them. The
+`sft_dataset` asset passes ``clawgym.lake.records.effective_rows`` (the row that counts per policy, task,
+repeat), so retried infra attempts stay history.
 
 Each kept row carries `messages` (OpenAI/HF format: assistant `tool_calls` with dict arguments, `tool`
 results) and `tools` (JSON schemas), ready for TRL's SFTTrainer. Export: `write_sft_parquet` (the lake's
@@ -165,7 +169,7 @@ def canonical_hash(messages: list[dict], tools: list[dict]) -> str:
             m["tool_calls"] = [{"function": tc["function"]} for tc in m["tool_calls"]]
         return m
     blob = json.dumps([[strip(m) for m in messages], tools], sort_keys=True, ensure_ascii=False)
-    return hashlib.sha256(blob.encode()).hexdigest()
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 # ---- contamination -----------------------------------------------------------------------------------
@@ -245,11 +249,9 @@ def count_tokens(tok, messages: list[dict], tools: list[dict]) -> int:
 
 
 def _loads(v: Any, default):
-    if v is None:
-        return default
-    if isinstance(v, (list, dict)):
-        return v
-    return json.loads(v)
+    from clawgym.lake.codec import loads
+
+    return loads(v, default)
 
 
 def build_sft_dataset(trajectory_rows: list[dict], tasks: list[Task], bench_tasks: list[Task],
@@ -268,8 +270,10 @@ def build_sft_dataset(trajectory_rows: list[dict], tasks: list[Task], bench_task
         rejected.append({"rollout_id": r.get("rollout_id"), "task_id": r.get("task_id"), "reason": reason,
                          "detail": detail})
 
+    from clawgym.lake.codec import decode_text, needs_escape
+
     for r in trajectory_rows:
-        tid = r.get("task_id") or ""
+        tid = decode_text(r.get("task_id")) or ""
         if str(r.get("session") or "").startswith("cron:") or tid.startswith("cron:"):
             reject(r, "cron")
             continue
@@ -301,6 +305,9 @@ def build_sft_dataset(trajectory_rows: list[dict], tasks: list[Task], bench_task
             continue
         if not tools:
             reject(r, "no_tools")
+            continue
+        if needs_escape(json.dumps([msgs, tools], ensure_ascii=False)):
+            reject(r, "not_utf8", "lone surrogates (a non-UTF-8 name or text) in the conversation")
             continue
         h = canonical_hash(msgs, tools)
         if h in seen:
@@ -353,7 +360,7 @@ def _check_frame(rows: list[dict]):
     def full(r: dict) -> dict:  # lake rows carry the conversation as JSON text
         if "messages" in r and "tools" in r:
             return r
-        return {**r, "messages": json.loads(r.get("messages_json") or "[]"), "tools": json.loads(r.get("tools_json") or "[]")}
+        return {**r, "messages": _loads(r.get("messages_json"), []), "tools": _loads(r.get("tools_json"), [])}
 
     rows = [full(r) for r in rows]
     return pd.DataFrame({
