@@ -84,11 +84,38 @@ class Sandbox(abc.ABC):
 
     @abc.abstractmethod
     def list_files(self, path: str = ".") -> list[str]:
-        """Regular files under path (recursive), relative to the workspace, sorted."""
+        """Regular files under path (recursive, any depth), relative to the workspace, sorted. Symlinks,
+        FIFOs, sockets and device nodes are skipped. Names that are not UTF-8 come back as str decoded with
+        surrogateescape (os.fsdecode), and read_file accepts them as they are."""
 
     @abc.abstractmethod
     def remove(self, path: str) -> None:
         """Remove a file or a directory tree (no error if missing)."""
+
+    def quiesce(self) -> None:
+        """Stop everything the sandbox's earlier execs left behind, keeping its files; for the step between the
+        agent's phase and the verifier (which runs in the same sandbox).
+
+        After it returns: no process started by any earlier exec is alive (background, double-forked,
+        setsid/nohup, stopped, signal-ignoring ones included; an exec still running in another thread is
+        killed too and returns rc 137/124), and every SysV IPC object (shm, sem, msg), every POSIX message
+        queue, every /dev/shm file and the sandbox user's keyrings are gone. The workspace, $HOME and /tmp
+        files are left exactly as they are; the sandbox stays usable (exec works afterwards).
+        Raises SandboxError only when the sandbox itself is broken (its processes cannot be killed, its exec
+        server is gone). Backends that cannot do this raise SandboxError (this default)."""
+        raise SandboxError(f"{type(self).__name__} cannot stop the agent's processes (no quiesce())")
+
+    def seal(self, path: str) -> None:
+        """Make the file or tree at `path` (relative to the workspace, or absolute under the workspace or /tmp)
+        owned by a uid other than the sandbox user (root; inside a bwrap sandbox that shows as the overflow uid)
+        and not writable by it: directories 0755, files 0444 (0555 when they had an exec bit), set-id bits
+        dropped; where the filesystem allows it the top entry is made immutable too, so it cannot be renamed
+        away or deleted from its parent (the host's own later write_file into it fails; remove() works).
+        Done from the host, never following symlinks: if `path` or one of its parents is a symlink it raises
+        ValueError (remove and rewrite the directory first); FileNotFoundError when missing. Call quiesce()
+        first: a process holding a file open for writing keeps that descriptor.
+        The `local` backend only chmods (no other uid: no protection). Default: SandboxError."""
+        raise SandboxError(f"{type(self).__name__} cannot seal verifier files (no seal())")
 
     @abc.abstractmethod
     def close(self) -> None: ...

@@ -44,11 +44,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
-from clawgym.sandbox import cleanup, execd_client
+from clawgym.sandbox import cleanup, execd_client, nsipc
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError, SandboxFactory
 from clawgym.sandbox.cgroups import Cgroup
-from clawgym.sandbox.hostfs import (HOME, SANDBOX_GID, SANDBOX_UID, CountedHostFileMixin, HostFS, StateDir, flood_limit,
-                                    run_capture)
+from clawgym.sandbox.hostfs import (HOME, SANDBOX_GID, SANDBOX_UID, CountedHostFileMixin, HostFS, StateDir, empty_dir,
+                                    flood_limit, run_capture)
 
 log = logging.getLogger(__name__)
 
@@ -164,6 +164,7 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         self._active = 0  # execs + host file operations in flight (server mode: sweep when the last exec ends)
         self._proc: subprocess.Popen | None = None  # server mode: the sandbox's bwrap
         self._keep: set[int] = set()  # server mode: host pids of bwrap and the server
+        self._init: int | None = None  # server mode: host pid of the server (pid 1 inside)
         self._sock: str | None = None
         self._privileged = os.geteuid() == 0
         uid = SANDBOX_UID if self._privileged else None
@@ -231,13 +232,10 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         finally:
             os.close(r)
         self._keep = {self._proc.pid, child}
+        self._init = child
         self._sock = sock_path
-        for pid in self._keep:  # the OOM killer takes a memory bomb, never the sandbox itself
-            try:
-                with open(f"/proc/{pid}/oom_score_adj", "w") as f:
-                    f.write("-998")
-            except OSError:
-                pass
+        for pid in self._keep:  # never picked by the OOM killer; commands get 0 back (execd.py)
+            nsipc.set_oom_score_adj(pid, -1000)
 
     def _stop_server(self) -> None:
         p, self._proc = self._proc, None
@@ -456,21 +454,55 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         new.uses = getattr(self, "uses", 0) + 1
         return new
 
-    def _reset(self) -> None:
-        """Bring a used server-mode sandbox back to the state of a fresh one (raises SandboxError):
-        1. no process but bwrap and the server; 2. as the sandbox user, inside: SysV IPC objects removed,
-        /dev/shm and /dev/mqueue emptied, user keyrings cleared; 3. from the host, never following
-        symlinks: HOME (with the workspace), /tmp and /dev/shm emptied, owners and modes restored.
-        Nothing else is writable inside (root and /dev read-only, /proc/sys not writable without
-        capabilities); the user, pid, net, ipc, uts and mount namespaces stay, empty."""
+    def quiesce(self) -> None:
+        """Sandbox.quiesce. Server mode: `_quiesce`. Per-exec mode: a command's processes, SysV IPC, message
+        queues and keyrings die with its bwrap (pid, ipc and user namespaces of its own), so what is left is
+        the cgroup (execs still running in other threads) and /dev/shm (host dir), both cleared from the
+        host; without a cgroup (non-root host) an exec running in another thread is not stopped."""
+        self._enter()
+        try:
+            if self._proc is not None:
+                self._quiesce()
+                return
+            if self._cg is not None and not self._cg.kill_all():
+                raise SandboxError("processes could not be swept")
+            try:
+                empty_dir(self._shm)
+            except OSError as e:
+                raise SandboxError(f"/dev/shm could not be emptied: {e}") from e
+        finally:
+            self._leave()
+
+    def _quiesce(self) -> None:
+        """Server mode: 1. no process but bwrap and the server (host-side sweep of the cgroup);
+        2. from the host, charging nothing to the sandbox (its memory may be full of shared memory): every
+        SysV IPC object and POSIX message queue of its IPC namespace removed (nsipc), /dev/shm emptied;
+        3. as the sandbox user, inside: user keyrings cleared, and checked that no IPC object is left;
+        4. swept again. Files of HOME, the workspace and /tmp are not touched. Raises SandboxError."""
         if not self._server_alive() or not self._sweep():
             raise SandboxError("processes could not be swept")
+        ok, why = nsipc.clear_ipc(self._init) if self._init is not None else (False, "no server pid")
+        if not ok:
+            log.info("host-side IPC cleanup of %s: %s (the server's reset op follows)", self._state.name, why)
+        try:
+            empty_dir(self._shm)
+        except OSError as e:
+            raise SandboxError(f"/dev/shm could not be emptied: {e}") from e
         rc, msg = execd_client.short_request(self._sock, {"op": "reset", "uid": SANDBOX_UID, "gid": SANDBOX_GID},
                                              timeout=10.0)
         if rc != 0:
             raise SandboxError(f"ipc reset rc={rc}: {msg[:200]!r}")
-        if not self._sweep():
+        if not self._server_alive() or not self._sweep():
             raise SandboxError("processes could not be swept")
+
+    def _reset(self) -> None:
+        """Bring a used server-mode sandbox back to the state of a fresh one (raises SandboxError):
+        1.-4. `_quiesce` (no process but bwrap and the server; SysV IPC objects, message queues, /dev/shm
+        and user keyrings cleared); 5. from the host, never following symlinks: HOME (with the workspace),
+        /tmp and /dev/shm emptied, owners and modes restored.
+        Nothing else is writable inside (root and /dev read-only, /proc/sys not writable without
+        capabilities); the user, pid, net, ipc, uts and mount namespaces stay, empty."""
+        self._quiesce()
         try:
             self._state.reset(extra=((self._shm, 0o1777),))
         except OSError as e:

@@ -28,15 +28,20 @@ Isolation argument - what is writable in a container, and how a reset restores i
   * HOME (/root, incl. the workspace) and /tmp: host tmpfs dirs; their contents are removed from the
     host with an fd-based walk that never follows symlinks, modes/owners are restored, the
     workspace path is created again (the same state as a fresh container) and checked empty;
-  * /dev/shm, /dev/mqueue and SysV IPC (the container's own ipc namespace): a forked child of the
-    server running as uid 1000 removes every SysV shm/sem/msg object and empties both dirs, then
-    checks nothing is left (a non-empty result fails the reset);
+  * /dev/shm, /dev/mqueue and SysV IPC (the container's own ipc namespace): first from the host
+    (nsipc: a helper joins the container's ipc namespace and removes every object and message queue;
+    /dev/shm emptied through /proc/<init>/root), which charges nothing to the container's memory (it
+    may be full of shared memory), then a forked child of the server running as uid 1000 removes
+    every SysV shm/sem/msg object and empties both dirs, then checks nothing is left (a non-empty
+    result fails the reset);
   * nothing else is writable by uid 1000 (checked with `find / -writable`: besides HOME and /tmp
     only /dev/shm, /dev/mqueue and stateless device nodes such as /dev/null; the root is read-only,
     /dev, /run/clawgym, /proc/sys and the docker-managed /etc files are root-owned or read-only).
     No network-namespace state (sockets, abstract sockets) outlives the processes that hold it;
     kernel keyrings are out of reach (docker's default seccomp profile blocks keyctl/add_key).
     The server itself keeps no per-sandbox state: each command runs in a fresh forked handler.
+The same steps minus the file reset are `DockerSandbox.quiesce()` (between the agent and the verifier).
+docker-init and the exec server run with oom_score_adj -1000 (set from the host), commands with 0.
 A container whose reset fails, that had to be restarted after a timeout, whose processes cannot
 be swept from the host, that was used `max_uses` times, or whose sandbox still had a command
 running `close_wait_s` after close is destroyed, not reused. factory.close() waits for the reaper,
@@ -56,10 +61,10 @@ import time
 import weakref
 from typing import Iterable
 
-from clawgym.sandbox import cleanup, execd_client
+from clawgym.sandbox import cleanup, execd_client, nsipc
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError, SandboxFactory
 from clawgym.sandbox.hostfs import (HOME, SANDBOX_GID, SANDBOX_UID, CountedHostFileMixin, HostFS, StateDir,
-                                    cap_append, flood_limit)
+                                    cap_append, empty_dir, flood_limit)
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +113,7 @@ class _Slot:
         self.state = state
         self.ctl = ctl  # host dir of the server's socket
         self.keep: set[int] = set()  # host pids of docker-init and its one child (the exec server)
+        self.init: int | None = None  # host pid of docker-init
         self.procs_file: str | None = None  # host path of the container's cgroup.procs
         self.uses = 0
         self.suspect = False  # restarted / reset failed: destroy instead of reuse
@@ -139,7 +145,7 @@ class _Slot:
         """Find (from the host) the container's cgroup and its init + server pids, so leftover
         processes can be killed without a docker call. Leaves procs_file None where the host's
         /proc or cgroups are not readable (then timeouts restart the container instead)."""
-        self.procs_file, self.keep = None, set()
+        self.procs_file, self.keep, self.init = None, set(), None
         try:
             info = api.inspect_container(self.id)
             # what `docker exec` puts under an exec's own environment: the container's + HOSTNAME
@@ -167,9 +173,12 @@ class _Slot:
                 if children:
                     break
                 time.sleep(0.005)
+            self.init = init
             if path and os.access(path, os.R_OK) and len(children) == 1:
                 self.keep = {init, children[0]}
                 self.procs_file = path
+                for pid in self.keep:  # never picked by the OOM killer; commands get 0 back (execd.py)
+                    nsipc.set_oom_score_adj(pid, -1000)
         except (OSError, ValueError, KeyError) as e:
             log.debug("cannot locate container %s processes from the host: %s", self.id[:12], e)
 
@@ -201,6 +210,35 @@ class _Slot:
     def request(self, req: dict, timeout: float = 10.0) -> tuple[int | None, bytes]:
         """A short request to the server (reset, ping): -> (rc or None, stderr)."""
         return execd_client.short_request(self.sock, req, timeout)
+
+    def clear_host_side(self) -> str | None:
+        """From the host (root), charging nothing to the container: every SysV IPC object and POSIX message
+        queue of its IPC namespace removed, /dev/shm emptied (through /proc/<init>/root; the container's /dev
+        is root-owned). -> None, or why it could not be done (the server's reset op still follows)."""
+        if self.init is None or os.geteuid() != 0:
+            return "no host access"
+        ok, why = nsipc.clear_ipc(self.init)
+        try:
+            empty_dir(f"/proc/{self.init}/root/dev/shm")
+        except OSError as e:
+            why = f"{why}; /dev/shm: {e}" if why else f"/dev/shm: {e}"
+            ok = False
+        return None if ok else why
+
+    def quiesce(self) -> str | None:
+        """Fast path (server + host sweep): processes swept, IPC / /dev/shm / /dev/mqueue cleared from the
+        host, then the server's reset op as the sandbox user, swept again. -> None or what failed."""
+        if not self.sweep():
+            return "processes could not be swept"
+        why = self.clear_host_side()
+        if why:
+            log.info("host-side IPC cleanup of %s: %s", self.id[:12], why)
+        rc, msg = self.request({"op": "reset", "uid": SANDBOX_UID, "gid": SANDBOX_GID}, timeout=10.0)
+        if rc != 0:
+            return f"ipc reset rc={rc}: {msg[:200]!r}"
+        if not self.sweep():
+            return "processes could not be swept"
+        return None
 
 
 class DockerSandbox(CountedHostFileMixin, Sandbox):
@@ -471,6 +509,33 @@ class DockerSandbox(CountedHostFileMixin, Sandbox):
             self._api.wait(self.container_id, timeout=30)
             self._factory._restart(self._slot)
 
+    def quiesce(self) -> None:
+        """Sandbox.quiesce. Fast path: `_Slot.quiesce`. Otherwise (no host sweep: non-root host, no cgroup)
+        the container is killed and started again on the same state (its pid and IPC namespaces die; it is
+        not reused later), then the reset runs inside through `docker exec` as the sandbox user."""
+        self._enter()
+        try:
+            slot = self._slot
+            if slot.fast():
+                why = slot.quiesce()
+                if why:
+                    raise SandboxError(f"quiesce: {why}")
+                return
+            if not slot.sweep():
+                self._kill_all()  # sweep impossible: kill + restart (slot.suspect)
+            slot.clear_host_side()
+            end = time.monotonic() + 30
+            out, err, _t, timed_out, rc = self._exec_docker(
+                ["python3", "-I", "-S", EXECD_IN, "--reset"], None, None, end, 10_000, flood_limit(10_000))
+            if timed_out or rc != 0:
+                raise SandboxError(f"quiesce: reset rc={rc}: {(out + err)[:200]!r}")
+            slot.sweep()
+        finally:
+            self._leave()
+
+    def _seal_owner(self) -> tuple[int, int]:
+        return 0, 0
+
     def _recover(self) -> bool:
         try:
             st = self._api.inspect_container(self.container_id)["State"]
@@ -680,12 +745,10 @@ class DockerFactory(SandboxFactory):
                 sb._idle.wait(0.01)
             if time.monotonic() > end:
                 return self._failed(slot, "a command was still running")
-        # 2. SysV IPC, /dev/shm, /dev/mqueue (inside the container, as the sandbox user)
-        rc, msg = slot.request({"op": "reset", "uid": SANDBOX_UID, "gid": SANDBOX_GID}, timeout=10.0)
-        if rc != 0:
-            return self._failed(slot, f"ipc reset rc={rc}: {msg[:200]!r}")
-        if not slot.sweep():
-            return self._failed(slot, "processes could not be swept")
+        # 2. SysV IPC, /dev/shm, /dev/mqueue (from the host, then inside the container as the sandbox user)
+        why = slot.quiesce()
+        if why:
+            return self._failed(slot, why)
         # 3. HOME (with the workspace) and /tmp, from the host, never following symlinks
         try:
             slot.state.reset()

@@ -2,6 +2,7 @@
 
     python3 -I /opt/clawgym/execd.py /run/clawgym/ctl.sock      (docker)
     python3 -I -S /run/clawgym/execd.py --fd N                  (bwrap: pid 1 of the sandbox)
+    python3 -I -S /opt/clawgym/execd.py --reset                 (once, as the sandbox user: the "reset" op)
 
 docker: it replaces `sleep infinity` as the child of docker-init and runs as uid 0 with only
 CAP_SETUID and CAP_SETGID (no-new-privileges, read-only root, no network). It listens on a unix
@@ -10,7 +11,13 @@ bwrap: it is pid 1 of the sandbox's pid namespace and runs as the sandbox user w
 it serves an inherited listening socket the host bound outside the sandbox (no path inside), and as
 pid 1 it receives no signal from its own namespace that it has no handler for (not even SIGKILL).
 Both: it ignores SIGINT/SIGTERM/SIGHUP and is not dumpable (nothing in the sandbox can ptrace it or
-read its memory, environ or fds).
+read its memory, environ or fds). The host sets its oom_score_adj to -1000 (never picked by the OOM
+killer, whatever fills the memory cgroup); each command is started with oom_score_adj 0 instead of the
+inherited -1000 (docker: the handler lowers its own value around the start; bwrap, where the handler may
+not write its own file, it writes the command's right after the exec), so the OOM killer only ever picks
+commands. A command may lower its own value again (the kernel lets a process go down to the minimum it
+inherited): it can only make its own processes unkillable by the OOM killer, never the server killable;
+the host's sweeps still kill everything.
 
 For each connection it forks a handler which starts the command with subprocess (vfork + exec):
 as 1000:1000 with only group 1000 (like docker exec; nothing to drop when already that user), own
@@ -88,6 +95,9 @@ def _start(req: dict, stdin_r: int | None, out_w: int, err_w: int) -> tuple[int 
     cwd = req.get("cwd") or "/"
     argv = [str(a) for a in req["argv"]]
     env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
+    base = _oom_adj("self")
+    lowered = base is not None and base < 0
+    own = lowered and _set_oom_adj("self", 0)  # inherited by the command (docker: the handler may write it)
     try:
         p = subprocess.Popen(argv, stdin=stdin_r if stdin_r is not None else subprocess.DEVNULL,
                              stdout=out_w, stderr=err_w, cwd=cwd, env=env, start_new_session=True,
@@ -103,8 +113,35 @@ def _start(req: dict, stdin_r: int | None, out_w: int, err_w: int) -> tuple[int 
         if e.errno in (errno.EAGAIN, errno.ENOMEM):
             raise
         return None, 126, f"{argv[0]}: {e.strerror}\n".encode()
+    finally:
+        if own:
+            _set_oom_adj("self", base)  # the handler itself stays protected
+    if lowered and not own:  # bwrap: the handler (not dumpable) cannot write its own; the command's it can
+        _set_oom_adj(str(p.pid), 0)
     p.returncode = 0  # the handler reaps it with waitpid; keep Popen from trying later
     return p.pid, 0, b""
+
+
+def _oom_adj(pid: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/oom_score_adj") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def _set_oom_adj(pid: str, value: int) -> bool:
+    try:
+        fd = os.open(f"/proc/{pid}/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        os.write(fd, str(value).encode())
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _status_rc(status: int) -> int:
@@ -423,6 +460,10 @@ def serve(path: str | None = None, fd: int | None = None) -> None:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--reset":  # docker exec fallback: as the calling user
+        left = _reset_ipc()
+        print("\n".join(left))
+        sys.exit(1 if left else 0)
     try:
         if len(sys.argv) > 2 and sys.argv[1] == "--fd":
             serve(fd=int(sys.argv[2]))

@@ -59,6 +59,7 @@ def kill_marked(token: str, timeout: float = 5.0, prefix: bool = False) -> None:
 
 class LocalSandbox(HostFileMixin, Sandbox):
     backend = "local"
+    _seal_pin = False
 
     def __init__(self, config: SandboxConfig):
         super().__init__(config)
@@ -105,6 +106,16 @@ class LocalSandbox(HostFileMixin, Sandbox):
         return ExecResult(rc=cap.rc, stdout=cap.stdout.decode("utf-8", errors="replace"),
                           stderr=cap.stderr.decode("utf-8", errors="replace"), timed_out=cap.timed_out,
                           duration_s=cap.duration_s, truncated=cap.truncated)
+
+    def quiesce(self) -> None:
+        """Sandbox.quiesce, best effort (no isolation): SIGKILL every process an exec of this sandbox started
+        that still carries its marker in the environment (execs still running included). IPC objects,
+        /dev/shm and keyrings are the host's own here and are not touched."""
+        self._check()
+        kill_marked(self._state.name + "-", prefix=True)
+
+    def _seal_owner(self) -> tuple[int, int]:
+        return os.geteuid(), os.getegid()  # no other uid to give it to: chmod only, no protection
 
     def close(self):
         with self._lock:
