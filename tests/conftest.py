@@ -18,10 +18,33 @@ left anything behind (containers, tmpfs mounts, temp dirs, bwrap processes, cgro
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _clean_signal_state() -> None:
+    """Tests start from a clean signal state whatever launched them: `nohup … &` or a CI runner may hand
+    us SIGINT/SIGHUP/SIGTERM ignored (inherited across exec), which would silence Ctrl-C tests and let
+    children started with PR_SET_PDEATHSIG=SIGTERM survive. Set the dispositions the tests rely on, and
+    unblock every signal (a blocked mask is inherited as well)."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+              signal.SIGCHLD):
+        signal.signal(s, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, [])
+
+
+_clean_signal_state()
+
+
+@pytest.fixture(autouse=True)
+def _signal_state():
+    """Each test starts with the clean dispositions (a test that changed one cannot leak it)."""
+    _clean_signal_state()
+    yield
 
 TEST_CONFIG = dict(memory_mb=256, pids=128, disk_mb=64, default_timeout_s=60.0)
 

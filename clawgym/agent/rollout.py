@@ -2,8 +2,17 @@
 
     run_rollout(task, policy, factory, limits=Limits(), judge=None, runtime="builtin"|"openclaw") -> Rollout
 
-Infra failures (endpoint down after retries, sandbox broken) are retried at rollout level
-(`attempts`) and, if they persist, stored with ``failure_class="infra"`` and ``score=None`` — never 0.
+Failure classes (what a score means):
+- ``ok``: the agent ended on its own; scored.
+- ``agent_error`` / ``limit``: the model's own failure (malformed or unknown tool calls, empty answers, a
+  limit hit); scored like any other run (normally low), never excluded.
+- ``infra``: OUR machinery failed — decided structurally by which component raised: the endpoint client
+  (InfraError: unreachable, 5xx/429 after retries), the sandbox (SandboxError: could not start, died,
+  could not be prepared for verification) or a bug in the harness (any other exception outside the
+  verifier's own checks). Never by matching text in what the agent or the verifier printed. Retried at
+  rollout level (`attempts`); if it persists, stored with ``score=None`` — never 0, excluded from means.
+- ``unjudged``: the task's score needs a rubric rule no available judge can score (offline, no proxy);
+  ``score=None``, counted and excluded from means.
 Everything stored is passed through secret redaction.
 """
 
@@ -28,7 +37,8 @@ from clawgym.agent.tools import TOOL_SCHEMAS
 from clawgym.sandbox.base import SandboxError, SandboxFactory
 from clawgym.agent.messages import text_of
 
-FailureClass = Literal["ok", "agent_error", "limit", "infra"]
+FailureClass = Literal["ok", "agent_error", "limit", "infra", "unjudged"]
+SCORED_CLASSES = ("ok", "agent_error", "limit")
 Runtime = Literal["builtin", "openclaw"]
 
 
@@ -187,19 +197,22 @@ def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, limit
         if ro.failure_class != "infra":
             try:
                 after = sandbox.snapshot()
-            except SandboxError as e:
-                ro.failure_class, ro.error = "infra", f"sandbox: {e}"
+            except SandboxError:
+                raise
+            except Exception as e:  # odd workspace contents are the agent's doing: recorded, still verified
+                ro.workspace_diff = [{"path": "", "change": "unlisted", "size": 0,
+                                      "error": f"{type(e).__name__}: {str(e)[:300]}"}]
             else:
                 before = task.file_map()
                 ro.workspace_diff = workspace_diff(before, after)
-                from clawgym.verify import verify_task
+            from clawgym.verify import verify_task
 
-                v = verify_task(task, sandbox, ro.messages, judge)
-                ro.verification = v.to_dict()
-                ro.score = float(v.score)
-                broken = [e for e in v.errors if "sandbox error" in e]
-                if broken:  # the verifier could not run because the sandbox died: infra, not a 0
-                    ro.failure_class, ro.error = "infra", f"verification: {broken[0]}"
+            v = verify_task(task, sandbox, ro.messages, judge)  # SandboxError from here: infra
+            ro.verification = v.to_dict()
+            ro.score = float(v.score)
+            if v.unjudged:
+                ro.failure_class = "unjudged"
+                ro.error = "unjudged rubric rules: " + ", ".join(v.unjudged_rules[:10])
     except SandboxError as e:
         ro.failure_class, ro.error = "infra", f"sandbox: {e}"
     except Exception as e:  # a bug or an unexpected failure in our own machinery: not the agent's
@@ -209,7 +222,7 @@ def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, limit
             sandbox.close()
         except Exception:
             pass
-    if ro.failure_class == "infra":
+    if ro.failure_class in ("infra", "unjudged"):
         ro.score = None
     ro.wall_s = time.monotonic() - t0
     return ro
@@ -263,4 +276,5 @@ def rollout_id_for(task_id: str, policy: str, repeat: int = 0) -> str:
     return hashlib.sha1(f"{task_id}|{policy}|{repeat}".encode()).hexdigest()[:16]
 
 
-__all__ = ["Rollout", "run_rollout", "run_rollouts", "workspace_diff", "Limits", "FailureClass", "rollout_id_for"]
+__all__ = ["Rollout", "run_rollout", "run_rollouts", "workspace_diff", "Limits", "FailureClass", "rollout_id_for",
+           "SCORED_CLASSES"]

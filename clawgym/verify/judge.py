@@ -56,11 +56,27 @@ class JudgeError(RuntimeError):
 
 
 # ---------------------------------------------------------------- offline -----
+def proxy_checks(p) -> int:
+    """How many *positive* offline checks a RubricProxy declares (0 for None): checks that only output can
+    pass. Forbidden phrases and max_words alone would credit an empty answer, so they never count alone."""
+    if p is None:
+        return 0
+    return (len(p.required_files) + len(p.required_phrases) + (1 if p.any_phrases else 0)
+            + (p.min_words is not None and p.min_words > 0) + len(p.required_headings))
+
+
 class OfflineJudge:
     """Deterministic proxies declared on each rule (RubricRule.proxy). Score = fraction of declared checks
-    passed, floored to the scale. A rule without a proxy is checked for a non-empty file only."""
+    passed, floored to the scale. A rule without a proxy cannot be judged offline: `can_judge` is False
+    and the verifier reports it *unjudged* (never credit). Whole-run rules see only the agent's own
+    output (RubricContext.transcript holds its assistant messages and tool calls; existing_files holds
+    the files it added or changed)."""
 
     name = "offline"
+
+    @staticmethod
+    def can_judge(rule: RubricRule) -> bool:
+        return proxy_checks(rule.proxy) > 0
 
     def score_rules(self, ctx: RubricContext, items: list[RuleInput]) -> list[dict[str, Any]]:
         return [self._one(ctx, it) for it in items]
@@ -70,34 +86,34 @@ class OfflineJudge:
         text = it.content if it.content is not None else _transcript_text(ctx.transcript)
         low = text.lower()
         p = it.rule.proxy
-        checks: list[tuple[str, bool]] = []
-        if p is None:
-            checks.append(("non-empty", bool(text.strip())))
+        checks: list[tuple[str, bool, bool]] = []  # (name, passed, positive)
+        if proxy_checks(p) == 0:
+            raise JudgeError(f"rule {it.rule.name!r} declares no proxy: the offline judge cannot score it")
         else:
             for f in p.required_files:
-                checks.append((f"file {f}", f in ctx.existing_files))
+                checks.append((f"file {f}", f in ctx.existing_files, True))
             for ph in p.required_phrases:
-                checks.append((f"phrase {ph!r}", ph.lower() in low))
+                checks.append((f"phrase {ph!r}", ph.lower() in low, True))
             if p.any_phrases:
                 checks.append(("any of " + ", ".join(map(repr, p.any_phrases)),
-                               any(ph.lower() in low for ph in p.any_phrases)))
+                               any(ph.lower() in low for ph in p.any_phrases), True))
             for ph in p.forbidden_phrases:
-                checks.append((f"no {ph!r}", ph.lower() not in low))
+                checks.append((f"no {ph!r}", ph.lower() not in low, False))
             words = len(text.split())
             if p.min_words is not None:
-                checks.append((f">= {p.min_words} words", words >= p.min_words))
+                checks.append((f">= {p.min_words} words", words >= p.min_words, p.min_words > 0))
             if p.max_words is not None:
-                checks.append((f"<= {p.max_words} words", words <= p.max_words))
+                checks.append((f"<= {p.max_words} words", words <= p.max_words, False))
             heads = [h.lstrip("#").strip().lower() for h in text.splitlines() if h.lstrip().startswith("#")]
             for h in p.required_headings:
-                checks.append((f"heading {h!r}", any(h.lower() in x for x in heads)))
-            if not checks:
-                checks.append(("non-empty", bool(text.strip())))
-        passed = sum(ok for _, ok in checks)
-        failed = [n for n, ok in checks if not ok]
+                checks.append((f"heading {h!r}", any(h.lower() in x for x in heads), True))
+        passed = sum(ok for _, ok, _ in checks)
+        failed = [n for n, ok, _ in checks if not ok]
         reason = f"offline proxy: {passed}/{len(checks)} checks passed"
         if failed:
             reason += "; failed: " + "; ".join(failed[:8])
+        if not any(ok for _, ok, pos in checks if pos):  # nothing produced that a positive check saw
+            return {"score": 0.0, "reason": reason + "; no positive check passed"}
         return {"score": floor_to_scale(passed / len(checks)), "reason": reason}
 
 
@@ -198,6 +214,10 @@ class OpenAIJudge:
         self._client = openai.OpenAI(base_url=base_url, api_key=self._secret or "EMPTY",
                                      timeout=timeout_s, max_retries=0)
         self.name = f"openai:{model}"
+
+    @staticmethod
+    def can_judge(rule: RubricRule) -> bool:
+        return True
 
     def __repr__(self) -> str:  # never shows the key
         return f"OpenAIJudge(base_url={self.base_url!r}, model={self.model!r}, api_key_env={self.api_key_env!r})"

@@ -23,6 +23,10 @@ class VerificationResult:
     weights: tuple[float, float] = (1.0, 0.0)
     stdout_tail: str = ""  # last part of the code check's stdout/stderr (debugging)
     stderr_tail: str = ""
+    notes: list[str] = field(default_factory=list)  # not errors: clamped scores, neutralised files
+    unjudged: bool = False  # the score needs a rubric rule no judge could score: not a score at all
+    unjudged_rules: list[str] = field(default_factory=list)
+    hardening: list[dict[str, Any]] = field(default_factory=list)  # harness-control files restored/removed
 
     def add_error(self, msg: str) -> None:
         self.errors.append(msg)
@@ -36,7 +40,7 @@ class VerificationResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "VerificationResult":
-        d = dict(d)
+        d = {k: v for k, v in dict(d).items() if k in cls.__dataclass_fields__}
         if "weights" in d:
             d["weights"] = tuple(d["weights"])
         return cls(**d)

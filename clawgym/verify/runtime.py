@@ -12,17 +12,25 @@ Semantics (DESIGN §4, identical to ClawGym's harness for imported folders):
   {0, .25, .5, .75, 1}; rubric score = mean. No judge -> OfflineJudge (proxies), marked judge="offline".
 - final score: code only -> code score; rubric only -> rubric score; both -> weights() (0.7 / 0.3).
 - a SandboxError (the sandbox died) propagates: it is an infra failure, never scored as 0.
+- before any of it, `guard.prepare_for_verification` stops every agent process, empties /tmp and $HOME,
+  neutralises harness-control files the agent added and builds the verifier's environment (see guard.py);
+  reward/ and the import guard are sealed (root-owned, read-only for the sandbox user).
+- every score is clamped to [0, 1]; a non-finite one is 0 with an error. Rubric rules that no judge can
+  score (no judge endpoint and no proxy declared) are *unjudged*: never credit; a task whose score needs
+  one is reported with `unjudged=True` (the rollout's class "unjudged", excluded from means).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import secrets
 import time
 from typing import Any, Iterable
 
 from clawgym.sandbox.base import SandboxError
 from clawgym.tasks.model import Task
+from clawgym.verify.guard import SIDE, Prepared, UnsafeWorkspace, prepare_for_verification, seal_reward
 from clawgym.verify.judge import Judge, JudgeError, OfflineJudge, RubricContext, RuleInput, make_judge
 from clawgym.verify.result import VerificationResult
 
@@ -30,22 +38,8 @@ REWARD_DIR = "reward"
 RESULT_MARK = "__CLAWGYM_GRADE_RESULT__"
 TAIL = 2000
 
-# Runs inside the sandbox: `python3 -c DRIVER` with {"code", "transcript", "workspace"} on stdin.
-GRADE_DRIVER = r'''
-import json, sys, traceback
-p = json.loads(sys.stdin.buffer.read().decode("utf-8"))
-ns = {"__name__": "clawgym_check", "__file__": "check.py"}
-try:
-    exec(compile(p["code"], "check.py", "exec"), ns)
-    g = ns.get("grade")
-    if not callable(g):
-        raise NameError("check code defines no grade(transcript, workspace_path)")
-    r = g(p["transcript"], p["workspace"])
-except BaseException:
-    sys.stderr.write(traceback.format_exc())
-    sys.exit(3)
-sys.stdout.write("\n" + "__CLAWGYM_GRADE_RESULT__" + json.dumps(r, default=repr) + "\n")
-'''
+# Runs inside the sandbox: `python3 -c DRIVER` with {"code", "transcript", "workspace", "nonce"} on stdin.
+GRADE_DRIVER = (SIDE / "grade_driver.py").read_text()
 
 
 def _tail(s: str) -> str:
@@ -87,7 +81,18 @@ def parse_last_float(stdout: str) -> float:
     return x
 
 
-def _run_reward_dir(task: Task, sandbox, res: VerificationResult) -> float:
+def clamp_score(x: float, res: VerificationResult, what: str) -> float:
+    """A score in [0, 1]: out-of-range values are clamped (noted), non-finite ones are 0 with an error."""
+    if not math.isfinite(x):
+        res.add_error(f"{what}: non-finite score {x!r} counted as 0")
+        return 0.0
+    if x < 0.0 or x > 1.0:
+        res.notes.append(f"{what}: score {x!r} clamped to [0, 1]")
+        return min(1.0, max(0.0, x))
+    return float(x)
+
+
+def _run_reward_dir(task: Task, sandbox, res: VerificationResult, prep: Prepared) -> float:
     v = task.verifier
     if not any(f.path == "reward.sh" for f in v.reward_files):
         res.add_error("code: task has no reward/reward.sh")
@@ -101,7 +106,8 @@ def _run_reward_dir(task: Task, sandbox, res: VerificationResult) -> float:
     sandbox.remove(REWARD_DIR)
     for f in v.reward_files:
         sandbox.write_file(f"{REWARD_DIR}/{f.path}", f.content, f.mode)
-    r = sandbox.exec(["bash", f"{REWARD_DIR}/reward.sh"], timeout=v.timeout_s, workdir=ws)
+    seal_reward(sandbox, REWARD_DIR)
+    r = sandbox.exec(["bash", f"{REWARD_DIR}/reward.sh"], timeout=v.timeout_s, workdir=ws, env=prep.env)
     res.stdout_tail, res.stderr_tail = _tail(r.stdout), _tail(r.stderr)
     if r.timed_out:
         res.add_error(f"code: reward.sh timed out after {v.timeout_s:g} s")
@@ -114,19 +120,21 @@ def _run_reward_dir(task: Task, sandbox, res: VerificationResult) -> float:
     except ValueError as e:
         res.add_error(f"code: {e}")
         return 0.0
+    x = clamp_score(x, res, "code")
     res.subscores = {"reward.sh": x}
     return x
 
 
-def _run_grade(task: Task, sandbox, transcript: list | None, res: VerificationResult) -> float:
+def _run_grade(task: Task, sandbox, transcript: list | None, res: VerificationResult, prep: Prepared) -> float:
     v = task.verifier
     if not v.code:
         res.add_error("code: verifier kind 'grade' has no code")
         return 0.0
-    payload = json.dumps({"code": v.code, "transcript": transcript or [], "workspace": sandbox.workspace},
-                         default=str).encode()
+    nonce = secrets.token_hex(16)
+    payload = json.dumps({"code": v.code, "transcript": transcript or [], "workspace": sandbox.workspace,
+                          "nonce": nonce}, default=str).encode("utf-8", errors="surrogateescape")
     r = sandbox.exec(["python3", "-c", GRADE_DRIVER], timeout=v.timeout_s, workdir=sandbox.workspace,
-                     stdin=payload)
+                     stdin=payload, env=prep.env)
     res.stdout_tail, res.stderr_tail = _tail(r.stdout), _tail(r.stderr)
     if r.timed_out:
         res.add_error(f"code: grade() timed out after {v.timeout_s:g} s")
@@ -134,17 +142,18 @@ def _run_grade(task: Task, sandbox, transcript: list | None, res: VerificationRe
     if r.rc != 0:
         res.add_error(f"code: grade() crashed (rc {r.rc}): {_tail(r.stderr.strip())[-800:]}")
         return 0.0
-    line = next((ln for ln in reversed(r.stdout.splitlines()) if ln.startswith(RESULT_MARK)), None)
+    mark = RESULT_MARK + nonce
+    line = next((ln for ln in reversed(r.stdout.splitlines()) if ln.startswith(mark)), None)
     if line is None:
         res.add_error("code: grade() printed no result (output truncated?)")
         return 0.0
     try:
-        score, subs = mean_of_checks(json.loads(line[len(RESULT_MARK):]))
+        score, subs = mean_of_checks(json.loads(line[len(mark):]))
     except (ValueError, json.JSONDecodeError) as e:
         res.add_error(f"code: unparsable grade() result: {e}")
         return 0.0
     res.subscores = subs
-    return score
+    return clamp_score(score, res, "code")
 
 
 def _read_text(sandbox, path: str) -> str | None:
@@ -154,29 +163,80 @@ def _read_text(sandbox, path: str) -> str | None:
         return None
 
 
-def _run_rubric(task: Task, sandbox, transcript: list | None, judge: Judge, res: VerificationResult) -> float:
-    rules = task.verifier.rubric or []
+def agent_output(transcript: list | None) -> list[dict]:
+    """What the agent itself produced: its assistant messages (text and tool calls). Prompts (system,
+    user) and tool results (which echo the task's own files) are left out: a whole-run rubric rule must
+    never credit text the agent did not write."""
+    out = []
+    for m in transcript or []:
+        if isinstance(m, dict) and m.get("role") == "assistant":
+            out.append({k: m[k] for k in ("role", "content", "tool_calls") if k in m})
+    return out
+
+
+def changed_files(task: Task, sandbox) -> set[str]:
+    """Workspace files the agent added or modified (regular files, reward/ excluded)."""
     try:
-        existing = set(sandbox.list_files("."))
+        now = sandbox.list_files(".")
+    except SandboxError:
+        raise
     except Exception:
-        existing = set()
-    ctx = RubricContext(task_id=task.task_id, instruction=task.instruction, transcript=transcript,
-                        existing_files=existing, read_text=lambda p: _read_text(sandbox, p))
+        return set()
+    before = task.file_map()
+    out = set()
+    for p in now:
+        if p.split("/")[0] == REWARD_DIR:
+            continue
+        if p not in before:
+            out.add(p)
+            continue
+        try:
+            if sandbox.read_file(p) != before[p]:
+                out.add(p)
+        except SandboxError:
+            raise
+        except Exception:
+            out.add(p)
+    return out
+
+
+def _can_judge(judge: Judge, rule) -> bool:
+    can = getattr(judge, "can_judge", None)
+    return True if can is None else bool(can(rule))
+
+
+def _run_rubric(task: Task, sandbox, transcript: list | None, judge: Judge, res: VerificationResult) -> float:
+    """Each rule: its file missing or not produced by the agent -> 0 (never judged); a rule the judge cannot
+    score -> unjudged (never credit, flagged on the result); the rest are judged in one call."""
+    rules = task.verifier.rubric or []
+    changed = changed_files(task, sandbox)
+    own = agent_output(transcript)
+    ctx = RubricContext(task_id=task.task_id, instruction=task.instruction, transcript=own,
+                        existing_files=changed,
+                        read_text=lambda p: _read_text(sandbox, p) if p in changed else None)
     rows: list[dict[str, Any]] = []
     items: list[RuleInput] = []
     slots: list[int] = []
     for rule in rules:
         row = {"name": rule.name, "file_path": rule.file_path, "score": 0.0, "reason": "", "error": None}
+        rows.append(row)
         if rule.file_path:
             content = _read_text(sandbox, rule.file_path)
             if content is None:
                 row["reason"] = "missing file"
-                rows.append(row)
+                continue
+            if rule.file_path not in changed:
+                row["reason"] = "file not produced by the agent (unchanged from the task's files)"
                 continue
         else:
             content = None
-        slots.append(len(rows))
-        rows.append(row)
+        if not _can_judge(judge, rule):
+            row["unjudged"] = True
+            row["score"] = None
+            row["reason"] = f"unjudged: {getattr(judge, 'name', 'judge')} cannot score this rule (no proxy declared)"
+            res.unjudged_rules.append(rule.name)
+            continue
+        slots.append(len(rows) - 1)
         items.append(RuleInput(rule=rule, content=content))
     if items:
         try:
@@ -184,7 +244,8 @@ def _run_rubric(task: Task, sandbox, transcript: list | None, judge: Judge, res:
             if len(out) != len(items):
                 raise JudgeError(f"judge returned {len(out)} scores for {len(items)} rules")
             for i, o in zip(slots, out):
-                rows[i]["score"] = float(o["score"])
+                x = float(o["score"])
+                rows[i]["score"] = min(1.0, max(0.0, x)) if math.isfinite(x) else 0.0
                 rows[i]["reason"] = str(o.get("reason", ""))
         except Exception as e:
             msg = f"rubric: {e}"
@@ -192,15 +253,17 @@ def _run_rubric(task: Task, sandbox, transcript: list | None, judge: Judge, res:
             for i in slots:
                 rows[i]["error"] = msg
     res.rule_scores = rows
-    if not rows:
+    res.unjudged = bool(res.unjudged_rules)
+    judged = [(r, row) for r, row in zip(rules, rows) if not row.get("unjudged")]
+    if not judged:
         return 0.0
-    if any(r.weight is not None for r in rules):
-        ws = [1.0 if r.weight is None else float(r.weight) for r in rules]
+    if any(r.weight is not None for r, _ in judged):
+        ws = [1.0 if r.weight is None else max(0.0, float(r.weight)) for r, _ in judged]
         if sum(ws) > 0:
-            for row, w in zip(rows, ws):
+            for (_, row), w in zip(judged, ws):
                 row["weight"] = w
-            return sum(w * row["score"] for w, row in zip(ws, rows)) / sum(ws)
-    return sum(r["score"] for r in rows) / len(rows)
+            return sum(w * row["score"] for w, (_, row) in zip(ws, judged)) / sum(ws)
+    return sum(row["score"] for _, row in judged) / len(judged)
 
 
 def verify_task(task: Task, sandbox=None, transcript: list | None = None, judge: Judge | str | None = None, *,
@@ -224,11 +287,27 @@ def verify_task(task: Task, sandbox=None, transcript: list | None = None, judge:
     t0 = time.perf_counter()
     v = task.verifier
     res = VerificationResult(task_id=task.task_id, score=0.0, weights=v.weights())
+    if v.kind == "none" and not v.rubric:
+        res.duration_s = time.perf_counter() - t0
+        return res
+    try:
+        prep = prepare_for_verification(task, sandbox)  # SandboxError: infra
+    except UnsafeWorkspace as e:  # the agent left something we could not neutralise: fail closed
+        res.add_error(f"code: workspace could not be made safe to verify: {e}")
+        if v.kind != "none":
+            res.code_score = 0.0
+        if v.rubric:
+            res.rubric_score = 0.0
+        res.duration_s = time.perf_counter() - t0
+        return res
+    res.hardening = prep.actions
+    if prep.errors:
+        res.notes.append(f"preparation: {len(prep.errors)} entries could not be removed: {prep.errors[:3]}")
     if v.kind != "none":
         tc = time.perf_counter()
         try:
-            code = _run_reward_dir(task, sandbox, res) if v.kind == "reward_dir" else \
-                _run_grade(task, sandbox, transcript, res)
+            code = _run_reward_dir(task, sandbox, res, prep) if v.kind == "reward_dir" else \
+                _run_grade(task, sandbox, transcript, res, prep)
         except SandboxError:  # the sandbox itself failed: an infra failure, never a score of 0
             raise
         except Exception as e:  # anything else unexpected while checking: recorded, scores 0
@@ -249,6 +328,7 @@ def verify_task(task: Task, sandbox=None, transcript: list | None = None, judge:
         res.score = res.code_score
     elif res.rubric_score is not None:
         res.score = res.rubric_score
+    res.score = clamp_score(res.score, res, "task")
     res.duration_s = time.perf_counter() - t0
     return res
 
@@ -273,4 +353,4 @@ def verify_noop_many(tasks: Iterable[Task], factory, judge: Judge | str | None =
 
 
 __all__ = ["verify_task", "verify_noop", "verify_noop_many", "mean_of_checks", "parse_last_float",
-           "GRADE_DRIVER", "OfflineJudge"]
+           "GRADE_DRIVER", "OfflineJudge", "clamp_score", "agent_output", "changed_files"]

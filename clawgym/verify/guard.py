@@ -1,0 +1,299 @@
+"""Verification the agent cannot reach: what happens between the end of the agent's phase and the verifier.
+
+The agent under test is an adversary that writes files, leaves processes and crafts output. Before any
+verifier code runs in its sandbox, `prepare_for_verification` makes sure that nothing the agent left can
+execute inside the verifier or change what the verifier reads as configuration:
+
+1. **No agent process, no IPC** — `Sandbox.quiesce()` kills every process of the agent's phase (daemonised,
+   setsid, stopped ones included) and removes SysV IPC objects, POSIX mqueues, /dev/shm files and keyrings.
+   From here on nothing of the agent runs: it can act only through files.
+2. **Only the workspace survives** — `sandbox_side/prepare.py` (ours, `python3 -I -S`) empties /tmp,
+   /dev/shm and $HOME except the path down to the workspace: user site-packages, `usercustomize.py`, `.pth`
+   files, `~/.gitconfig`, shell rc files and anything a workspace symlink could point at are gone. It also
+   reports every workspace entry that is not a plain file or directory.
+3. **Harness-control files the agent added or changed are restored or removed** (`neutralize_controls`):
+   `conftest.py`, `pytest.ini`, `tox.ini`, the pytest sections of `setup.cfg`/`pyproject.toml`,
+   `sitecustomize.py`/`usercustomize.py`, `*.pth`, `*.pyc`, git hooks, git's `commondir`/gitdir pointers,
+   and every git config is cut down to an allow-list of inert keys (no fsmonitor, hooksPath, pager,
+   filters, diff/merge drivers, includes, ...). Symlinks with a control name are removed. Files the task
+   itself shipped unchanged are never touched, so imported tasks score exactly as before.
+4. **A verifier environment the agent never wrote** (`verifier_env`): a fresh $HOME, a clean PATH, no user
+   site (`PYTHONNOUSERSITE`), byte code cached outside the workspace (`PYTHONPYCACHEPREFIX`), git without
+   system/global config and with hooks and fsmonitor forced off, and an import guard on PYTHONPATH
+   (`sandbox_side/sitecustomize.py`) that resolves every stdlib / installed top-level module from the
+   interpreter's own directories before the workspace (a planted `json.py` or `pytest.py` is never imported).
+5. **Sealed verifier files** — `reward/` and the guard directory are written by the host after step 1 and
+   then sealed (`Sandbox.seal`: owned by root, read-only for the sandbox user), so nothing running during
+   verification can append to the running `reward.sh` or swap the guard.
+6. **The result channel** (runtime.py): `grade` results travel on a private descriptor with a per-run
+   nonce; reward.sh's score is the last stdout line of a process tree in which no agent process is left.
+   Every score is clamped to [0, 1]; a non-finite one is 0 with an error.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from clawgym.sandbox.base import Sandbox, SandboxError
+
+SIDE = Path(__file__).with_name("sandbox_side")
+SANDBOX_HOME = "/root"
+CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# basenames that configure a test runner or the interpreter when they sit in the workspace
+CONTROL_NAMES = {"conftest.py", "pytest.ini", "tox.ini", "sitecustomize.py", "usercustomize.py", ".pytest.ini",
+                 "noxfile.py", ".pdbrc", ".pythonrc", ".pythonrc.py"}
+CONTROL_SUFFIXES = (".pth", ".pyc", ".pyo")
+SECTION_FILES = {"setup.cfg": re.compile(r"^\s*\[\s*tool:pytest\s*\]", re.I),
+                 "pyproject.toml": re.compile(r"^\s*\[\s*tool\.pytest", re.I)}
+# git config keys kept when the agent changed a repository's config: inert settings only
+GIT_ALLOWED = re.compile(
+    r"^(core\.(repositoryformatversion|filemode|bare|logallrefupdates|ignorecase|precomposeunicode|symlinks|"
+    r"autocrlf|eol|safecrlf|quotepath|abbrev)|remote\.[^=]*\.(url|fetch|pushurl|push|tagopt)|"
+    r"branch\.[^=]*\.(remote|merge|rebase|description)|user\.(name|email)|init\.defaultbranch|"
+    r"extensions\.(objectformat|worktreeconfig)|tag\.sort|commit\.(cleanup)|color\.[a-z.]*|i18n\.[a-z.]*)$",
+    re.I)
+
+
+class UnsafeWorkspace(RuntimeError):
+    """A harness-control file the agent left could not be neutralised: the verifier must not run (the
+    code check scores 0 with this error; the agent's doing, never infra)."""
+
+
+@dataclass
+class Prepared:
+    """What preparation did: the verifier's environment, the actions taken (for the record) and odd entries."""
+
+    env: dict[str, str]
+    home: str
+    guard_dir: str
+    actions: list[dict] = field(default_factory=list)
+    odd: list[list] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def _is_git_config(parts: list[str]) -> bool:
+    return len(parts) >= 2 and parts[-1] in ("config", "config.worktree") and ".git" in parts[:-1]
+
+
+def control_kind(path: str) -> str | None:
+    """Why `path` (workspace-relative) controls a harness, or None. 'section' files are checked by content."""
+    parts = path.split("/")
+    base = parts[-1]
+    if ".git" in parts[:-1]:
+        i = parts.index(".git")
+        rest = parts[i + 1:]
+        if rest and rest[0] == "hooks":
+            return "git hook"
+        if _is_git_config(parts):
+            return "git config"
+        if base in ("commondir", "gitdir") or (rest and rest[0] in ("info",) and base == "attributes"):
+            return "git pointer"
+        return None
+    if base == ".git":
+        return "gitdir file"  # a `.git` file is a pointer to a repository elsewhere
+    if base in CONTROL_NAMES or base.endswith(CONTROL_SUFFIXES):
+        return "python/pytest control"
+    if "__pycache__" in parts:
+        return "byte code"
+    if base in SECTION_FILES:
+        return "section"
+    return None
+
+
+def sanitize_git_config(text: str) -> str:
+    """Keep only allow-listed keys of a git config file (section headers kept when they keep a key)."""
+    out: list[str] = []
+    section = None
+    pending_header: str | None = None
+    cont = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if cont:  # continuation of a dropped or multi-line value: always dropped
+            cont = raw.rstrip().endswith("\\")
+            continue
+        if not line or line[0] in "#;":
+            continue
+        m = re.match(r'^\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]\s*(.*)$', line)
+        if m:
+            name, sub = m.group(1).lower(), m.group(2)
+            section = f"{name}.{sub}" if sub is not None else name
+            pending_header = f'[{m.group(1)} "{sub}"]' if sub is not None else f"[{m.group(1)}]"
+            line = m.group(3).strip()
+            if not line or line[0] in "#;":
+                continue
+        if section is None:
+            continue
+        if raw.rstrip().endswith("\\"):
+            cont = True
+            continue
+        km = re.match(r"^([A-Za-z][A-Za-z0-9-]*)\s*(=\s*(.*))?$", line)
+        if not km:
+            continue
+        key = f"{section}.{km.group(1)}"
+        if not GIT_ALLOWED.match(key):
+            continue
+        if pending_header is not None:
+            out.append(pending_header)
+            pending_header = None
+        out.append(f"\t{km.group(1)} = {km.group(3) if km.group(2) is not None else 'true'}")
+    return "\n".join(out) + ("\n" if out else "")
+
+
+def _strip_section(text: str, pattern: re.Pattern) -> str:
+    """Drop every table/section whose header matches `pattern` (up to the next header)."""
+    out, skip = [], False
+    for line in text.splitlines(keepends=True):
+        if line.lstrip().startswith("["):
+            skip = bool(pattern.match(line))
+        if not skip:
+            out.append(line)
+    return "".join(out)
+
+
+def neutralize_controls(task, sandbox: Sandbox, odd: list[list] | None = None) -> list[dict]:
+    """Restore or remove harness-control files the agent added or changed (see module docstring)."""
+    original = task.file_map()
+    modes = {f.path: f.mode for f in task.files}
+    actions: list[dict] = []
+    for rel, kind, _target in odd or []:
+        if rel.split("/")[0] == "reward":
+            continue  # reward/ is replaced wholesale
+        if control_kind(rel) is not None or rel.split("/")[-1] == ".git":
+            try:
+                sandbox.remove(rel)
+            except SandboxError:
+                raise
+            except Exception as e:
+                raise UnsafeWorkspace(f"{rel!r} could not be removed: {type(e).__name__}: {e}") from e
+            actions.append({"path": rel, "action": "removed", "why": f"{kind} with a control name"})
+    for rel in sandbox.list_files("."):
+        try:
+            _neutralize_one(rel, sandbox, original, modes, actions)
+        except SandboxError:
+            raise
+        except Exception as e:
+            raise UnsafeWorkspace(f"{rel!r} could not be neutralised: {type(e).__name__}: {e}") from e
+    return actions
+
+
+def _neutralize_one(rel: str, sandbox: Sandbox, original: dict, modes: dict, actions: list[dict]) -> None:
+    kind = control_kind(rel)
+    if kind is None or rel.split("/")[0] == "reward":
+        return
+    try:
+        now = sandbox.read_file(rel)
+    except (OSError, ValueError):
+        now = None
+    before = original.get(rel)
+    if now is not None and before is not None and now == before:
+        return  # shipped with the task, unchanged: trusted
+    if kind == "section":
+        pat = SECTION_FILES[rel.split("/")[-1]]
+        text = (now or b"").decode("utf-8", errors="surrogateescape")
+        if not any(pat.match(ln) for ln in text.splitlines()):
+            return
+        new = _strip_section(text, pat)
+        if before is not None:  # keep the task's own pytest section
+            old = before.decode("utf-8", errors="surrogateescape")
+            kept = "".join(ln for ln in old.splitlines(keepends=True)
+                           if ln not in _strip_section(old, pat).splitlines(keepends=True))
+            new = new + ("\n" if new and not new.endswith("\n") else "") + kept
+        sandbox.write_file(rel, new.encode("utf-8", errors="surrogateescape"), modes.get(rel, 0o644))
+        actions.append({"path": rel, "action": "pytest section removed", "why": kind})
+    elif kind == "git config":
+        text = (now or b"").decode("utf-8", errors="surrogateescape")
+        clean = sanitize_git_config(text)
+        if clean != text:
+            sandbox.write_file(rel, clean.encode("utf-8", errors="surrogateescape"), 0o644)
+            actions.append({"path": rel, "action": "sanitized", "why": kind})
+    elif before is not None:
+        sandbox.write_file(rel, before, modes.get(rel, 0o644))
+        actions.append({"path": rel, "action": "restored", "why": kind})
+    else:
+        sandbox.remove(rel)
+        actions.append({"path": rel, "action": "removed", "why": kind})
+
+
+def verifier_env(home: str, guard_dir: str, workspace: str) -> dict[str, str]:
+    """The whole environment of a verifier command (replaces the sandbox defaults that matter)."""
+    git_cfg = [("core.hooksPath", "/dev/null"), ("core.fsmonitor", "false"), ("core.pager", "cat"),
+               ("core.editor", "true"), ("core.sshCommand", "false"), ("core.askPass", ""),
+               ("credential.helper", "")]
+    env = {"HOME": home, "PATH": CLEAN_PATH, "USER": "sandbox", "LOGNAME": "sandbox", "LANG": "C.UTF-8",
+           "TMPDIR": "/tmp", "TERM": "dumb", "WORKSPACE": workspace, "SHELL": "/bin/bash",
+           "PYTHONPATH": guard_dir, "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPYCACHEPREFIX": posixpath.join(home, ".pycache"),
+           "PYTHONSTARTUP": "", "PYTHONINSPECT": "", "BASH_ENV": "", "ENV": "", "CDPATH": "",
+           "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",
+           "GIT_PAGER": "cat", "PAGER": "cat", "GIT_EDITOR": "true", "EDITOR": "true", "VISUAL": "true",
+           "GIT_EXTERNAL_DIFF": "", "GIT_ASKPASS": "", "SSH_ASKPASS": "", "NODE_OPTIONS": "",
+           "NODE_PATH": "", "PERL5OPT": "", "PERL5LIB": "", "RUBYOPT": "", "LD_PRELOAD": "",
+           "LD_LIBRARY_PATH": "", "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": "", "GIT_CONFIG_COUNT": str(len(git_cfg))}
+    for i, (k, v) in enumerate(git_cfg):
+        env[f"GIT_CONFIG_KEY_{i}"], env[f"GIT_CONFIG_VALUE_{i}"] = k, v
+    return env  # empty values override whatever the sandbox's defaults set (exec merges env over them)
+
+
+def _quiesce(sandbox: Sandbox) -> None:
+    q = getattr(sandbox, "quiesce", None)
+    if q is None:
+        raise SandboxError(f"{type(sandbox).__name__} cannot stop the agent's processes (no quiesce())")
+    q()
+
+
+def _seal(sandbox: Sandbox, path: str) -> None:
+    s = getattr(sandbox, "seal", None)
+    if s is None:
+        raise SandboxError(f"{type(sandbox).__name__} cannot seal verifier files (no seal())")
+    s(path)
+
+
+ISOLATING = ("docker", "bwrap")
+
+
+def prepare_for_verification(task, sandbox: Sandbox) -> Prepared:
+    """Steps 1-5 of the module docstring; raises SandboxError only when the sandbox itself fails,
+    UnsafeWorkspace when a control file cannot be neutralised. Backends without isolation (`local`, test
+    doubles) only get step 3: they promise nothing against a hostile agent."""
+    isolating = getattr(sandbox, "backend", "") in ISOLATING
+    odd: list[list] = []
+    errors: list[str] = []
+    if not isolating:
+        actions = neutralize_controls(task, sandbox, odd)
+        return Prepared(env={}, home="", guard_dir="", actions=actions)
+    # the guard lives in a directory of its own, sealed as a whole (in sticky /tmp the sandbox user can
+    # neither rename nor replace a root-owned entry); HOME is a separate, writable directory
+    tag = secrets.token_hex(8)
+    home, guard_dir = f"/tmp/.clawgym-home-{tag}", f"/tmp/.clawgym-verify-{tag}"
+    _quiesce(sandbox)
+    src = (SIDE / "prepare.py").read_text()
+    r = sandbox.exec(["python3", "-I", "-S", "-c", src, SANDBOX_HOME, sandbox.workspace], timeout=60,
+                     workdir="/", env={"HOME": "/nonexistent", "PATH": CLEAN_PATH})
+    if r.timed_out or r.rc != 0:
+        raise SandboxError(f"verifier preparation failed (rc {r.rc}): {r.stderr[-500:]}")
+    try:
+        rep = json.loads(r.stdout.strip().splitlines()[-1])
+        odd, errors = list(rep.get("odd") or []), list(rep.get("errors") or [])
+    except (ValueError, IndexError) as e:
+        raise SandboxError(f"verifier preparation printed no report: {e}") from None
+    actions = neutralize_controls(task, sandbox, odd)
+    sandbox.write_file(f"{home}/.keep", b"", 0o644)
+    sandbox.write_file(f"{guard_dir}/sitecustomize.py", (SIDE / "sitecustomize.py").read_bytes(), 0o644)
+    _seal(sandbox, guard_dir)
+    return Prepared(env=verifier_env(home, guard_dir, sandbox.workspace), home=home, guard_dir=guard_dir,
+                    actions=actions, odd=odd, errors=errors)
+
+
+def seal_reward(sandbox: Sandbox, path: str) -> None:
+    if getattr(sandbox, "backend", "") in ISOLATING:
+        _seal(sandbox, path)
+
+
+__all__ = ["prepare_for_verification", "neutralize_controls", "sanitize_git_config", "verifier_env",
+           "control_kind", "Prepared", "seal_reward", "UnsafeWorkspace"]
