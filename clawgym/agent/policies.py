@@ -10,8 +10,40 @@ kinds:
 Registry: the built-ins ``oracle`` and ``noop`` plus ``CLAWGYM_ENDPOINTS`` (a JSON list of PolicySpec
 fields, or a {name: spec} object). API keys are only ever named by env var (``api_key_env``).
 
-:class:`ChatClient` wraps the openai client: 429, 5xx, connection errors and timeouts are retried with
-exponential backoff and, when retries run out, raised as :class:`InfraError` (never the agent's fault).
+How :class:`ChatClient` classes a failed request. Scores must be trustworthy: the model's own failures are
+scored (normally 0); only failures of our machinery (the endpoint, the sandbox, the harness) are ``infra``,
+which is excluded from means and retried at rollout level. The class is decided by *what* failed (the
+transport, the HTTP status, which request of the rollout it was, which budget ran out), never by matching
+error text.
+
+==========================================================  ============  =======================================
+what happened                                               retried here  raised as → failure class
+==========================================================  ============  =======================================
+connection refused / reset, DNS, TLS (APIConnectionError)   yes           InfraError → ``infra``
+timeout at the client's own ``timeout_s``                    yes           InfraError → ``infra``
+HTTP 5xx, 408, 409, 429 (overload, rate limit)               yes           InfraError → ``infra`` when tries run out
+HTTP 2xx whose body is not a chat completion (not JSON, no   yes           InfraError → ``infra``
+``choices``)
+HTTP 401, 403, 404 and any other 4xx not below               no            InfraError → ``infra`` (key, model name,
+                                                                          URL or harness wrong: not the model)
+HTTP 400/413/422 on the rollout's FIRST request              no            InfraError → ``infra``: that request
+                                                                          holds only our system prompt, the task
+                                                                          and the tool schemas; nothing the model
+                                                                          wrote
+HTTP 400/413/422 on a LATER request, or any refusal whose    no            AgentRequestError(failure_class=
+structured error ``code`` is ``context_length_exceeded``                  "limit"): since the accepted first
+                                                                          request only the transcript the model
+                                                                          grew (its own outputs, bounded tool
+                                                                          results) changed, i.e. its context
+                                                                          outgrew the endpoint
+the rollout's wall budget (``deadline``) ran out while       no            AgentRequestError(failure_class=
+waiting for the model (the request's timeout was cut to                   "limit")
+the remaining budget), or was already spent
+==========================================================  ============  =======================================
+
+Retries never sleep past the deadline; when the budget cuts retries of an infra-type failure short, the
+failure stays ``infra``. Malformed *content* of a well-formed response (a tool call without ``function``,
+arguments that are not JSON …) is the model's and is handled by the loop (clawgym.agent.loop), not here.
 """
 
 from __future__ import annotations
@@ -36,7 +68,14 @@ class InfraError(RuntimeError):
 
 
 class AgentRequestError(RuntimeError):
-    """The endpoint refused the request as invalid (4xx other than 429): classed `agent_error`."""
+    """The model's request could not be served for a reason of the model's own making (see the module
+    docstring): its grown context was refused, or the rollout's wall budget ran out while it generated.
+    ``failure_class`` is the rollout's class (``limit`` or ``agent_error``)."""
+
+    def __init__(self, message: str, failure_class: str = "agent_error", status: int | None = None):
+        super().__init__(message)
+        self.failure_class = failure_class
+        self.status = status
 
 
 @dataclass
@@ -178,6 +217,11 @@ def _shared_client(base_url: str, api_key: str | None, timeout: float, headers: 
 
 
 class ChatClient:
+    """Chat completions with retries and failure classing (module docstring). One per rollout: it counts the
+    requests the endpoint accepted, which tells a refused first request (ours) from a later one (the model's)."""
+
+    REFUSED_BY_CONTEXT = (400, 413, 422)
+
     def __init__(self, endpoint: Endpoint, retry: RetryPolicy | None = None):
         import openai
 
@@ -186,27 +230,67 @@ class ChatClient:
         self._openai = openai
         self.client = _shared_client(endpoint.base_url, endpoint.api_key, self.retry.timeout_s, endpoint.headers)
         self.retries = 0  # retried requests, for the record
+        self.accepted = 0  # requests answered with a chat completion
 
-    def complete(self, **kwargs) -> Any:
+    def _redact(self, text: str) -> str:
+        return redact(text, [self.endpoint.api_key_env or ""])
+
+    def complete(self, deadline: float | None = None, **kwargs) -> dict:
+        """One chat completion as the endpoint's JSON (a dict with a non-empty ``choices`` list).
+
+        `deadline` (time.monotonic()) bounds the whole call: each request's timeout is cut to the time left,
+        and a request cut that way, or a call made after it, raises AgentRequestError(failure_class="limit")."""
         oa = self._openai
-        last: Exception | None = None
-        for i in range(self.retry.attempts):
+        last: str = ""
+        tries = 0
+        for i in range(max(1, self.retry.attempts)):
+            tries = i + 1
+            timeout, capped = self.retry.timeout_s, False
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AgentRequestError("wall-time budget spent before the model answered", "limit")
+                if left < timeout:
+                    timeout, capped = left, True
             try:
-                return self.client.chat.completions.create(model=self.endpoint.model, **kwargs)
-            except (oa.RateLimitError, oa.InternalServerError, oa.APIConnectionError, oa.APITimeoutError) as e:
-                last = e
+                raw = self.client.chat.completions.with_raw_response.create(
+                    model=self.endpoint.model, timeout=timeout, **kwargs)
+                body = raw.http_response.text
+                try:
+                    data = json.loads(body)
+                except ValueError:
+                    data = None
+                if isinstance(data, dict) and isinstance(data.get("choices"), list) and data["choices"]:
+                    self.accepted += 1
+                    return data
+                last = f"HTTP {raw.http_response.status_code} without a chat completion: {body[:300]!r}"
+            except oa.APITimeoutError as e:
+                if capped:
+                    raise AgentRequestError(f"wall-time budget ran out while waiting for the model "
+                                            f"({timeout:.1f} s left for the request)", "limit") from None
+                last = f"{type(e).__name__}: {e}"
+            except oa.APIConnectionError as e:
+                last = f"{type(e).__name__}: {e}"
             except oa.APIStatusError as e:
-                if e.status_code >= 500 or e.status_code in (408, 409, 429):
-                    last = e
+                st = e.status_code
+                if st >= 500 or st in (408, 409, 429):
+                    last = f"{type(e).__name__} ({st}): {e}"
+                elif getattr(e, "code", None) == "context_length_exceeded" or (
+                        st in self.REFUSED_BY_CONTEXT and self.accepted > 0):
+                    raise AgentRequestError(self._redact(
+                        f"endpoint refused the transcript after {self.accepted} accepted requests "
+                        f"({st}, context too long for the endpoint): {e}"), "limit", st) from None
                 else:
-                    raise AgentRequestError(redact(f"endpoint refused the request ({e.status_code}): {e}",
-                                                   [self.endpoint.api_key_env or ""])) from None
+                    what = ("the rollout's first request (only our prompt, task and tool schemas)"
+                            if st in self.REFUSED_BY_CONTEXT else "the request")
+                    raise InfraError(self._redact(f"endpoint refused {what} ({st}): {e}")) from None
             if i + 1 < self.retry.attempts:
-                self.retries += 1
                 delay = min(self.retry.max_backoff_s, self.retry.backoff_s * 2 ** i) * (0.5 + random.random() / 2)
+                if deadline is not None and time.monotonic() + delay >= deadline:
+                    break  # no time left to retry: the failure stays the endpoint's
+                self.retries += 1
                 time.sleep(delay)
-        raise InfraError(redact(f"endpoint failed after {self.retry.attempts} tries: "
-                                f"{type(last).__name__}: {last}", [self.endpoint.api_key_env or ""]))
+        raise InfraError(self._redact(f"endpoint failed after {tries} tries: {last}"))
 
 
 __all__ = ["PolicySpec", "Endpoint", "PolicyKind", "BUILTIN_POLICIES", "policy_registry", "get_policy",

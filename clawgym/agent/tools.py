@@ -112,6 +112,8 @@ def truncate_output(text: str, limit: int = MAX_OUTPUT_CHARS) -> str:
 def _norm_path(sandbox: Sandbox, path: Any, field: str = "path") -> str:
     if not isinstance(path, str) or not path.strip():
         raise ToolArgError(f'"{field}" must be a non-empty string')
+    if "\0" in path:
+        raise ToolArgError(f'"{field}" contains a NUL character')
     path = path.strip()
     if path.startswith("~/"):
         path = posixpath.join("/root", path[2:])
@@ -138,7 +140,7 @@ def _as_int(v: Any, field: str) -> int | None:
         return None
     try:
         return int(float(v))
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: inf
         raise ToolArgError(f'"{field}" must be a number, got {v!r}') from None
 
 
@@ -243,15 +245,20 @@ def _edit(sb: Sandbox, args: dict) -> ToolResult:
     return ToolResult(f"Successfully replaced text in {args.get('path')}.")
 
 
-def _exec(sb: Sandbox, args: dict) -> ToolResult:
+def _exec(sb: Sandbox, args: dict, max_timeout_s: float | None = None) -> ToolResult:
     cmd = args.get("command", args.get("cmd"))
     if isinstance(cmd, list):
         cmd = " ".join(shlex.quote(str(c)) for c in cmd)
     if not isinstance(cmd, str) or not cmd.strip():
         raise ToolArgError('"command" must be a non-empty string')
+    if "\0" in cmd:
+        raise ToolArgError('"command" contains a NUL character')
     timeout = args.get("timeout", args.get("timeoutSeconds"))
     t = float(_as_int(timeout, "timeout") or EXEC_DEFAULT_TIMEOUT_S)
     t = max(1.0, min(t, EXEC_MAX_TIMEOUT_S))
+    capped = max_timeout_s is not None and max_timeout_s < t
+    if capped:  # the rollout's tool time limit or the wall time it has left
+        t = max(0.01, float(max_timeout_s))
     workdir = args.get("workdir")
     wd = sb.workspace
     if workdir:
@@ -265,17 +272,20 @@ def _exec(sb: Sandbox, args: dict) -> ToolResult:
     if r.truncated:
         out += "\n[output truncated]"
     if r.timed_out:
-        return ToolResult(f"{out}\n\nCommand timed out after {t:g} seconds".lstrip(), True)
+        why = " (the most this rollout's time limits allowed)" if capped else ""
+        return ToolResult(f"{out}\n\nCommand timed out after {t:.3g} seconds{why}".lstrip(), True)
     if r.rc != 0:
         return ToolResult(f"{out}\n\nCommand exited with code {r.rc}".lstrip(), True)
     return ToolResult(out if out else "(no output)")
 
 
-def _ls(sb: Sandbox, args: dict) -> ToolResult:
+def _ls(sb: Sandbox, args: dict, max_timeout_s: float | None = None) -> ToolResult:
     raw = args.get("path") or "."
     path = _norm_path(sb, raw)
     full = path if path.startswith("/") else posixpath.join(sb.workspace, path)
-    r = sb.exec(["ls", "-1Ap", "--", full], timeout=30)
+    r = sb.exec(["ls", "-1Ap", "--", full], timeout=max(0.01, min(30.0, max_timeout_s or 30.0)))
+    if r.timed_out:
+        return ToolResult(f"Listing {raw} timed out", True)
     if not r.ok:
         return ToolResult((r.stderr or r.stdout).strip() or f"Cannot list {raw}", True)
     entries = [e for e in r.stdout.split("\n") if e]
@@ -443,6 +453,7 @@ def _apply_patch(sb: Sandbox, args: dict) -> ToolResult:
 
 _TOOLS = {"read": _read, "write": _write, "edit": _edit, "exec": _exec, "ls": _ls,
           "apply_patch": _apply_patch}
+_TIMED = (_exec, _ls)  # the tools that run commands: bounded by execute_tool's max_timeout_s
 _ALIASES = {"bash": "exec", "shell": "exec", "read_file": "read", "write_file": "write",
             "edit_file": "edit", "list": "ls"}
 
@@ -459,19 +470,42 @@ def parse_arguments(arguments: dict | str | None) -> dict:
             raise ToolArgError(f"arguments are not valid JSON: {e}") from None
         if not isinstance(v, dict):
             raise ToolArgError("arguments must be a JSON object")
-        return v
-    raise ToolArgError(f"arguments must be an object, got {type(arguments).__name__}")
+        arguments = v
+    if not isinstance(arguments, dict):
+        raise ToolArgError(f"arguments must be an object, got {type(arguments).__name__}")
+    _check_unicode(arguments)
+    return arguments
 
 
-def execute_tool(sandbox: Sandbox, name: str, arguments: dict | str | None) -> ToolResult:
+def _check_unicode(v: Any, where: str = "arguments") -> None:
+    """JSON may carry lone surrogates (\\ud800) that no file name, command or UTF-8 file can hold."""
+    if isinstance(v, str):
+        try:
+            v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ToolArgError(f"{where} holds a string that is not valid Unicode (a lone surrogate)") from None
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            _check_unicode(k, where)
+            _check_unicode(x, f"{where}.{k}" if isinstance(k, str) else where)
+    elif isinstance(v, list):
+        for x in v:
+            _check_unicode(x, where)
+
+
+def execute_tool(sandbox: Sandbox, name: str, arguments: dict | str | None,
+                 max_timeout_s: float | None = None) -> ToolResult:
     """Run one tool call inside the sandbox. Agent mistakes come back as is_error results;
-    SandboxError (infra) propagates."""
-    fn = _TOOLS.get(name) or _TOOLS.get(_ALIASES.get(name, ""))
+    SandboxError (infra) propagates. `max_timeout_s` caps the time a command may run (exec's own
+    ``timeout`` argument, default 120 s, is lowered to it): the loop passes the rollout's tool time limit
+    or the wall time it has left, whichever is smaller."""
+    fn = _TOOLS.get(name) if isinstance(name, str) else None
+    fn = fn or (_TOOLS.get(_ALIASES.get(name, "")) if isinstance(name, str) else None)
     if fn is None:
         return ToolResult(f"Unknown tool {name!r}. Available tools: {', '.join(TOOL_NAMES)}", True)
     try:
         args = parse_arguments(arguments)
-        res = fn(sandbox, args)
+        res = fn(sandbox, args, max_timeout_s) if fn in _TIMED else fn(sandbox, args)
     except ToolArgError as e:
         return ToolResult(f"Invalid arguments for {name}: {e}", True)
     res.content = truncate_output(res.content, MAX_OUTPUT_CHARS + 500)
