@@ -8,10 +8,21 @@ Its only model provider is clawgym's recording proxy (OpenAI-compatible, `api: o
 front of the policy endpoint; heartbeat is off, `tools.profile = "coding"`, web tools denied. The proxy log
 gives the trajectory back (clawgym.agent.proxy.rebuild_sessions).
 
-Networking: sandboxes have no network. The proxy also listens on a unix socket in a host directory that is
-bound read-only into the sandbox (SandboxConfig.extra_ro_binds, see :func:`openclaw_sandbox_config`); a
-small python forwarder started inside the sandbox bridges 127.0.0.1:PORT to that socket. With the `local`
-backend (no isolation) OpenClaw talks to the proxy's TCP port directly.
+Networking: sandboxes have no network. Each rollout gets its own proxy, and that proxy listens on a unix
+socket of its own: ``<sock dir>/<128 random bits>/p.sock``. The sock dir (:func:`proxy_sock_dir`) is bound
+read-only into OpenClaw sandboxes at /run/clawgym-proxy (SandboxConfig.extra_ro_binds, see
+:func:`openclaw_sandbox_config`; the binds are the factory's, so pooled sandboxes share them) and has mode
+0311: the sandbox user can traverse it but not list it, so a sandbox only knows the path it was given. The
+socket is served by :class:`clawgym.agent.proxy.PeerGate`, pinned to the namespaces of the first process that
+connects -- the forwarder of this rollout's sandbox, which connects once before OpenClaw starts -- so a
+process of another sandbox is refused even if it learns the path. A small python forwarder started inside the
+sandbox bridges 127.0.0.1:PORT to that socket. With the `local` backend (no isolation) OpenClaw talks to the
+proxy's TCP port directly.
+
+Every request must also carry the rollout's random client token (OpenClaw's provider apiKey) and the
+rollout's session id (``/s/<session>/v1``); the proxy serves no other session (strict_sessions) and enforces
+turn/token/wall limits over everything it answers. The trajectory is rebuilt from the chain of turns the
+proxy answered (clawgym.agent.proxy, module docstring); what diverged from it is in ``LoopResult.meta``.
 """
 
 from __future__ import annotations
@@ -19,7 +30,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import shlex
+import stat
 import tempfile
 import time
 import uuid
@@ -64,6 +77,9 @@ async def handle(cr, cw):
         return
     await asyncio.gather(pipe(cr, uw), pipe(ur, cw))
 async def main():
+    # hello: the proxy's socket pins itself to the first connecting process's namespaces (this sandbox)
+    r, w = await asyncio.open_unix_connection(path)
+    w.close()
     srv = await asyncio.start_server(handle, host, port)
     open(sys.argv[4], "w").write("ready")
     async with srv:
@@ -78,6 +94,34 @@ def openclaw_dir() -> str:
 
 def proxy_sock_dir() -> str:
     return os.environ.get("CLAWGYM_PROXY_SOCK_DIR", f"/tmp/clawgym-proxy-{os.getuid()}")
+
+
+SOCK_DIR_MODE = 0o311  # owner: create/traverse, nobody lists (the sandbox user may be the owner)
+
+
+def secure_sock_dir(path: str | None = None) -> str:
+    """Create (or check) the directory that holds the per-rollout socket directories: a real directory
+    owned by us, mode 0311, so that no sandbox can list which rollouts exist."""
+    d = path or proxy_sock_dir()
+    try:
+        os.mkdir(d, SOCK_DIR_MODE)
+    except FileExistsError:
+        pass
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise SandboxError(f"proxy socket directory {d} is not a directory owned by uid {os.geteuid()}")
+    os.chmod(d, SOCK_DIR_MODE)
+    return d
+
+
+def rollout_socket() -> tuple[str, str, str]:
+    """A fresh per-rollout socket: (host directory, host socket path, socket path inside the sandbox)."""
+    parent = secure_sock_dir()
+    name = secrets.token_hex(16)
+    d = os.path.join(parent, name)
+    os.mkdir(d, 0o711)
+    os.chmod(d, 0o711)
+    return d, os.path.join(d, "p.sock"), f"{SANDBOX_SOCK_DIR}/{name}/p.sock"
 
 
 def openclaw_installed(path: str | None = None) -> tuple[bool, str]:
@@ -104,9 +148,7 @@ def openclaw_sandbox_config(config: SandboxConfig | None = None, install_dir: st
     read-only, and enough memory/pids/disk for Node."""
     c = config or SandboxConfig()
     install_dir = resolve_openclaw_dir(install_dir)
-    sock = proxy_sock_dir()
-    os.makedirs(sock, exist_ok=True)
-    os.chmod(sock, 0o755)
+    sock = secure_sock_dir()
     binds = [b for b in c.extra_ro_binds if b[1] not in (SANDBOX_OPENCLAW_DIR, SANDBOX_SOCK_DIR)]
     binds += [(install_dir, SANDBOX_OPENCLAW_DIR), (sock, SANDBOX_SOCK_DIR)]
     return replace(c, extra_ro_binds=binds, memory_mb=max(c.memory_mb, 3072), pids=max(c.pids, 1024),
@@ -114,10 +156,10 @@ def openclaw_sandbox_config(config: SandboxConfig | None = None, install_dir: st
 
 
 def openclaw_config(base_url: str, model_id: str, workspace: str, context_window: int = 131072,
-                    max_tokens: int = 4096) -> dict:
+                    max_tokens: int = 4096, api_key: str = "clawgym-proxy") -> dict:
     return {
         "models": {"providers": {PROVIDER: {
-            "baseUrl": base_url, "apiKey": "clawgym-proxy", "api": "openai-completions",
+            "baseUrl": base_url, "apiKey": api_key, "api": "openai-completions",
             "models": [{"id": model_id, "name": model_id, "contextWindow": context_window,
                         "maxTokens": max_tokens}]}}},
         "agents": {"defaults": {"model": {"primary": f"{PROVIDER}/{model_id}"}, "workspace": workspace,
@@ -175,14 +217,25 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
     log_dir = log_dir or os.environ.get("CLAWGYM_PROXY_LOG_DIR") or tempfile.mkdtemp(prefix="clawgym-proxylog-")
     os.makedirs(log_dir, exist_ok=True)
     log_path = os.path.join(log_dir, f"{session}.jsonl")
-    sock = None if local else os.path.join(proxy_sock_dir(), f"{session}.sock")
-    proxy = RecordingProxy(endpoint.base_url, log_path, api_key_env=endpoint.api_key_env, model=endpoint.model,
-                           uds=sock, max_requests=limits.max_turns, max_total_tokens=limits.max_total_tokens)
-    proxy.register_session(session, task_id=task.task_id, policy=endpoint.kind)
+    try:
+        sock_dir, sock, sock_inside = (None, None, None) if local else rollout_socket()
+    except (OSError, SandboxError) as e:
+        res.failure_class, res.error = "infra", f"proxy socket: {type(e).__name__}: {e}"
+        return res, []
+    token = secrets.token_urlsafe(32)  # the client token: only this rollout's OpenClaw config holds it
     timeout = float(timeout_s or min(limits.max_wall_s, task.timeout_s or limits.max_wall_s))
+    proxy = RecordingProxy(endpoint.base_url, log_path, api_key_env=endpoint.api_key_env, model=endpoint.model,
+                           uds=sock, max_requests=limits.max_turns, max_total_tokens=limits.max_total_tokens,
+                           max_wall_s=timeout + 30, client_token=token, strict_sessions=True)
+    proxy.register_session(session, task_id=task.task_id, policy=endpoint.kind)
     model_id = re.sub(r"[^A-Za-z0-9_.:-]", "-", endpoint.policy or "policy") or "policy"
     t0 = time.monotonic()
-    proxy.start()
+    try:
+        proxy.start()
+    except Exception as e:
+        _rmdir(sock_dir)
+        res.failure_class, res.error = "infra", f"recording proxy did not start: {type(e).__name__}: {e}"
+        return res, []
     try:
         if local:
             run_dir = tempfile.mkdtemp(prefix="clawgym-openclaw-")
@@ -192,8 +245,8 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
             run_dir = SANDBOX_RUN_DIR
             base_url = f"http://127.0.0.1:{SANDBOX_PORT}/s/{session}/v1"
             oc = SANDBOX_OPENCLAW_DIR
-        cfg = json.dumps(openclaw_config(base_url, model_id, sandbox.workspace, max_tokens=limits.max_completion_tokens),
-                         indent=1).encode()
+        cfg = json.dumps(openclaw_config(base_url, model_id, sandbox.workspace, max_tokens=limits.max_completion_tokens,
+                                         api_key=token), indent=1).encode()
         files = {"openclaw.json": cfg, "message.txt": task.instruction.encode(), "fwd.py": FORWARDER.encode()}
         for name, data in files.items():
             if local:
@@ -208,7 +261,7 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
         q = " ".join(shlex.quote(c) for c in cmd)
         script = f"mkdir -p {run_dir}/state\n"
         if not local:
-            script += (f"python3 {run_dir}/fwd.py 127.0.0.1 {SANDBOX_PORT} {SANDBOX_SOCK_DIR}/{session}.sock "
+            script += (f"python3 {run_dir}/fwd.py 127.0.0.1 {SANDBOX_PORT} {sock_inside} "
                        f"{run_dir}/fwd.ready >{run_dir}/fwd.log 2>&1 &\n"
                        f"for i in $(seq 100); do [ -f {run_dir}/fwd.ready ] && break; sleep 0.05; done\n")
         script += f"{q}\n"
@@ -218,13 +271,19 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
         env_json = _parse_envelope(r.stdout)
     finally:
         proxy.stop()
-    entries = read_log(log_path)
-    sess = rebuild_sessions(entries).get(session)
+        _rmdir(sock_dir)
+    log = read_log(log_path)
+    sess = rebuild_sessions(log).get(session)
+    entries = [e for e in log if not e.get("kind")]  # the requests the proxy served (refusals apart)
     tools: list = []
+    res.meta = {"divergence": [], "side_requests": 0,
+                "refused": [{k: e.get(k) for k in ("status", "reason", "session", "path", "via")}
+                            for e in log if e.get("kind") == "refused"][:50]}
     if sess:
         res.messages, tools = sess["messages"], sess["tools"]
         res.turns = sess["n_requests"]
         res.prompt_tokens, res.completion_tokens = sess["prompt_tokens"], sess["completion_tokens"]
+        res.meta.update(divergence=sess["divergence"][:200], side_requests=sess["side_requests"])
     upstream_fail = [e for e in entries if e.get("status", 200) in (429, 502, 503, 504, 599)
                      or e.get("status", 200) >= 500]
     last = entries[-1] if entries else None
@@ -253,6 +312,16 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
     return res, tools
 
 
+def _rmdir(d: str | None) -> None:
+    if d:
+        try:
+            for f in os.listdir(d):
+                os.unlink(os.path.join(d, f))
+            os.rmdir(d)
+        except OSError:
+            pass
+
+
 __all__ = ["run_openclaw", "openclaw_installed", "openclaw_sandbox_config", "has_openclaw_binds",
            "resolve_openclaw_dir", "openclaw_config", "OPENCLAW_VERSION",
-           "openclaw_dir", "proxy_sock_dir"]
+           "openclaw_dir", "proxy_sock_dir", "secure_sock_dir", "rollout_socket"]
