@@ -181,25 +181,32 @@ def test_quiesce_clears_ipc_and_keeps_files(ifactory):
 # the exec server survives the agent's memory use
 SHM_FILL = r"""
 import ctypes, sys
+detach = sys.argv[1] == "detach"
 l = ctypes.CDLL(None, use_errno=True)
 l.shmat.restype = ctypes.c_void_p
 size, n = 8 << 20, 0
 while n < 200:  # 1.6 GB at most: far beyond the sandbox's memory limit
-    i = l.shmget(0, size, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600: outlives this process
+    i = l.shmget(0, size, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600: not removed when this process ends
     if i < 0:
         break
     a = l.shmat(i, None, 0)
     if a in (None, ctypes.c_void_p(-1).value):
         break
     ctypes.memset(a, 1, size)
-    l.shmdt(ctypes.c_void_p(a))
+    if detach:
+        l.shmdt(ctypes.c_void_p(a))
     n += 1
     print(n, flush=True)
 """
+SHM_COUNT = "tail -n +2 /proc/sysvipc/shm | wc -l"
 
 
 def _server_pids(sb) -> set[int]:
     return set(sb._keep) if sb.backend == "bwrap" else set(sb._slot.keep)
+
+
+def _init_pid(sb) -> int:
+    return sb._init if sb.backend == "bwrap" else sb._slot.init
 
 
 def _adj(pid: int) -> int:
@@ -207,27 +214,53 @@ def _adj(pid: int) -> int:
         return int(f.read())
 
 
-def test_shm_fill_cannot_kill_the_exec_server(sfactory):
+def _alive(pids) -> bool:
+    return all(os.path.exists(f"/proc/{p}") and open(f"/proc/{p}/stat").read().split()[2] != "Z" for p in pids)
+
+
+def _set_rmid_forced(sb, on: bool) -> None:
+    from clawgym.sandbox import nsipc
+
+    assert nsipc.force_shm_rmid(_init_pid(sb), on)
+
+
+def test_memory_use_cannot_kill_the_exec_server(sfactory):
+    limit_mb = sfactory.config.memory_mb
     with sfactory.open([File(path="task.txt", content=b"t")]) as sb:
         keep = _server_pids(sb)
-        assert keep and all(_adj(p) == -1000 for p in keep)  # the OOM killer never picks the server
-        # commands get 0 back, not the server's inherited -1000 (checked in a child started a moment later)
-        assert sb.exec("sleep 0.2; cat /proc/self/oom_score_adj").stdout == "0\n"
-        assert sb.exec(["python3", "-c", "import time; time.sleep(0.2); print(open('/proc/self/oom_score_adj').read())"]
-                       ).stdout.strip() == "0"
-        r = sb.exec(["python3", "-c", SHM_FILL], timeout=120)
+        # commands start at oom_score_adj 500 (checked in a child started a moment later), above the
+        # server's (-1000 where the host may lower it, else 0): the OOM killer picks commands first
+        assert sb.exec("sleep 0.2; cat /proc/self/oom_score_adj").stdout == "500\n"
+        assert len(keep) == 2 and all(_adj(p) <= 0 for p in keep)
+        assert sb.exec("cat /proc/sys/kernel/shm_rmid_forced").stdout == "1\n"
+
+        # 1. SysV shm kept attached until the filler is OOM-killed: it dies with the filler (rmid_forced)
+        r = sb.exec(["python3", "-c", SHM_FILL, "attached"], timeout=120)
         filled = int(r.stdout.split()[-1]) if r.stdout.split() else 0
-        limit_mb = sfactory.config.memory_mb
-        assert filled * 8 >= limit_mb // 2, (r.rc, r.stdout[-200:], r.stderr[-500:])  # the cgroup is (nearly) full
-        assert all(os.path.exists(f"/proc/{p}") for p in keep)  # the server was not OOM-killed
-        sb.quiesce()  # frees the shared memory from the host: nothing inside needs memory for that
-        assert all(os.path.exists(f"/proc/{p}") for p in keep)
-        r = sb.exec("tail -n +2 /proc/sysvipc/shm | wc -l; cat task.txt")
+        assert r.rc == 137 and filled * 8 >= limit_mb // 2, (r.rc, r.stdout[-100:], r.stderr[-500:])
+        assert _alive(keep)
+        r = sb.exec(SHM_COUNT + "; cat task.txt")  # no quiesce needed: nothing is pinned
         assert r.ok and r.stdout == "0\nt", (r.rc, r.stdout, r.stderr)
-        # a memory bomb afterwards kills the bomb, not the sandbox
+
+        # 2. a host where shm_rmid_forced is off: detached segments fill the cgroup and outlive the filler;
+        # quiesce() frees them from the host (nothing inside needs memory for that)
+        _set_rmid_forced(sb, False)
+        try:
+            r = sb.exec(["python3", "-c", SHM_FILL, "detach"], timeout=120)
+            filled = int(r.stdout.split()[-1]) if r.stdout.split() else 0
+            assert filled * 8 >= limit_mb // 2, (r.rc, r.stdout[-100:], r.stderr[-500:])
+            assert _alive(keep)
+            sb.quiesce()
+            assert _alive(keep)
+            r = sb.exec(SHM_COUNT + "; cat task.txt")
+            assert r.ok and r.stdout == "0\nt", (r.rc, r.stdout, r.stderr)
+        finally:
+            _set_rmid_forced(sb, True)
+
+        # 3. a plain memory bomb kills the bomb, not the sandbox
         r = sb.exec(["python3", "-c", "x = bytearray(1 << 30)"], timeout=60)
         assert r.rc != 0 and sb.exec("echo ok").stdout == "ok\n"
-        assert all(os.path.exists(f"/proc/{p}") for p in keep)
+        assert _alive(keep)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -234,8 +234,13 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         self._keep = {self._proc.pid, child}
         self._init = child
         self._sock = sock_path
-        for pid in self._keep:  # never picked by the OOM killer; commands get 0 back (execd.py)
+        # the agent's memory use must never kill the sandbox itself: bwrap and the server are never picked
+        # by the OOM killer where the host may lower them (CAP_SYS_RESOURCE), and commands always outrank
+        # them (execd.py starts each at oom_score_adj 500); SysV shared memory cannot outlive the processes
+        # that use it (so killing them frees the cgroup); quiesce() frees the rest from the host
+        for pid in self._keep:
             nsipc.set_oom_score_adj(pid, -1000)
+        nsipc.force_shm_rmid(child)
 
     def _stop_server(self) -> None:
         p, self._proc = self._proc, None

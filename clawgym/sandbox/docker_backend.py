@@ -41,7 +41,8 @@ Isolation argument - what is writable in a container, and how a reset restores i
     kernel keyrings are out of reach (docker's default seccomp profile blocks keyctl/add_key).
     The server itself keeps no per-sandbox state: each command runs in a fresh forked handler.
 The same steps minus the file reset are `DockerSandbox.quiesce()` (between the agent and the verifier).
-docker-init and the exec server run with oom_score_adj -1000 (set from the host), commands with 0.
+docker-init and the exec server run with oom_score_adj -1000 where the host may set it (CAP_SYS_RESOURCE),
+commands with 500 (always picked first), and kernel.shm_rmid_forced=1 (see bwrap_backend).
 A container whose reset fails, that had to be restarted after a timeout, whose processes cannot
 be swept from the host, that was used `max_uses` times, or whose sandbox still had a command
 running `close_wait_s` after close is destroyed, not reused. factory.close() waits for the reaper,
@@ -177,8 +178,12 @@ class _Slot:
             if path and os.access(path, os.R_OK) and len(children) == 1:
                 self.keep = {init, children[0]}
                 self.procs_file = path
-                for pid in self.keep:  # never picked by the OOM killer; commands get 0 back (execd.py)
+                # as in bwrap: the OOM killer picks commands (execd.py starts them at 500), never the server
+                # where the host may lower it; SysV shm cannot outlive its processes
+                for pid in self.keep:
                     nsipc.set_oom_score_adj(pid, -1000)
+                if os.geteuid() == 0:
+                    nsipc.force_shm_rmid(init)
         except (OSError, ValueError, KeyError) as e:
             log.debug("cannot locate container %s processes from the host: %s", self.id[:12], e)
 

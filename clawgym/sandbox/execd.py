@@ -11,13 +11,13 @@ bwrap: it is pid 1 of the sandbox's pid namespace and runs as the sandbox user w
 it serves an inherited listening socket the host bound outside the sandbox (no path inside), and as
 pid 1 it receives no signal from its own namespace that it has no handler for (not even SIGKILL).
 Both: it ignores SIGINT/SIGTERM/SIGHUP and is not dumpable (nothing in the sandbox can ptrace it or
-read its memory, environ or fds). The host sets its oom_score_adj to -1000 (never picked by the OOM
-killer, whatever fills the memory cgroup); each command is started with oom_score_adj 0 instead of the
-inherited -1000 (docker: the handler lowers its own value around the start; bwrap, where the handler may
-not write its own file, it writes the command's right after the exec), so the OOM killer only ever picks
-commands. A command may lower its own value again (the kernel lets a process go down to the minimum it
-inherited): it can only make its own processes unkillable by the OOM killer, never the server killable;
-the host's sweeps still kill everything.
+read its memory, environ or fds). The OOM killer must never pick it, whatever fills the memory cgroup:
+the host sets its oom_score_adj to -1000 where it may (CAP_SYS_RESOURCE), and every command starts at
+COMMAND_OOM_ADJ (500: half the cgroup's limit added to its score, so any command outranks the server and
+its handlers); docker: the handler raises its own value around the start (inherited) and lowers it back;
+bwrap, where the handler may not write its own file (not dumpable), it writes the command's right after
+the exec. A command may lower its own value again, down to the minimum it inherited (the server's): it can
+then only tie with the server, never make the server the preferred victim. the host's sweeps still kill everything.
 
 For each connection it forks a handler which starts the command with subprocess (vfork + exec):
 as 1000:1000 with only group 1000 (like docker exec; nothing to drop when already that user), own
@@ -50,6 +50,7 @@ import time
 
 OUT, ERR, EXIT, ERROR, STARTED = 1, 2, 3, 4, 5
 _CHUNK = 1 << 16
+COMMAND_OOM_ADJ = 500  # every command outranks the server (<= 0) in the OOM killer's choice
 
 
 def _frame(kind: int, payload: bytes) -> bytes:
@@ -96,8 +97,8 @@ def _start(req: dict, stdin_r: int | None, out_w: int, err_w: int) -> tuple[int 
     argv = [str(a) for a in req["argv"]]
     env = {str(k): str(v) for k, v in (req.get("env") or {}).items()}
     base = _oom_adj("self")
-    lowered = base is not None and base < 0
-    own = lowered and _set_oom_adj("self", 0)  # inherited by the command (docker: the handler may write it)
+    differs = base is not None and base != COMMAND_OOM_ADJ
+    own = differs and _set_oom_adj("self", COMMAND_OOM_ADJ)  # inherited by the command (docker: may write it)
     try:
         p = subprocess.Popen(argv, stdin=stdin_r if stdin_r is not None else subprocess.DEVNULL,
                              stdout=out_w, stderr=err_w, cwd=cwd, env=env, start_new_session=True,
@@ -116,8 +117,8 @@ def _start(req: dict, stdin_r: int | None, out_w: int, err_w: int) -> tuple[int 
     finally:
         if own:
             _set_oom_adj("self", base)  # the handler itself stays protected
-    if lowered and not own:  # bwrap: the handler (not dumpable) cannot write its own; the command's it can
-        _set_oom_adj(str(p.pid), 0)
+    if differs and not own:  # bwrap: the handler (not dumpable) cannot write its own; the command's it can
+        _set_oom_adj(str(p.pid), COMMAND_OOM_ADJ)
     p.returncode = 0  # the handler reaps it with waitpid; keep Popen from trying later
     return p.pid, 0, b""
 

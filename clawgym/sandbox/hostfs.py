@@ -390,10 +390,14 @@ def _unpin(dfd: int, name: str) -> bool:
 
 
 def _retry_unpinned(op, dfd: int, name: str) -> None:
+    """op(name, dir_fd=dfd) (unlink / rmdir); on EPERM the immutable flag of the entry and of its directory
+    (a sealed tree's top, see HostFS.seal) is cleared and op tried again."""
     try:
         op(name, dir_fd=dfd)
     except PermissionError:
-        if not _unpin(dfd, name):
+        a = _unpin(dfd, name)
+        b = _set_fs_flags(dfd, off=FS_IMMUTABLE_FL)
+        if not (a or b):
             raise
         op(name, dir_fd=dfd)
 
