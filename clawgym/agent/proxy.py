@@ -166,6 +166,13 @@ class PeerGate:
                 writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nConnection: close\r\n"
                              b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
                 await writer.drain()
+                # let the client finish sending (bounded) so that it reads the 403 instead of a broken pipe
+                got, t_end = 0, time.monotonic() + 2.0
+                while got < (1 << 20) and time.monotonic() < t_end:
+                    d = await asyncio.wait_for(reader.read(65536), max(0.01, t_end - time.monotonic()))
+                    if not d:
+                        break
+                    got += len(d)
             except Exception:
                 pass
             writer.close()
