@@ -143,13 +143,27 @@ def test_import_hybrid_assets_and_score_offline(suite):
     assert rules[0].file_path == "memo.md" and rules[1].file_path == ""
     assert rules[0].scores == {"1": "The total 30 is stated correctly.", "0.5": "A total is given but wrong.",
                                "0": "No total."}
+    class Scripted:  # a judge that can score any rule (stands in for an LLM judge endpoint)
+        name = "scripted"
+
+        def score_rules(self, ctx, items):
+            seen.append([m.get("role") for m in ctx.transcript or []])
+            return [{"score": 1.0, "reason": "fine"} for _ in items]
+
+    seen: list = []
+    done = [{"role": "user", "content": "Summarise"}, {"role": "assistant", "content": "Done, memo written."}]
     with TmpSandbox(t.files) as sb:
         r0 = verify_task(t, sb)
-        assert r0.score == 0.0 and r0.judge == "offline"
+        # without a judge the PinchBench criteria (no proxies) are unjudged: never credit, flagged
+        assert r0.score == 0.0 and r0.judge == "offline" and r0.unjudged
         sb.write_file("memo.md", b"Total sales: 30.")
-        r = verify_task(t, sb, transcript=[{"role": "assistant", "content": "Done, memo written."}])
-    assert r.code_score == 1.0 and r.rubric_score == 1.0 and r.score == pytest.approx(1.0)
-    assert r.judge == "offline" and len(r.rule_scores) == 2
+        r = verify_task(t, sb, transcript=done)
+        assert r.code_score == 1.0 and r.unjudged and r.unjudged_rules == [x.name for x in rules]
+        assert all(row["score"] is None for row in r.rule_scores)
+        rj = verify_task(t, sb, transcript=done, judge=Scripted())
+    assert rj.code_score == 1.0 and rj.rubric_score == 1.0 and rj.score == pytest.approx(1.0) and not rj.unjudged
+    assert rj.judge == "scripted" and len(rj.rule_scores) == 2
+    assert seen == [["assistant"]]  # the whole-run rule saw the agent's own output, not the prompt
 
 
 def test_round_trip_verbatim_and_generated(suite, tmp_path):

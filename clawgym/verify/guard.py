@@ -283,9 +283,14 @@ def prepare_for_verification(task, sandbox: Sandbox) -> Prepared:
     except (ValueError, IndexError) as e:
         raise SandboxError(f"verifier preparation printed no report: {e}") from None
     actions = neutralize_controls(task, sandbox, odd)
-    sandbox.write_file(f"{home}/.keep", b"", 0o644)
-    sandbox.write_file(f"{guard_dir}/sitecustomize.py", (SIDE / "sitecustomize.py").read_bytes(), 0o644)
-    _seal(sandbox, guard_dir)
+    try:
+        sandbox.write_file(f"{home}/.keep", b"", 0o644)
+        sandbox.write_file(f"{guard_dir}/sitecustomize.py", (SIDE / "sitecustomize.py").read_bytes(), 0o644)
+        _seal(sandbox, guard_dir)
+    except SandboxError:
+        raise
+    except (OSError, ValueError) as e:  # e.g. the agent filled the sandbox's disk: its doing, fail closed
+        raise UnsafeWorkspace(f"verifier files could not be written: {type(e).__name__}: {e}") from e
     return Prepared(env=verifier_env(home, guard_dir, sandbox.workspace), home=home, guard_dir=guard_dir,
                     actions=actions, odd=odd, errors=errors)
 

@@ -285,7 +285,13 @@ class Ctx:
                        "all(unchanged(ws, p, d) for p, d in E['_input_digests'].items())")
 
     def rubric_rule(self, name: str, file_path: str, scores: dict[str, str]) -> None:
-        self.rubric.append(RubricRule(name=name, file_path=file_path, scores=scores))
+        """A rubric rule on `file_path`. It always declares an offline proxy, so it is judged without an LLM
+        judge too (a rule without one is *unjudged* offline and the task gets no score): by default the file
+        must be one the agent produced, of at least 15 words; families refine it with phrases/headings."""
+        from clawgym.tasks.model import RubricProxy
+
+        proxy = RubricProxy(required_files=[file_path], min_words=15) if file_path else None
+        self.rubric.append(RubricRule(name=name, file_path=file_path, scores=scores, proxy=proxy))
 
     def mutation(self, name: str, fn: Callable[[dict[str, bytes]], dict[str, bytes]]) -> None:
         self.mutations[name] = Mutation(name, fn)
