@@ -64,6 +64,11 @@ def test_openclaw_oracle_scores_one_and_trajectories_rebuild(tmp_path):
         assert len(session) == 1
         (traj,) = session.values()
         assert traj["messages"] == ro.messages
+        # OpenClaw's own requests extend the answered chain (its rewritten call ids and arguments included)
+        assert traj["divergence"] == [] and traj["side_requests"] == 0 and traj["refused"] == 0
+        assert not any(e.get("kind") == "refused" for e in read_log(ro.proxy_log))
+        calls = [tc["id"] for m in ro.messages for tc in m.get("tool_calls") or []]
+        assert [m["tool_call_id"] for m in ro.messages if m["role"] == "tool"] == calls  # the proxy's own ids
         roles = [m["role"] for m in ro.messages]
         assert roles[0] == "system" and "OpenClaw" in ro.messages[0]["content"]
         assert roles[-1] == "assistant" and ro.messages[-1]["content"]
@@ -94,6 +99,9 @@ def test_openclaw_factory_derivation():
     binds = dict((inside, host) for host, inside in sib.config.extra_ro_binds)
     assert binds[SANDBOX_OPENCLAW_DIR] == openclaw_dir() and SANDBOX_SOCK_DIR in binds
     assert sib.config.memory_mb >= 3072
+    from clawgym.agent.openclaw import proxy_sock_dir
+
+    assert os.stat(proxy_sock_dir()).st_mode & 0o777 == 0o311  # sandboxes cannot list the rollouts' sockets
     configured = get_factory("bwrap", openclaw_sandbox_config())
     assert _openclaw_factory(configured, None) is configured
     assert _openclaw_factory(get_factory("local"), None).name == "local"
