@@ -109,15 +109,24 @@ def bench_leaderboard(suite: str = typer.Option("procedural", help="bench suite"
     board = leaderboard_rows(scores, results, reg)
     _, cats, cell = pivot(scores, suite)
     cats = [c for c in cats if c != OVERALL] if categories else []
-    t = Table("model", "overall", "95% CI", *[c.replace("_", " ") for c in cats], "parent", "Δ vs parent",
-              title=f"clawgym leaderboard — suite {suite}")
+    t = Table("rank", "model", "overall", "95% CI", *[c.replace("_", " ") for c in cats], "scored", "infra",
+              "unjudged", "parent", "Δ vs parent", title=f"clawgym leaderboard — suite {suite}")
+
+    def num(x, fmt="{:.1f}"):
+        return "" if x is None else fmt.format(x)
+
     for b in board:
-        delta = "" if b["delta"] is None else \
+        delta = "" if b.get("delta") is None else \
             f"{b['delta']:+.1f} [{b['delta_ci_low']:.1f}, {b['delta_ci_high']:.1f}]" + (" ⚠" if b["regression"] else "")
-        t.add_row(b["model"], f"{b['overall']:.1f}", f"[{b['ci_low']:.1f}, {b['ci_high']:.1f}]",
-                  *[("" if (b["model"], c) not in cell else f"{cell[(b['model'], c)]['mean']:.1f}") for c in cats],
-                  b["parent"] or "", delta)
+        rank = "⚑ " + str(b.get("flag_reason") or "flagged") if b.get("flagged") else num(b.get("rank"), "{}")
+        rate = b.get("infra_rate")
+        t.add_row(rank, b["model"], num(b.get("overall")), f"[{num(b.get('ci_low'))}, {num(b.get('ci_high'))}]",
+                  *[("" if (b["model"], c) not in cell else num(cell[(b["model"], c)]["mean"])) for c in cats],
+                  num(b.get("n_scored"), "{}"), "" if rate is None else f"{b.get('n_infra') or 0} ({100 * rate:.1f}%)",
+                  num(b.get("n_unjudged"), "{}"), b.get("parent") or "", delta)
     console.print(t)
+    console.print("Means and CIs are over scored tasks only (ok / agent_error / limit); infra and unjudged tasks are "
+                  "counted, never scored. A model whose infra rate exceeds the bound is flagged (⚑) and not ranked.")
 
 
 @sandbox_app.command("cleanup")

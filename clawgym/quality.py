@@ -23,7 +23,7 @@ TABLE_EXPECTATIONS: dict[str, dict[str, Any]] = {
     "task_validations": {"unique": ["task_id"], "not_null": ["task_id", "passed"]},
     "trajectories": {"unique": ["rollout_id"], "not_null": ["rollout_id", "task_id", "policy", "failure_class"],
                      "between": {"score": (0.0, 1.0)},
-                     "in_set": {"failure_class": ["ok", "agent_error", "limit", "infra"]}},
+                     "in_set": {"failure_class": ["ok", "agent_error", "limit", "infra", "unjudged"]}},
     "sft": {"unique": ["sample_id"], "not_null": ["sample_id", "messages_json"]},
     "bench_results": {"not_null": ["task_id", "failure_class"], "between": {"score": (0.0, 1.0)},
                       "unique_combo": ["model", "suite", "task_id", "repeat"]},

@@ -80,7 +80,7 @@ class Rollout(BaseModel):
             "completion_tokens": self.completion_tokens, "duration_s": self.wall_s, "error": self.error,
             "messages_json": json.dumps(self.messages, ensure_ascii=False, default=str),
             "tools_json": json.dumps(self.tools, ensure_ascii=False),
-            "diff_json": json.dumps(self.workspace_diff, ensure_ascii=False),
+            "diff_json": json.dumps(self.workspace_diff, ensure_ascii=False, default=_fsdecode),
             "verification_json": json.dumps(self.verification, ensure_ascii=False, default=str)
             if self.verification is not None else None,
             "run_id": run_id, "created_at": self.created_at,
@@ -107,6 +107,12 @@ class Rollout(BaseModel):
         return rows
 
 
+
+
+def _fsdecode(x: Any) -> str:
+    import os
+
+    return os.fsdecode(x) if isinstance(x, (bytes, bytearray)) else str(x)
 
 
 def workspace_diff(before: dict[str, bytes], after: dict[str, bytes]) -> list[dict]:
