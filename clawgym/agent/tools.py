@@ -461,8 +461,6 @@ _ALIASES = {"bash": "exec", "shell": "exec", "read_file": "read", "write_file": 
 def parse_arguments(arguments: dict | str | None) -> dict:
     if arguments is None or arguments == "":
         return {}
-    if isinstance(arguments, dict):
-        return arguments
     if isinstance(arguments, str):
         try:
             v = json.loads(arguments)
