@@ -68,6 +68,7 @@ class Rollout(BaseModel):
     infra_errors: list[str] = Field(default_factory=list)  # errors of earlier, retried attempts
     proxy_log: str | None = None  # openclaw runtime: path of the recording proxy's log
     tool_durations: list[float] = Field(default_factory=list)  # builtin runtime: seconds per tool call, in order
+    meta: dict = Field(default_factory=dict)  # runtime facts (openclaw: proxy divergence, refused requests)
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 
     def to_row(self, shard: int = 0, run_id: str = "") -> dict[str, Any]:
@@ -84,6 +85,7 @@ class Rollout(BaseModel):
             "verification_json": json.dumps(self.verification, ensure_ascii=False, default=str)
             if self.verification is not None else None,
             "run_id": run_id, "created_at": self.created_at,
+            "meta_json": json.dumps(self.meta, ensure_ascii=False, default=str) if self.meta else None,
         }
 
     def steps(self, shard: int = 0) -> list[dict[str, Any]]:
@@ -199,6 +201,7 @@ def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, limit
         ro.tool_types = tool_types(lr.messages)
         ro.failure_class, ro.error = lr.failure_class, lr.error
         ro.proxy_log = lr.proxy_log
+        ro.meta = dict(getattr(lr, "meta", None) or {})
         ro.tool_durations = [round(x, 4) for x in lr.tool_durations]
         if ro.failure_class != "infra":
             try:

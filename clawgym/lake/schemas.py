@@ -55,6 +55,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("n_tool_calls", I32), ("prompt_tokens", I64), ("completion_tokens", I64), ("duration_s", F64),
         ("error", S), ("messages_json", pa.large_string()), ("tools_json", S), ("diff_json", pa.large_string()),
         ("verification_json", S), ("run_id", S), ("created_at", TS),
+        ("meta_json", S),  # runtime facts about the run: OpenClaw proxy divergence/refusals, retries
     ),
     "steps": _schema(
         ("rollout_id", S), ("task_id", S), ("policy", S), ("shard", I32), ("step", I32), ("role", S),
