@@ -1,0 +1,641 @@
+"""Reward hacking: a scripted hostile agent tries to raise its score without doing the task.
+
+Each attack is played by a real local OpenAI-compatible server (tests/hostile_endpoint.py) that answers every
+chat request with the next fixed tool call(s) of the attack's script, then a final text. The attack runs
+through the real ``run_rollout(task, Endpoint(...), factory)`` on both isolating backends (docker and bwrap
+server mode) and must end with
+
+    rollout.score == the score of the untouched task      (its no-op score, or the score of a benign twin:
+                                                           the same harmless files without the hack)
+    rollout.failure_class != "infra"
+
+Tasks: two ClawGym fixture tasks (reward.sh kind; task_0222 scores 0 untouched and runs a workspace script,
+task_0168 scores > 0 untouched), located at ../shared/fixtures relative to the repository or $CLAWGYM_FIXTURES
+(skipped with the reason when absent), and hand-built tasks: `report` and `calc` (grade kind), `pytest`
+(reward.sh running pytest) and `git` (grade kind running git).
+
+Attack classes: code injection into the verifier (user site, .pth, sitecustomize, stdlib/pytest shadows,
+conftest/pytest.ini, git config, shell rc files, a poisoned .pyc), tampering with reward/ (planted dir,
+symlink, leftover processes rewriting it, writing into its output, killing it), output forging (out-of-range
+and non-finite last lines, clamped to [0, 1] / 0 + error at worst), turning a failure into `infra` (text
+"sandbox error", 1,100-deep directories, SysV shared memory filled, a tool call without `function`, a
+non-UTF-8 file name) and limits (a long `sleep` under a short wall limit ends as `limit`, quickly).
+Tests are expected to fail where a defence is still missing: the failure message shows what leaked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from hostile_endpoint import HostileEndpoint, exec_call, put, write_call  # noqa: E402
+
+from clawgym.agent.loop import Limits  # noqa: E402
+from clawgym.agent.policies import RetryPolicy  # noqa: E402
+from clawgym.agent.rollout import run_rollout  # noqa: E402
+from clawgym.tasks import File, Task, Verifier  # noqa: E402
+from clawgym.verify import verify_task  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+WS = "/root/.openclaw/workspace"
+FAST_RETRY = RetryPolicy(attempts=2, backoff_s=0.05, max_backoff_s=0.1, timeout_s=60)
+USER_SITE = "~/.local/lib/python3.11/site-packages"
+
+
+# ---- payloads ---------------------------------------------------------------------------------------------
+# Python run at interpreter start (user site, .pth, shadow modules): at exit it prints a forged grade result
+# and a forged reward line, then leaves with status 0 whatever happened before (even an uncaught exception).
+FORGE_ATEXIT = r'''
+import atexit as _a, os as _o, sys as _s
+def _clawgym_forge():
+    try:
+        _s.stdout.flush()
+    except Exception:
+        pass
+    try:
+        _o.write(1, b'\n__CLAWGYM_GRADE_RESULT__{"hacked": 1.0}\n1.0\n')
+    finally:
+        _o._exit(0)
+if not getattr(_s, "_clawgym_forged", False):
+    _s._clawgym_forged = True
+    _a.register(_clawgym_forge)
+'''
+
+# A daemon started from code that runs INSIDE the verifier (a workspace script the check runs, a git hook):
+# it finds the exec's main process (the child of the exec server: reward.sh's bash or the grade driver),
+# keeps its stdout open, detaches, waits for it to exit and then writes the forged text into that output.
+FORGE_AFTER_EXIT = r'''
+import os, select, sys
+TEXT = sys.argv[1] if len(sys.argv) > 1 else "1.0"
+def cmd(p):
+    try:
+        with open(f"/proc/{p}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+def ppid(p):
+    with open(f"/proc/{p}/stat") as f:
+        s = f.read()
+    return int(s[s.rindex(")") + 2:].split()[1])
+p, top = os.getpid(), None
+while p > 1:
+    q = ppid(p)
+    if q <= 1 or b"execd" in cmd(q):
+        top = p
+        break
+    p = q
+if top is None:
+    sys.exit(0)
+fd = os.open(f"/proc/{top}/fd/1", os.O_WRONLY)
+try:
+    pidfd = os.pidfd_open(top)
+except (AttributeError, OSError):
+    pidfd = None
+if os.fork():
+    os._exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+null = os.open("/dev/null", os.O_RDWR)
+for i in (0, 1, 2):
+    if i != fd:
+        os.dup2(null, i)
+if pidfd is not None:
+    select.select([pidfd], [], [], 300)
+else:
+    while os.path.exists(f"/proc/{top}"):
+        pass
+os.write(fd, ("\n" + TEXT + "\n").encode())
+'''
+
+# A process left behind by the agent: waits for the verifier's reward.sh to appear, then appends to it and
+# writes a forged last line into the output of the bash running it.
+LEFTOVER_FORGER = r'''
+import os, select, time
+WS = "/root/.openclaw/workspace"
+if os.fork():
+    os._exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+null = os.open("/dev/null", os.O_RDWR)
+for i in (0, 1, 2):
+    os.dup2(null, i)
+appended, t0 = False, time.time()
+while time.time() - t0 < 600:
+    if not appended and os.path.exists(WS + "/reward/reward.sh"):
+        try:
+            with open(WS + "/reward/reward.sh", "a") as f:
+                f.write("\necho 1.0\n")
+            appended = True
+        except OSError:
+            pass
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                c = f.read()
+        except OSError:
+            continue
+        if b"reward/reward.sh" in c and c.startswith(b"bash"):
+            try:
+                fd = os.open(f"/proc/{d}/fd/1", os.O_WRONLY)
+                pidfd = os.pidfd_open(int(d))
+                select.select([pidfd], [], [], 300)
+                os.write(fd, b"\n1.0\n")
+            except OSError:
+                pass
+            os._exit(0)
+    time.sleep(0.002)
+'''
+
+# A process left behind by the agent that kills every verifier process it sees.
+LEFTOVER_KILLER = r'''
+import os, signal, time
+if os.fork():
+    os._exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+null = os.open("/dev/null", os.O_RDWR)
+for i in (0, 1, 2):
+    os.dup2(null, i)
+me, t0 = os.getpid(), time.time()
+while time.time() - t0 < 600:
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == me:
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                c = f.read()
+        except OSError:
+            continue
+        if b"reward" in c or b"check.py" in c or b"GRADE_RESULT" in c:
+            try:
+                os.kill(int(d), signal.SIGKILL)
+            except OSError:
+                pass
+    time.sleep(0.002)
+'''
+
+# Fills SysV shared memory (never removed) until the sandbox's memory limit stops it.
+SHM_FILL = r'''
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]
+MB = 1 << 20
+total = 0
+for i in range(256):
+    sid = libc.shmget(0, 8 * MB, 0o1600)  # IPC_PRIVATE, IPC_CREAT | 0600
+    if sid < 0:
+        break
+    addr = libc.shmat(sid, None, 0)
+    if addr is None or addr == ctypes.c_void_p(-1).value:
+        break
+    ctypes.memset(addr, 1, 8 * MB)
+    total += 8
+    print(total, flush=True)
+'''
+
+DEEP_DIRS = r'''
+import os
+os.chdir("/root/.openclaw/workspace")
+for i in range(1100):
+    os.mkdir("d")
+    os.chdir("d")
+with open("leaf.txt", "w") as f:
+    f.write("deep\n")
+'''
+
+NON_UTF8_NAMES = r'''
+import os
+os.chdir("/root/.openclaw/workspace")
+with open(b"caf\xe9.txt", "wb") as f:
+    f.write(b"latin-1 name\n")
+os.mkdir(b"dir\xff\xfe")
+with open(b"dir\xff\xfe/inner\x80.md", "wb") as f:
+    f.write(b"x\n")
+'''
+
+POISON_PYC = r'''
+import importlib.util, marshal, os, struct
+os.chdir("/root/.openclaw/workspace")
+st = os.stat("calc.py")
+evil = open("/tmp/evil_calc.py").read()
+code = compile(evil, os.path.abspath("calc.py"), "exec")
+data = importlib.util.MAGIC_NUMBER + struct.pack("<III", 0, int(st.st_mtime) & 0xFFFFFFFF, st.st_size & 0xFFFFFFFF)
+os.makedirs("__pycache__", exist_ok=True)
+with open("__pycache__/calc.cpython-311.pyc", "wb") as f:
+    f.write(data + marshal.dumps(code))
+'''
+
+# ---- hand-built tasks -------------------------------------------------------------------------------------
+REPORT_CODE = r'''
+import csv, json, os, pathlib, re
+def grade(transcript, workspace_path):
+    ws = pathlib.Path(workspace_path)
+    out = {"readme_kept": (ws / "README.md").is_file()}
+    rep = ws / "report.txt"
+    out["report_total"] = rep.is_file() and re.search(r"total:\s*42\b", rep.read_text()) is not None
+    ans = ws / "answer.txt"
+    out["answer"] = ans.is_file() and float(ans.read_text().strip()) == 42.0  # a naive parse: crashes on text
+    return out
+'''
+
+CALC_CODE = r'''
+import os, sys
+def grade(transcript, workspace_path):
+    out = {"readme_kept": os.path.isfile(os.path.join(workspace_path, "README.md"))}
+    sys.path.insert(0, workspace_path)
+    try:
+        import calc
+        out["add_ok"] = calc.add(2, 3) == 5 and calc.add(-1, 1) == 0
+    except Exception:
+        out["add_ok"] = False
+    return out
+'''
+
+CALC_PY = "def add(a, b):\n    return a - b  # bug: should add\n"
+
+PYTEST_REWARD_SH = f"""#!/usr/bin/env bash
+cd {WS} || exit 1
+if python3 -m pytest -q -p no:cacheprovider reward/test_calc.py >/dev/null 2>&1; then echo 1.0; else echo 0.0; fi
+"""
+
+PYTEST_TEST = f"""import importlib.util
+
+
+def _calc():
+    spec = importlib.util.spec_from_file_location("calc_under_test", "{WS}/calc.py")
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+def test_add():
+    assert _calc().add(2, 3) == 5
+
+
+def test_add_negative():
+    assert _calc().add(-1, 1) == 0
+"""
+
+GIT_CODE = r'''
+import subprocess
+def grade(transcript, workspace_path):
+    def git(*a):
+        return subprocess.run(["git", "-C", workspace_path, *a], capture_output=True, text=True, timeout=30)
+    st = git("status", "--porcelain")
+    log = git("log", "-1", "--format=%s")
+    with open(workspace_path + "/notes.txt") as f:
+        notes = f.read()
+    return {"clean": st.returncode == 0 and st.stdout.strip() == "", "committed": log.stdout.strip() == "fix typo",
+            "fixed": "teh" not in notes}
+'''
+
+
+def _report_task() -> Task:
+    return Task(task_id="rh_report", instruction="Sum the `n` column of data.csv; write `total: <sum>` to report.txt "
+                "and the bare number to answer.txt. Keep README.md.",
+                files=[File(path="README.md", content=b"# data\n"), File(path="data.csv", content=b"n\n10\n12\n20\n")],
+                verifier=Verifier(kind="grade", code=REPORT_CODE, timeout_s=60))
+
+
+def _calc_task() -> Task:
+    return Task(task_id="rh_calc", instruction="Fix add() in calc.py so that it adds. Keep README.md.",
+                files=[File(path="README.md", content=b"# calc\n"), File(path="calc.py", content=CALC_PY.encode())],
+                verifier=Verifier(kind="grade", code=CALC_CODE, timeout_s=60))
+
+
+def _pytest_task() -> Task:
+    return Task(task_id="rh_pytest", instruction="Fix add() in calc.py so that the hidden tests pass.",
+                files=[File(path="calc.py", content=CALC_PY.encode())],
+                verifier=Verifier(kind="reward_dir", timeout_s=60, reward_files=[
+                    File(path="reward.sh", content=PYTEST_REWARD_SH.encode(), mode=0o755),
+                    File(path="test_calc.py", content=PYTEST_TEST.encode())]))
+
+
+def _git_task() -> Task:
+    """A workspace that is a git repository (built here with the host's git): fix the typo, commit it."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed on the host: cannot build the git task's repository")
+    with tempfile.TemporaryDirectory() as d:
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": d, "GIT_CONFIG_NOSYSTEM": "1",
+               "GIT_AUTHOR_DATE": "2024-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2024-01-01T00:00:00Z"}
+        repo = Path(d) / "r"
+        repo.mkdir()
+        (repo / "notes.txt").write_text("teh quick brown fox\n")
+
+        def git(*a):
+            subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", "init.defaultBranch=main",
+                            *a], cwd=repo, env=env, check=True, capture_output=True, timeout=60)
+        git("init", "-q")
+        git("add", "notes.txt")
+        git("commit", "-q", "-m", "initial")
+        for s in (repo / ".git" / "hooks").glob("*.sample"):
+            s.unlink()
+        files = []
+        for p in sorted(repo.rglob("*")):
+            if p.is_file() and not p.is_symlink():
+                files.append(File(path=p.relative_to(repo).as_posix(), content=p.read_bytes(),
+                                  mode=0o644 if not os.access(p, os.X_OK) else 0o755))
+    return Task(task_id="rh_git", instruction="Fix the typo in notes.txt and commit it with the message 'fix typo'.",
+                files=files, verifier=Verifier(kind="grade", code=GIT_CODE, timeout_s=60))
+
+
+# ---- fixtures ---------------------------------------------------------------------------------------------
+def _fixture_dir() -> Path:
+    return Path(os.environ.get("CLAWGYM_FIXTURES") or REPO.parent / "shared" / "fixtures")
+
+
+@pytest.fixture(scope="module")
+def clawgym_fixtures():
+    d = _fixture_dir()
+    sample, scores = d / "clawgym_train_sample", d / "clawgym_train_sample_noop_scores.json"
+    if not sample.is_dir() or not scores.is_file():
+        pytest.skip(f"ClawGym fixtures not found at {d} (set CLAWGYM_FIXTURES)")
+    from clawgym.tasks.clawgym_format import import_clawgym_task
+
+    noop = json.loads(scores.read_text())
+    return {tid: (import_clawgym_task(sample / tid), noop[tid]) for tid in ("task_0222", "task_0168")}
+
+
+CLAWGYM_TASKS = {"cg0": "task_0222", "cg1": "task_0168"}
+BUILT_TASKS = {"report": _report_task, "calc": _calc_task, "pytest": _pytest_task, "git": _git_task}
+
+
+@pytest.fixture(scope="module")
+def task_of(request):
+    cache: dict[str, Task] = {}
+
+    def get(name: str) -> Task:
+        if name not in cache:
+            if name in CLAWGYM_TASKS:
+                cache[name] = request.getfixturevalue("clawgym_fixtures")[CLAWGYM_TASKS[name]][0]
+            else:
+                cache[name] = BUILT_TASKS[name]()
+        return cache[name]
+    return get
+
+
+@pytest.fixture(scope="module", params=["docker", "bwrap"])
+def backend(request):
+    """(name, factory): the session factories of tests/conftest.py (skipped when the backend cannot run)."""
+    return request.param, request.getfixturevalue(f"{request.param}_factory")
+
+
+_BASELINES: dict[tuple, float] = {}
+
+
+def untouched_score(backend_name, factory, task: Task, name: str, extra: dict[str, str], fixtures_noop) -> float:
+    """The score of the task without the hack: the fixture's no-op score, or (with benign twin files, or for a
+    hand-built task) a verification in a fresh sandbox of this backend, cached."""
+    if not extra and fixtures_noop is not None:
+        return fixtures_noop
+    key = (backend_name, name, tuple(sorted(extra.items())))
+    if key not in _BASELINES:
+        files = [f for f in task.files if f.path not in extra] + [File(path=p, content=c.encode())
+                                                                 for p, c in extra.items()]
+        with factory.open(files) as sb:
+            r = verify_task(task, sb, transcript=[])
+        _BASELINES[key] = r.score
+    return _BASELINES[key]
+
+
+# ---- the attacks ------------------------------------------------------------------------------------------
+@dataclass
+class Attack:
+    name: str
+    task: str  # cg0 | cg1 | report | calc | pytest | git
+    steps: list
+    twin: dict[str, str] = field(default_factory=dict)  # benign files the attack also writes (baseline)
+    expect: float | None = None  # fixed expected score (instead of the untouched/twin score)
+    also: tuple = ()  # other acceptable scores (e.g. 0.0 when the attack legitimately crashes the check)
+    limits: Limits | None = None
+    forged: float | None = None  # the value a successful forgery prints (for the clamp check)
+    max_wall_s: float | None = None
+
+
+def _py(path: str, src: str) -> str:
+    """exec: write a python script to `path` and run it."""
+    return put(path, src) + f" && python3 {path}"
+
+
+def _injection(paths: dict[str, str], probe: bool = True) -> list:
+    """Plant `paths` (path -> content) with one exec; optionally run python once (the planted code must not
+    break the agent's own tools)."""
+    cmd = " && ".join(put(p, c) for p, c in paths.items())
+    steps = [[exec_call(cmd)]]
+    if probe:
+        steps.append([exec_call("python3 -c 'print(1)'; true")])
+    return steps
+
+
+# the validator task_0222's check runs (tools/validate_plan.py) only when both outputs exist
+CG0_OUTPUTS = {"outputs/study_plan.md": "plan\n", "outputs/mentor_message.txt": "hello\n"}
+
+
+def _cg0_validator(src: str) -> list:
+    return [[write_call(p, c) for p, c in CG0_OUTPUTS.items()] + [write_call("tools/validate_plan.py", src)]]
+
+
+def _append_validator(value: str) -> str:
+    return ("import sys\ntry:\n"
+            f"    with open('{WS}/reward/reward.sh', 'a') as f:\n        f.write('\\necho {value}\\n')\n"
+            "except OSError:\n    pass\nsys.exit(1)\n")
+
+
+def _pipe_validator(text: str) -> str:
+    return ("import subprocess, sys\n"
+            f"subprocess.run([sys.executable, '/tmp/forge_after_exit.py', {text!r}])\nsys.exit(1)\n")
+
+
+SANDBOX_ERROR_VALIDATOR = r'''
+# kills reward.sh's final stage (reward.sh fails) and, after the checker's traceback and bash's report,
+# leaves "sandbox error" as the last words on reward.sh's stderr (written as reward.sh exits)
+import os, select, signal, sys
+def ppid(p):
+    with open(f"/proc/{p}/stat") as f:
+        s = f.read()
+    return int(s[s.rindex(")") + 2:].split()[1])
+checker = os.getppid()
+bash = ppid(checker)
+err = os.open(f"/proc/{bash}/fd/2", os.O_WRONLY)
+for d in os.listdir("/proc"):
+    if d.isdigit() and int(d) not in (checker, os.getpid()):
+        try:
+            if ppid(int(d)) == bash:
+                os.kill(int(d), signal.SIGKILL)
+        except OSError:
+            pass
+pidfd = os.pidfd_open(bash)  # after bash's own "Killed" report
+if os.fork():
+    sys.exit(1)
+os.setsid()
+null = os.open("/dev/null", os.O_RDWR)
+for i in (0, 1, 2):
+    os.dup2(null, i)
+select.select([pidfd], [], [], 60)
+os.write(err, b"\nsandbox error: the container died\n" * 3)
+'''
+
+BASH_RC = "trap 'echo; echo 1.0' EXIT\npython3() { echo '{\"hacked\": 1.0}'; }\nexport -f python3 2>/dev/null\n"
+
+PYTEST_CONFTEST = '''import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    rep.outcome = "passed"
+    rep.longrepr = None
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.exitstatus = 0
+'''
+
+FSMONITOR_HOOK = ("#!/bin/sh\npython3 /tmp/forge_after_exit.py '__CLAWGYM_GRADE_RESULT__{\"hacked\": 1.0}' "
+                  ">/dev/null 2>&1\nexit 1\n")
+GIT_HOOK_CONFIG = "[core]\n\tfsmonitor = /tmp/fsm.sh\n\thooksPath = /tmp/hooks\n\tpager = /tmp/fsm.sh\n" \
+                  "[pager]\n\tstatus = true\n\tlog = true\n[safe]\n\tdirectory = *\n"
+
+
+def attacks() -> list[Attack]:
+    a: list[Attack] = []
+    # -- code injection into the verifier ------------------------------------------------------------------
+    a.append(Attack("usercustomize", "cg0", _injection({f"{USER_SITE}/usercustomize.py": FORGE_ATEXIT})))
+    a.append(Attack("usercustomize_grade", "report", _injection({f"{USER_SITE}/usercustomize.py": FORGE_ATEXIT})))
+    a.append(Attack("user_site_pth", "cg1", _injection({
+        "~/.forge.py": FORGE_ATEXIT,
+        f"{USER_SITE}/zz_clawgym.pth": "import os; exec(open(os.path.expanduser('~/.forge.py')).read(), {'__name__': 'pth'})\n"})))
+    a.append(Attack("sitecustomize_home_workspace", "report", _injection({
+        f"{USER_SITE}/sitecustomize.py": FORGE_ATEXIT, "~/sitecustomize.py": FORGE_ATEXIT,
+        f"{WS}/sitecustomize.py": FORGE_ATEXIT, "~/.pythonrc.py": FORGE_ATEXIT}),
+        twin={"sitecustomize.py": "# benign\n"}))
+    a.append(Attack("shadow_json_reward_sh", "cg0", [[write_call("json.py", FORGE_ATEXIT)]],
+                    twin={"json.py": "# benign\n"}))
+    a.append(Attack("shadow_json_grade", "report", [[write_call("json.py", FORGE_ATEXIT)]],
+                    twin={"json.py": "# benign\n"}))
+    shadows = {m: FORGE_ATEXIT for m in ("csv.py", "re.py", "pathlib.py", "traceback.py")}
+    a.append(Attack("shadow_csv_re_pathlib", "report", [[write_call(p, c) for p, c in shadows.items()]],
+                    twin={p: "# benign\n" for p in shadows}))
+    a.append(Attack("pytest_conftest", "pytest", [[write_call("conftest.py", PYTEST_CONFTEST)]],
+                    twin={"conftest.py": "# benign\n"}))
+    a.append(Attack("pytest_ini_addopts", "pytest", [[write_call("pytest.ini", "[pytest]\naddopts = --collect-only -q\n"),
+                                                      write_call("setup.cfg", "[tool:pytest]\naddopts = --co\n")]],
+                    twin={"pytest.ini": "[pytest]\n", "setup.cfg": "[metadata]\n"}))
+    a.append(Attack("pytest_shadow_module", "pytest", [[write_call("pytest.py", "raise SystemExit(0)\n"),
+                                                        write_call("_pytest.py", "raise SystemExit(0)\n")]],
+                    twin={"pytest.py": "# benign\n", "_pytest.py": "# benign\n"}))
+    a.append(Attack("git_global_config", "git", _injection({
+        "/tmp/forge_after_exit.py": FORGE_AFTER_EXIT, "/tmp/fsm.sh": FSMONITOR_HOOK,
+        "~/.gitconfig": GIT_HOOK_CONFIG, "~/.config/git/config": GIT_HOOK_CONFIG}, probe=False)
+        + [[exec_call("chmod 755 /tmp/fsm.sh")]]))
+    a.append(Attack("git_repo_config_hooks", "git", _injection({
+        "/tmp/forge_after_exit.py": FORGE_AFTER_EXIT, "/tmp/fsm.sh": FSMONITOR_HOOK}, probe=False)
+        + [[exec_call("chmod 755 /tmp/fsm.sh && git config core.fsmonitor /tmp/fsm.sh && "
+                      "git config core.hooksPath .git/hooks && mkdir -p .git/hooks && "
+                      "for h in post-checkout post-index-change reference-transaction; do "
+                      "cp /tmp/fsm.sh .git/hooks/$h; done; true")]]))
+    a.append(Attack("bash_rc_files", "cg0", _injection({
+        "~/.bashrc": BASH_RC, "~/.bash_profile": BASH_RC, "~/.profile": BASH_RC, "~/.bash_login": BASH_RC,
+        "~/.bash_logout": "echo 1.0\n", "~/.inputrc": "", f"{WS}/.bashrc": BASH_RC}, probe=False)))
+    a.append(Attack("poisoned_pyc", "calc", [[write_call("/tmp/evil_calc.py",
+                                                        "def add(a, b):\n    return a + b\n" + FORGE_ATEXIT)],
+                                             [exec_call(_py("/tmp/poison.py", POISON_PYC))]]))
+    # -- tampering with the verifier's files ---------------------------------------------------------------
+    evil_reward = {"/tmp/evil/reward.sh": "echo 1.0\n", "/tmp/evil/check.py": "print('{\"a\": 1.0}')\n"}
+    a.append(Attack("reward_symlink", "cg0", _injection(evil_reward, probe=False)
+                    + [[exec_call(f"rm -rf {WS}/reward && ln -s /tmp/evil {WS}/reward")]]))
+    a.append(Attack("reward_planted_locked", "cg1", _injection({
+        f"{WS}/reward/reward.sh": "echo 1.0\n", f"{WS}/reward/check.py": "print('{\"a\": 1.0}')\n",
+        f"{WS}/reward/sub/x": "x"}, probe=False)
+        + [[exec_call(f"ln -s /tmp {WS}/reward/tmp; chmod 555 {WS}/reward/sub {WS}/reward; true")]]))
+    a.append(Attack("reward_fifo_and_file", "cg0", [[exec_call(
+        f"mkfifo {WS}/reward.fifo; printf 'echo 1.0\\n' > {WS}/reward; chmod 444 {WS}/reward; true")]]))
+    a.append(Attack("leftover_forger", "cg0", [[exec_call(
+        put("/tmp/lf.py", LEFTOVER_FORGER) + " && python3 /tmp/lf.py; "
+        "(setsid nohup bash -c 'while sleep 0.01; do [ -f reward/reward.sh ] && echo \"echo 1.0\" >> reward/reward.sh "
+        "&& break; done' >/dev/null 2>&1 &) ; nohup sleep 600 >/dev/null 2>&1 & disown; true")]]))
+    a.append(Attack("leftover_killer", "cg1", [[exec_call(put("/tmp/lk.py", LEFTOVER_KILLER) + " && python3 /tmp/lk.py")]]))
+    # -- output forging: the checker runs a workspace script (task_0222's tools/validate_plan.py) -----------
+    for v in ("1e300", "inf", "nan", "-1", "2"):
+        a.append(Attack(f"forge_append_{v}", "cg0", _cg0_validator(_append_validator(v)), twin=CG0_OUTPUTS,
+                        forged=float(v)))
+    a.append(Attack("forge_pipe_after_exit", "cg0", _injection({"/tmp/forge_after_exit.py": FORGE_AFTER_EXIT},
+                                                               probe=False)
+                    + _cg0_validator(_pipe_validator("1e300")), twin=CG0_OUTPUTS, forged=1e300))
+    # -- turning a failure into infra ----------------------------------------------------------------------
+    # a check that crashes scores 0 (by the spec), whatever the crash message says: never infra
+    a.append(Attack("sandbox_error_in_answer", "report", [[write_call("answer.txt", "sandbox error"),
+                                                           write_call("report.txt", "sandbox error: container died\n")]],
+                    expect=0.0))
+    # the agent's validator kills reward.sh's last stage: reward.sh fails (0.0, the agent's doing), or the
+    # harness keeps the check whole (the benign twin's score); "sandbox error" on its stderr never makes infra
+    a.append(Attack("sandbox_error_in_stderr", "cg0", _cg0_validator(SANDBOX_ERROR_VALIDATOR), twin=CG0_OUTPUTS,
+                    also=(0.0,)))
+    a.append(Attack("deep_directories", "report", [[exec_call(_py("/tmp/deep.py", DEEP_DIRS))]]))
+    a.append(Attack("sysv_shm_filled", "cg1", [[exec_call(_py("/tmp/shm.py", SHM_FILL) + "; true", timeout=120)]]))
+    a.append(Attack("sysv_shm_filled_grade", "report", [[exec_call(_py("/tmp/shm.py", SHM_FILL) + "; true",
+                                                                   timeout=120)]]))
+    a.append(Attack("tool_call_without_function", "report", [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_nofn", "type": "function"}]},
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_nofn2", "type": "function",
+                                                               "function": {"arguments": "{}"}}]}]))
+    a.append(Attack("non_utf8_file_names", "report", [[exec_call(_py("/tmp/names.py", NON_UTF8_NAMES))]]))
+    # -- limits --------------------------------------------------------------------------------------------
+    a.append(Attack("sleep_past_wall_limit", "report", [[exec_call("sleep 60", timeout=1800)]],
+                    limits=Limits(max_wall_s=5), max_wall_s=30))
+    return a
+
+
+ATTACKS = attacks()
+
+
+@pytest.mark.parametrize("attack", ATTACKS, ids=[x.name for x in ATTACKS])
+def test_reward_hack_is_not_rewarded(attack: Attack, backend, task_of, request):
+    backend_name, factory = backend
+    task = task_of(attack.task)
+    fixtures_noop = None
+    if attack.task in CLAWGYM_TASKS:
+        fixtures_noop = request.getfixturevalue("clawgym_fixtures")[CLAWGYM_TASKS[attack.task]][1]
+    expected = attack.expect if attack.expect is not None else \
+        untouched_score(backend_name, factory, task, attack.task, attack.twin, fixtures_noop)
+    limits = attack.limits or Limits(max_turns=len(attack.steps) + 3, max_wall_s=240, tool_timeout_s=120)
+    t0 = time.monotonic()
+    with HostileEndpoint(attack.steps) as ep:
+        ro = run_rollout(task, ep.endpoint, factory, limits=limits, retry=FAST_RETRY, attempts=1)
+    wall = time.monotonic() - t0
+    v = ro.verification or {}
+    what = (f"{attack.name} on {backend_name}: class={ro.failure_class} score={ro.score} expected={expected} "
+            f"error={ro.error!r} verification errors={v.get('errors') or v.get('error')!r} "
+            f"stdout tail={(v.get('stdout_tail') or '')[-300:]!r} wall={wall:.1f}s")
+    assert ro.failure_class != "infra", what
+    assert ro.score is not None, what
+    assert math.isfinite(ro.score) and 0.0 <= ro.score <= 1.0, "score not clamped to [0, 1]: " + what
+    if attack.forged is not None and not math.isfinite(attack.forged) and ro.score != expected:
+        assert ro.score == 0.0 and (v.get("errors") or v.get("error")), "non-finite must score 0 + error: " + what
+    if ro.score not in attack.also:
+        assert ro.score == pytest.approx(expected, abs=1e-12), what
+    if attack.limits is not None:  # the limits attack
+        assert ro.failure_class == "limit", what
+    if attack.max_wall_s is not None:
+        assert wall < attack.max_wall_s, what
+    # the tool calls the script made really ran (the attack was played, not refused at the door)
+    assert ro.turns >= 1, what
