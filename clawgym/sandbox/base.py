@@ -35,6 +35,11 @@ class SandboxConfig:
     extra_ro_binds: list[tuple[str, str]] = field(default_factory=list)  # (host path, sandbox path)
     env: dict[str, str] = field(default_factory=dict)
     default_timeout_s: float = 60.0
+    # kernel.shm_rmid_forced in the sandbox's IPC namespace (docker, bwrap server mode): a SysV shared memory
+    # segment is destroyed as soon as no process has it attached, so the agent cannot fill the memory cgroup
+    # with shared memory that outlives its processes (and get the exec server OOM-killed). False: segments
+    # persist until quiesce()/reset (only for tests of that cleanup).
+    shm_rmid_forced: bool = True
 
 
 @dataclass

@@ -240,7 +240,8 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         # that use it (so killing them frees the cgroup); quiesce() frees the rest from the host
         for pid in self._keep:
             nsipc.set_oom_score_adj(pid, -1000)
-        nsipc.force_shm_rmid(child)
+        if self.config.shm_rmid_forced:
+            nsipc.force_shm_rmid(child)
 
     def _stop_server(self) -> None:
         p, self._proc = self._proc, None

@@ -119,6 +119,7 @@ class _Slot:
         self.uses = 0
         self.suspect = False  # restarted / reset failed: destroy instead of reuse
         self.base_env: dict[str, str] = {}
+        self.shm_rmid_forced = True  # set kernel.shm_rmid_forced in the container's IPC namespace (locate())
 
     @property
     def sock(self) -> str | None:
@@ -182,7 +183,7 @@ class _Slot:
                 # where the host may lower it; SysV shm cannot outlive its processes
                 for pid in self.keep:
                     nsipc.set_oom_score_adj(pid, -1000)
-                if os.geteuid() == 0:
+                if os.geteuid() == 0 and self.shm_rmid_forced:
                     nsipc.force_shm_rmid(init)
         except (OSError, ValueError, KeyError) as e:
             log.debug("cannot locate container %s processes from the host: %s", self.id[:12], e)
@@ -648,6 +649,7 @@ class DockerFactory(SandboxFactory):
                 raise SandboxError(f"could not start a sandbox container: {e}") from e
             raise
         slot = _Slot(cont.id, state, ctl)
+        slot.shm_rmid_forced = bool(c.shm_rmid_forced)
         try:
             # without root on the host the fast path is off anyway (no sweep): do not wait for it
             if os.geteuid() == 0 and self.use_execd and not slot.wait_server(10.0):
