@@ -91,7 +91,9 @@ class SandboxEnv:
         self.calls.append({"name": name, "arguments": args})
         if self.sandbox is None:
             return "error: no sandbox"
-        res = execute_tool(self.sandbox, name, args)
+        from clawgym.agent.loop import Limits
+
+        res = execute_tool(self.sandbox, name, args, max_timeout_s=Limits().tool_timeout_s)
         return ("ERROR: " if res.is_error else "") + res.content
 
     def read(self, path: str) -> str:
