@@ -209,7 +209,9 @@ STATE_CHECK = ("ls -A /tmp /dev/shm /dev/mqueue ~ | tr '\\n' ' '; echo; tail -n 
 def test_bwrap_server_pool_recycles_clean_sandboxes(bwrap_factory):
     """Server mode: sandboxes are started ahead (open is fast); the exec server survives kill -9 from
     inside; a closed sandbox is reset and reused, and nothing of the previous task is left in it."""
-    with get_factory("bwrap", SandboxConfig(memory_mb=256, pids=64, disk_mb=16), pool_size=1, max_idle=2) as f:
+    # shm_rmid_forced off: the SysV segment outlives its process, so the reset must be what removes it
+    with get_factory("bwrap", SandboxConfig(memory_mb=256, pids=64, disk_mb=16, shm_rmid_forced=False), pool_size=1,
+                     max_idle=2) as f:
         if not f.server:
             pytest.skip("server mode needs root and cgroups (the per-exec fallback is tested everywhere)")
         assert f.warm(60)

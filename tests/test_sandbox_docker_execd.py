@@ -32,6 +32,18 @@ def dfactory(docker_factory):
     f.close()
 
 
+@pytest.fixture
+def dfactory_keep_shm(docker_factory):
+    """Like dfactory, with kernel.shm_rmid_forced off: SysV segments outlive their processes, so the reset
+    (not the kernel) must be what removes them."""
+    from clawgym.sandbox.docker_backend import DockerFactory
+
+    f = DockerFactory(SandboxConfig(**CFG, shm_rmid_forced=False), pool_size=0, max_idle=2,
+                      client=docker_factory.client)
+    yield f
+    f.close()
+
+
 def _via(s) -> str:
     """How a command of sandbox s runs: "docker" (`docker exec`: parent pid 0 in the container's
     pid namespace) or "server" (a child of the exec server's handler)."""
@@ -120,13 +132,13 @@ def test_sandbox_user_cannot_reach_or_signal_the_server(dfactory):
         assert _via(s) == "server"
 
 
-def test_reused_container_keeps_nothing_from_the_previous_sandbox(dfactory, tmp_path):
+def test_reused_container_keeps_nothing_from_the_previous_sandbox(dfactory_keep_shm, tmp_path):
     victim = tmp_path / "victim"
     victim.mkdir()
     (victim / "precious.txt").write_text("host data")
     marker = f"{7000 + uuid.uuid4().int % 2999}.{uuid.uuid4().int % 961}"
-    dfactory.settle()
-    a = dfactory.open([File(path="task.txt", content=b"a")])
+    dfactory_keep_shm.settle()
+    a = dfactory_keep_shm.open([File(path="task.txt", content=b"a")])
     cid = a.container_id
     a.kill_background = False  # leave the background process running until close
     r = a.exec(
@@ -143,12 +155,12 @@ def test_reused_container_keeps_nothing_from_the_previous_sandbox(dfactory, tmp_
     assert r.stdout.split()[-1] == "4"  # two shm segments, a semaphore set, a message queue
     assert host_procs_with(f"sleep\0{marker}")
     a.close()
-    assert dfactory.settle(30)
-    assert cid in [c for c, _ in dfactory.idle()]
+    assert dfactory_keep_shm.settle(30)
+    assert cid in [c for c, _ in dfactory_keep_shm.idle()]
     assert wait_gone(f"sleep\0{marker}") == []
     assert (victim / "precious.txt").read_text() == "host data"  # symlinks were not followed
 
-    b = dfactory.open([File(path="task.txt", content=b"b")])
+    b = dfactory_keep_shm.open([File(path="task.txt", content=b"b")])
     try:
         assert b.container_id == cid  # the same container, reset
         assert b.list_files() == ["task.txt"]
@@ -161,7 +173,7 @@ def test_reused_container_keeps_nothing_from_the_previous_sandbox(dfactory, tmp_
         assert b.read_file("task.txt") == b"b"
     finally:
         b.close()
-    assert dfactory.settle(30)
+    assert dfactory_keep_shm.settle(30)
 
 
 def test_suspect_containers_are_destroyed_not_reused(dfactory):
