@@ -9,7 +9,7 @@ import pytest
 
 from clawgym.tasks import TaskError, import_any
 from clawgym.tasks.pinchbench import (
-    export_pinchbench_task, import_pinchbench_file, import_pinchbench_folder, parse_rubric_section,
+    ADAPTER_MARK, export_pinchbench_task, import_pinchbench_file, import_pinchbench_folder, parse_rubric_section,
 )
 from clawgym.verify import verify_task
 from test_verify_runtime import TmpSandbox  # tests/ is on sys.path (pytest prepend import mode)
@@ -180,6 +180,7 @@ def test_round_trip_verbatim_and_generated(suite, tmp_path):
     # an edited task is rendered fresh and still re-imports to the same task
     t = rep.tasks[1].model_copy(update={"instruction": "Summarise it differently."})
     p = export_pinchbench_task(t, tmp_path / "gen" / "x.md")
+    assert ADAPTER_MARK not in p.read_text()  # PinchBench's own check code, without our transcript adapter
     back = import_pinchbench_file(p)
     assert back.model_dump(exclude={"source", "suite"}) == t.model_dump(exclude={"source", "suite"})
 

@@ -18,11 +18,31 @@
 
 Byte-exact round trip: the raw file text is kept in Task.source["raw"]; export writes it back verbatim
 when it still parses to the same task, otherwise the file is generated from the task.
+
+Transcripts: PinchBench's grade() reads OpenClaw's session transcript (the agent's
+~/.openclaw/agents/<id>/sessions/<session>.jsonl, one parsed JSON object per line; pinchbench/skill
+scripts/lib_agent.py `_load_transcript`), not OpenAI chat messages:
+
+    {"type": "message", "message": {"role": "assistant", "content": [
+        {"type": "text", "text": "..."},
+        {"type": "toolCall", "id": "call_1", "name": "exec", "arguments": {"command": "ls"}}]}}
+    {"type": "message", "message": {"role": "toolResult", "toolCallId": "call_1", "toolName": "exec",
+                                    "content": [{"type": "text", "text": "..."}], "isError": false}}
+
+(newer graders also read the run's trajectory events, `model.completed` / `trace.artifacts` with
+`data.assistantTexts`). So the importer appends grade_adapter() (a stdlib-only copy of
+`to_openclaw_transcript`, taken from this module's source) to the check code: it rebinds grade() so that an
+OpenAI-style transcript -- what our verifier passes -- is converted first, and an OpenClaw one is passed
+through unchanged. Export removes the adapter again (everything from its marker line on), so exported files
+hold PinchBench's own code.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +180,192 @@ def _workspace_files(fm: dict, file: str, md_path: Path, assets_dir: Path | None
     return out
 
 
+# ------------------------------------------------------------- transcripts (OpenAI -> OpenClaw) ----
+def to_openclaw_transcript(messages) -> "list[dict]":
+    """OpenAI-style chat messages -> OpenClaw session transcript entries, as PinchBench's grade() reads them.
+
+    Stdlib only and self-contained (no module globals): its source is what runs inside the sandbox (see
+    grade_adapter()), on whatever python3 the sandbox has.
+
+    - a session header, then one {"type": "message", "id", "parentId", "message": {...}} entry per message, in
+      order. system (and developer) messages are left out: OpenClaw does not write the system prompt to
+      the session transcript.
+    - user -> {"role": "user", "content": [{"type": "text", "text"}]}.
+    - assistant -> {"role": "assistant", "content": [thinking?, text?, toolCall...], "stopReason"}: reasoning
+      (reasoning_content / reasoning) -> {"type": "thinking", "thinking"}; each tool call ->
+      {"type": "toolCall", "id", "name", "arguments": <parsed JSON object>}. Arguments that are not a JSON
+      object keep their raw text in "rawArguments" with "arguments": {} (pi-ai's parseStreamingJson, which
+      OpenClaw uses, yields {} for those too -- it does not repair truncated JSON here; graders call
+      arguments.get(...)).
+    - tool -> {"role": "toolResult", "toolCallId", "toolName" (from the call with that id), "content":
+      [{"type": "text", "text"}], "isError"}.
+    - then, per run (a user message and what follows it), the trajectory events newer graders read:
+      {"type": "model.completed", "data": {"assistantTexts"}} and {"type": "trace.artifacts", "data":
+      {"assistantTexts", "toolMetas": [{"toolName"}]}}.
+
+    Entries that are already OpenClaw-shaped (no top-level "role") pass through in place; a transcript with no
+    OpenAI-style message at all is returned unchanged (a copy), so the conversion is idempotent. Anything
+    that is not a list is returned as it is."""
+    import json
+
+    if not isinstance(messages, list):
+        return messages
+
+    def is_chat(e):
+        return isinstance(e, dict) and isinstance(e.get("role"), str) and "message" not in e
+
+    if not any(is_chat(e) for e in messages):
+        return list(messages)
+
+    def text_items(content, keep_empty):
+        if content is None:
+            items = []
+        elif isinstance(content, str):
+            items = [{"type": "text", "text": content}]
+        elif isinstance(content, list):
+            items = []
+            for p in content:
+                if isinstance(p, str):
+                    items.append({"type": "text", "text": p})
+                elif isinstance(p, dict) and p.get("type") in ("text", "input_text", "output_text"):
+                    t = p.get("text")
+                    t = t if isinstance(t, str) else ("" if t is None else str(t))
+                    items.append({"type": "text", "text": t})
+                else:
+                    items.append(p)  # images and other parts: kept as they are
+        else:
+            items = [{"type": "text", "text": str(content)}]
+        if not keep_empty:
+            items = [i for i in items if not (isinstance(i, dict) and i.get("type") == "text" and not i.get("text"))]
+        elif not items:
+            items = [{"type": "text", "text": ""}]
+        return items
+
+    def parse_args(raw):
+        """(arguments, raw text or None): a JSON object parsed, anything else {} plus its raw text."""
+        if isinstance(raw, dict):
+            return raw, None
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            return {}, None
+        if isinstance(raw, str):
+            try:
+                v = json.loads(raw)
+            except (ValueError, RecursionError):
+                v = None
+            if isinstance(v, dict):
+                return v, None
+            return {}, raw
+        try:
+            return {}, json.dumps(raw, ensure_ascii=False, default=str)
+        except (TypeError, ValueError):
+            return {}, str(raw)
+
+    out = [{"type": "session", "version": 3, "id": "clawgym"}]
+    runs = [{"texts": [], "tools": []}]
+    call_names = {}
+    parent = None
+    n = 0
+    for e in messages:
+        if not is_chat(e):
+            out.append(e)
+            continue
+        role = e.get("role")
+        if role in ("system", "developer"):
+            continue
+        if role == "user":
+            if runs[-1]["texts"] or runs[-1]["tools"]:
+                runs.append({"texts": [], "tools": []})
+            msg = {"role": "user", "content": text_items(e.get("content"), True)}
+        elif role == "assistant":
+            items = []
+            reasoning = e.get("reasoning_content") or e.get("reasoning")
+            if isinstance(reasoning, str) and reasoning.strip():
+                items.append({"type": "thinking", "thinking": reasoning})
+            texts = text_items(e.get("content"), False)
+            items.extend(texts)
+            said = "".join(i.get("text", "") for i in texts if isinstance(i, dict) and i.get("type") == "text")
+            if said.strip():
+                runs[-1]["texts"].append(said)
+            calls = e.get("tool_calls")
+            if isinstance(calls, dict):
+                calls = [calls]
+            for tc in calls if isinstance(calls, list) else []:
+                tc = tc if isinstance(tc, dict) else {}
+                fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+                name = fn.get("name") if isinstance(fn.get("name"), str) else ""
+                cid = tc.get("id") if isinstance(tc.get("id"), str) else ""
+                args, raw = parse_args(fn.get("arguments"))
+                item = {"type": "toolCall", "id": cid, "name": name, "arguments": args}
+                if raw is not None:
+                    item["rawArguments"] = raw
+                items.append(item)
+                call_names[cid] = name
+                runs[-1]["tools"].append({"toolName": name})
+            msg = {"role": "assistant", "content": items,
+                   "stopReason": "toolUse" if any(i.get("type") == "toolCall" for i in items
+                                                  if isinstance(i, dict)) else "stop"}
+        elif role in ("tool", "function"):
+            cid = e.get("tool_call_id") if isinstance(e.get("tool_call_id"), str) else ""
+            name = call_names.get(cid) or (e.get("name") if isinstance(e.get("name"), str) else "")
+            msg = {"role": "toolResult", "toolCallId": cid, "toolName": name,
+                   "content": text_items(e.get("content"), True),
+                   "isError": bool(e.get("is_error") or e.get("isError"))}
+        else:
+            msg = {"role": role, "content": text_items(e.get("content"), True)}
+        n += 1
+        eid = "%08x" % n
+        out.append({"type": "message", "id": eid, "parentId": parent, "message": msg})
+        parent = eid
+    for i, r in enumerate(runs):
+        if not r["texts"] and not r["tools"]:
+            continue
+        rid = "clawgym-run-%d" % (i + 1)
+        out.append({"type": "model.completed", "runId": rid, "data": {"assistantTexts": list(r["texts"])}})
+        out.append({"type": "trace.artifacts", "runId": rid,
+                    "data": {"assistantTexts": list(r["texts"]), "toolMetas": list(r["tools"])}})
+    return out
+
+
+ADAPTER_MARK = "# --- clawgym: OpenClaw transcript adapter (added on import, removed on export) ---"
+
+_ADAPTER_TAIL = """
+
+def _clawgym_adapt_grade(fn):
+    def grade(transcript, workspace_path, *args, **kwargs):
+        return fn(_clawgym_to_openclaw_transcript(transcript), workspace_path, *args, **kwargs)
+    grade.__doc__ = getattr(fn, "__doc__", None)
+    grade.__wrapped__ = fn
+    return grade
+
+
+if callable(globals().get("grade")):
+    grade = _clawgym_adapt_grade(grade)
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def grade_adapter() -> str:
+    """The code appended to PinchBench check code: ADAPTER_MARK, to_openclaw_transcript's own source (renamed
+    _clawgym_to_openclaw_transcript) and the rebinding of grade(). One source of truth: the function above."""
+    src = textwrap.dedent(inspect.getsource(to_openclaw_transcript))
+    src = src.replace("def to_openclaw_transcript(", "def _clawgym_to_openclaw_transcript(", 1)
+    return ADAPTER_MARK + "\n" + src.rstrip("\n") + "\n" + _ADAPTER_TAIL
+
+
+def strip_grade_adapter(code: str) -> str:
+    """PinchBench's own check code: the adapter (from the newline before its marker line on) removed."""
+    i = code.rfind("\n" + ADAPTER_MARK + "\n")
+    return code if i < 0 else code[:i]
+
+
+def add_grade_adapter(code: str) -> str:
+    """Check code with the current adapter appended after one blank line; an adapter already there (maybe an
+    older version) is replaced, never doubled. strip_grade_adapter(add_grade_adapter(c)) == c when c ends
+    with a newline (extract_python's code always does)."""
+    base = strip_grade_adapter(code)
+    return (base if base.endswith("\n") else base + "\n") + "\n" + grade_adapter()
+
+
 def parse_pinchbench_text(text: str, file: str, md_path: Path, assets_dir: Path | None = None,
                           suite: str | None = None) -> Task:
     fm_text, body = split_front_matter(text, file)
@@ -230,7 +436,8 @@ def parse_pinchbench_text(text: str, file: str, md_path: Path, assets_dir: Path 
         task_id=fm["id"], suite=suite or md_path.parent.name or "pinchbench", split="bench", route="imported",
         family="pinchbench", category=cat, subcategory=raw_cat,
         instruction=instruction, files=files, timeout_s=float(timeout),
-        verifier=Verifier(kind="none" if gt == "llm_judge" else "grade", code=code, rubric=rubric,
+        verifier=Verifier(kind="none" if gt == "llm_judge" else "grade",
+                          code=add_grade_adapter(code) if code else None, rubric=rubric,
                           code_weight=cw, rubric_weight=rw),
         source={"format": FORMAT, "filename": md_path.name, "raw": text, "name": fm.get("name", ""),
                 "grading_type": gt,
@@ -321,7 +528,7 @@ def render_pinchbench(task: Task) -> str:
              f"## Expected Behavior\n\n{secs.get('Expected Behavior', '') or 'See the prompt.'}\n",
              f"## Grading Criteria\n\n{secs.get('Grading Criteria', '') or '- [ ] The task is completed as asked'}\n"]
     if v.kind == "grade":
-        parts.append(f"## Automated Checks\n\n```python\n{(v.code or '').rstrip()}\n```\n")
+        parts.append(f"## Automated Checks\n\n```python\n{strip_grade_adapter(v.code or '').rstrip()}\n```\n")
     if v.rubric:
         parts.append(f"## LLM Judge Rubric\n\n{_render_rubric(v.rubric)}\n")
     return "\n".join(parts)
