@@ -33,6 +33,7 @@ from clawgym.tasks.model import Task
 from clawgym.verify.guard import SIDE, Prepared, UnsafeWorkspace, prepare_for_verification, seal_reward
 from clawgym.verify.judge import Judge, JudgeError, OfflineJudge, RubricContext, RuleInput, make_judge
 from clawgym.verify.result import VerificationResult
+from clawgym.verify.scoring import mean_of_checks  # noqa: F401  (public here too)
 
 REWARD_DIR = "reward"
 RESULT_MARK = "__CLAWGYM_GRADE_RESULT__"
@@ -44,27 +45,6 @@ GRADE_DRIVER = (SIDE / "grade_driver.py").read_text()
 
 def _tail(s: str) -> str:
     return s[-TAIL:] if s else ""
-
-
-def mean_of_checks(data: Any) -> tuple[float, dict[str, float]]:
-    """ClawGym's reduction: a dict's values averaged (bools 1/0), or a bare number. Raises ValueError."""
-    if isinstance(data, bool):
-        return float(data), {"value": float(data)}
-    if isinstance(data, (int, float)):
-        return float(data), {"value": float(data)}
-    if not isinstance(data, dict):
-        raise ValueError(f"grade() returned {type(data).__name__}, expected dict[str, float]")
-    if not data:
-        raise ValueError("grade() returned an empty dict")
-    subs: dict[str, float] = {}
-    for k, v in data.items():
-        if isinstance(v, bool):
-            subs[str(k)] = 1.0 if v else 0.0
-        elif isinstance(v, (int, float)) and math.isfinite(v):
-            subs[str(k)] = float(v)
-        else:
-            raise ValueError(f"check {k!r} has non-numeric value {v!r}")
-    return sum(subs.values()) / len(subs), subs
 
 
 def parse_last_float(stdout: str) -> float:
