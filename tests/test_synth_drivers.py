@@ -1,0 +1,132 @@
+"""The gates' in-sandbox programs (clawgym.synth.drivers): real modules that travel as files, stdlib only, and
+apply references / reduce scores with the very code the agent tools and the verifier runtime use."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+
+import pytest
+
+from clawgym.synth.drivers import bundle
+from clawgym.synth.gates import _b64, _run_driver, validate_many, validate_task
+from clawgym.tasks.model import File, Task, ToolCall
+
+PATCH = """*** Begin Patch
+*** Update File: src/app.py
+@@
+-x = 1
++x = 2
+*** Add File: docs/new.md
++# New
+*** Delete File: old.txt
+*** End Patch"""
+
+CALLS = [
+    {"name": "edit", "arguments": {"path": "notes.txt", "edits": [{"oldText": "alpha", "newText": "ALPHA"},
+                                                                   {"oldText": "gamma", "newText": "GAMMA"}]}},
+    {"name": "edit", "arguments": {"path": "dup.txt", "oldText": "a", "newText": "b"}},  # not unique: error
+    {"name": "apply_patch", "arguments": {"input": PATCH}},
+    {"name": "write", "arguments": {"path": "output/data.json", "content": {"k": [1, 2]}}},  # dict content
+    {"name": "write", "arguments": {"path": "../escape.txt", "content": "x"}},  # refused
+    {"name": "exec", "arguments": {"command": "cat notes.txt > output/copy.txt; exit 3"}},
+    {"name": "read", "arguments": {"path": "missing.txt"}},
+    {"name": "ls", "arguments": {"path": "src"}},
+]
+FILES = {"notes.txt": b"alpha\nbeta\ngamma\n", "dup.txt": b"a a\n", "old.txt": b"bye\n",
+         "src/app.py": b"def greet():\n    print('Hi')\n\nx = 1\n"}
+
+
+def test_bundle_is_a_stdlib_only_package_tree(tmp_path):
+    files = bundle()
+    assert {"launch.py", "clawgym/__init__.py", "clawgym/agent/toolcore.py", "clawgym/verify/scoring.py",
+            "clawgym/synth/drivers/replay.py", "clawgym/synth/drivers/grade.py",
+            "clawgym/synth/drivers/forkserver.py"} <= set(files)
+    assert all(files[p] == b"" for p in files if p.endswith("__init__.py"))  # stubs, not the host's packages
+    for rel, data in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(data)
+    # an isolated interpreter (-I -S: no site-packages, no cwd on the path) imports every driver from the bundle alone
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import clawgym.synth.drivers.replay, "
+            "clawgym.synth.drivers.grade, launch; "
+            "extra = {m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) - {'clawgym', 'launch', '__main__'}; "
+            "print(sorted(extra)); print(clawgym.__file__)")
+    r = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    extra, origin = r.stdout.splitlines()
+    assert extra == "[]" and origin.startswith(str(tmp_path))
+
+
+def test_replay_driver_applies_references_like_the_agent_tools(tmp_path):
+    """In-process on the host: the replay driver's result equals apply_reference on a sandbox, error lines
+    included (OpenClaw's edits[] form, apply_patch, dict content, refused paths, failing exec)."""
+    from clawgym.agent.toolcore import replay_errors
+    from clawgym.agent.tools import apply_reference
+    from clawgym.sandbox import get_factory
+    from clawgym.synth.drivers.replay import replay_task
+
+    r = replay_task(str(tmp_path / "w"), _b64(FILES), CALLS)
+    got = {p: (base64.b64decode(b) if b is not None else None) for p, b in r["overlay"].items()}
+    assert got == {"notes.txt": b"ALPHA\nbeta\nGAMMA\n", "src/app.py": b"def greet():\n    print('Hi')\n\nx = 2\n",
+                   "docs/new.md": b"# New\n", "old.txt": None, "output/data.json": b'{\n  "k": [\n    1,\n    2\n  ]\n}',
+                   "output/copy.txt": b"ALPHA\nbeta\nGAMMA\n"}
+    assert len(r["errors"]) == 4 and all(e.startswith("reference: ") for e in r["errors"])
+    assert "2 occurrences" in r["errors"][0] and "escapes the workspace" in r["errors"][1]
+    assert "exited with code 3" in r["errors"][2] and "missing.txt" in r["errors"][3]
+    fac = get_factory("local")
+    try:
+        with fac.open([File(path=p, content=b) for p, b in FILES.items()]) as sb:
+            errors = replay_errors(apply_reference(sb, CALLS))
+            after = sb.snapshot()
+    finally:
+        fac.close()
+    want = {p: b for p, b in after.items() if FILES.get(p) != b}
+    want.update({p: None for p in FILES if p not in after})
+    assert got == want
+    # same failures; the messages may name the sandbox's own paths
+    assert [e.split(":")[0:2] for e in errors] == [e.split(":")[0:2] for e in r["errors"]]
+
+
+def test_grade_driver_reduces_with_mean_of_checks():
+    """The grade driver's score is clawgym.verify.runtime.mean_of_checks' (bools 1/0, a bare number, non-finite
+    or empty results are errors scored 0)."""
+    from clawgym.verify.runtime import mean_of_checks
+
+    results = {"dict": "{'a': True, 'b': 0.5}", "number": "0.25", "nan": "{'a': float('nan')}", "empty": "{}"}
+    jobs = [{"code": f"def grade(transcript, workspace_path):\n    return {expr}\n", "timeout": 30, "files": {},
+             "variants": {"v": {}}} for expr in results.values()]
+    out = _run_driver(None, "grade", {"tasks": jobs, "forkserver": False}, 60)
+    got = dict(zip(results, (o["v"] for o in out)))
+    assert got["dict"] == {"score": 0.75, "subs": {"a": 1.0, "b": 0.5}}
+    assert (got["dict"]["score"], got["dict"]["subs"]) == mean_of_checks({"a": True, "b": 0.5})
+    assert got["number"] == {"score": 0.25, "subs": {"value": 0.25}}
+    assert got["nan"]["score"] == 0.0 and "non-numeric value nan" in got["nan"]["error"]
+    assert got["empty"]["score"] == 0.0 and "empty dict" in got["empty"]["error"]
+
+
+def test_unknown_driver_is_refused():
+    with pytest.raises(ValueError, match="unknown driver"):
+        _run_driver(None, "nope", {}, 10)
+
+
+def test_batched_gates_agree_with_validate_task_on_every_tool_form(any_isolating_factory):
+    """A reference using edits[], apply_patch and exec: the batch path (replay driver in the sandbox) and the
+    official path (apply_reference + verify_task) give the same scores and the same reference errors."""
+    code = ("import os\n"
+            "def grade(transcript, workspace_path):\n"
+            "    r = lambda p: open(os.path.join(workspace_path, p)).read() if os.path.exists(os.path.join(workspace_path, p)) else ''\n"
+            "    return {'notes': r('notes.txt') == 'ALPHA\\nbeta\\nGAMMA\\n', 'patched': 'x = 2' in r('src/app.py'),\n"
+            "            'copy': r('output/copy.txt') == r('notes.txt') != ''}\n")
+    t = Task(task_id="tool-forms", route="persona", category="analysis_reasoning", instruction="x",
+             files=[{"path": p, "content": b} for p, b in FILES.items()], verifier={"kind": "grade", "code": code},
+             reference=[ToolCall(**c) for c in CALLS], source={"outputs": ["output/copy.txt"]})
+    [fast] = validate_many([t], any_isolating_factory)
+    slow = validate_task(t, any_isolating_factory)
+    assert fast.oracle_score == slow.oracle_score == 1.0 and fast.noop_score == slow.noop_score == 0.0
+    assert (fast.mutation_scores, fast.oracle_checks, fast.passed, fast.reason) == \
+        (slow.mutation_scores, slow.oracle_checks, slow.passed, slow.reason)
+    ref = lambda v: [e.split(":")[0:2] for e in v.errors if e.startswith("reference: ")]  # noqa: E731
+    assert ref(fast) == ref(slow) and len(ref(fast)) == 4
+    assert json.dumps(fast.to_dict(), default=str)  # serialisable as before
