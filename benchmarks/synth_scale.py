@@ -29,11 +29,13 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=100)
     ap.add_argument("--no-forkserver", action="store_true", help="replay python3 runs as real processes (before/after)")
     ap.add_argument("--no-validate", action="store_true", help="generate + dedupe + split only (their scaling)")
+    ap.add_argument("--embed-cache", default=os.environ.get("CLAWGYM_EMBED_CACHE"),
+                    help="MiniLM embedding cache (.npz; '' = none; default $CLAWGYM_EMBED_CACHE or "
+                         "<repo>/data/cache/minilm_embeddings.npz)")
     a = ap.parse_args()
-    if a.no_forkserver:
-        os.environ["CLAWGYM_FORKSERVER"] = "0"
 
     from clawgym.sandbox.base import SandboxConfig
+    from clawgym.synth.embed import DEFAULT_CACHE_PATH, minilm_embedder
     from clawgym.synth.families import all_families
     from clawgym.synth.personas import expand_personas
     from clawgym.synth.pipeline import synthesize
@@ -50,7 +52,8 @@ def main() -> None:
     r0s, r0c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     res = synthesize(a.n, seed=a.seed, factory=factory, personas=expand_personas(), workers=a.workers, chunk=a.chunk,
-                     validate=not a.no_validate)
+                     validate=not a.no_validate, forkserver=not a.no_forkserver,
+                     embed=minilm_embedder(DEFAULT_CACHE_PATH if a.embed_cache is None else a.embed_cache))
     wall = time.perf_counter() - t0
     r1s, r1c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_self = (r1s.ru_utime + r1s.ru_stime) - (r0s.ru_utime + r0s.ru_stime)

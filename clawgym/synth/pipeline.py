@@ -32,16 +32,18 @@ class SynthResult:
 def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] | None = None,
                personas: list[Any] | None = None, workers: int = 1, chunk: int = 100,
                held_out_per_category: int = 1, dedupe_threshold: float = 0.90, embed: Any = None,
-               extra_tasks: list[Task] | None = None, validate: bool = True) -> SynthResult:
+               extra_tasks: list[Task] | None = None, validate: bool = True, forkserver: bool = True) -> SynthResult:
     """n procedural tasks (+ `extra_tasks`, e.g. from the LLM route, which must carry their own verifiers)
-    through the gates, dedupe and the held-out-family split. factory=None validates on the host (dev only)."""
+    through the gates, dedupe and the held-out-family split. factory=None validates on the host (dev only).
+    forkserver=False replays/grades with real python3 processes only (same results, slower)."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     tasks = generate_procedural(n, seed=seed, families=families, personas=personas) + list(extra_tasks or [])
     timings["generate_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     vstats: dict[str, float] = {}
-    vals = validate_many(tasks, factory, workers=workers, chunk=chunk, stats=vstats) if validate else []
+    vals = validate_many(tasks, factory, workers=workers, chunk=chunk, forkserver=forkserver,
+                         stats=vstats) if validate else []
     timings["validate_s"] = time.perf_counter() - t1
     rejected = rejected_from_validations(vals)
     bad = {r.task_id for r in rejected}

@@ -2,8 +2,9 @@
 filter out the ones that need the network, a GUI or an account (they cannot ground offline tasks).
 
 Skill roots (in order): the shipped samples in <repo>/data/skills, the bundled skills of an installed
-openclaw npm package (${CLAWGYM_OPENCLAW_DIR:-/var/lib/clawgym/openclaw}/node_modules/openclaw/skills), and
-any extra directories in $CLAWGYM_SKILL_DIRS (os.pathsep-separated). Missing roots are skipped.
+openclaw npm package (<openclaw_dir>/node_modules/openclaw/skills, default /var/lib/clawgym/openclaw), and any
+extra directories. Missing roots are skipped. Entry points read the environment's settings
+($CLAWGYM_OPENCLAW_DIR, $CLAWGYM_SKILL_DIRS) with `skill_dirs_from_env(os.environ)`.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import yaml
 
 from clawgym.tasks.model import TaskError
 
 SHIPPED_SKILLS = Path(__file__).resolve().parents[2] / "data" / "skills"
+DEFAULT_OPENCLAW_DIR = "/var/lib/clawgym/openclaw"  # where scripts/install_openclaw.sh installs by default
 
 
 @dataclass
@@ -53,12 +55,18 @@ class Skill:
         return d
 
 
-def default_skill_dirs() -> list[Path]:
-    oc = Path(os.environ.get("CLAWGYM_OPENCLAW_DIR", "/var/lib/clawgym/openclaw")) / "node_modules" / "openclaw" / "skills"
-    dirs = [SHIPPED_SKILLS, oc]
-    extra = os.environ.get("CLAWGYM_SKILL_DIRS", "")
-    dirs += [Path(p) for p in extra.split(os.pathsep) if p]
-    return dirs
+def default_skill_dirs(openclaw_dir: str | Path | None = None, extra_dirs: Iterable[str | Path] = ()) -> list[Path]:
+    """The shipped skills, those of the OpenClaw install at `openclaw_dir` (default DEFAULT_OPENCLAW_DIR),
+    then `extra_dirs`."""
+    oc = Path(openclaw_dir or DEFAULT_OPENCLAW_DIR) / "node_modules" / "openclaw" / "skills"
+    return [SHIPPED_SKILLS, oc, *(Path(p) for p in extra_dirs)]
+
+
+def skill_dirs_from_env(env: Mapping[str, str]) -> list[Path]:
+    """default_skill_dirs as set by $CLAWGYM_OPENCLAW_DIR and $CLAWGYM_SKILL_DIRS (os.pathsep-separated) in
+    `env` (an entry point passes os.environ)."""
+    extra = [p for p in env.get("CLAWGYM_SKILL_DIRS", "").split(os.pathsep) if p]
+    return default_skill_dirs(env.get("CLAWGYM_OPENCLAW_DIR") or None, extra)
 
 
 _FM = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)(.*)\Z", re.S)
@@ -180,4 +188,4 @@ def offline_skills(skills: list[Skill]) -> tuple[list[Skill], list[tuple[str, st
 
 
 __all__ = ["Skill", "parse_skill_md", "load_skills", "offline_skills", "annotate", "default_skill_dirs",
-           "SHIPPED_SKILLS"]
+           "skill_dirs_from_env", "SHIPPED_SKILLS", "DEFAULT_OPENCLAW_DIR"]
