@@ -16,19 +16,19 @@ from __future__ import annotations
 
 import atexit
 import os
-import queue
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from concurrent.futures import Future
 from pathlib import Path
 
 import httpx
+
+from clawgym.sandbox.spawner import die_with_parent as _die_with_parent  # noqa: F401 (tests)
+from clawgym.sandbox.spawner import popen_die_with_parent
 
 
 def free_port() -> int:
@@ -68,46 +68,6 @@ def _has_cuda(device: str) -> bool:
         return torch.cuda.is_available()
     except Exception:  # pragma: no cover
         return False
-
-
-def _die_with_parent() -> None:  # runs in the child before exec: SIGTERM when the parent dies (even by SIGKILL)
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG = 1
-    except Exception:  # pragma: no cover
-        pass
-
-
-_SPAWNER: "queue.SimpleQueue | None" = None
-_SPAWNER_LOCK = threading.Lock()
-
-
-def _spawner_loop(q: "queue.SimpleQueue") -> None:
-    while True:
-        fn, fut = q.get()
-        if fut.set_running_or_notify_cancel():
-            try:
-                fut.set_result(fn())
-            except BaseException as e:  # noqa: BLE001 - handed to the caller
-                fut.set_exception(e)
-
-
-def popen_die_with_parent(argv: list[str], **kwargs) -> subprocess.Popen:
-    """`subprocess.Popen` whose child gets SIGTERM when this process dies (even by SIGKILL).
-
-    PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process: a server started
-    from a worker thread (a Dagster step's thread pool, a ThreadPoolExecutor) would be killed as soon as that
-    thread finished. So the fork happens on one daemon thread that lives as long as the process."""
-    global _SPAWNER
-    with _SPAWNER_LOCK:
-        if _SPAWNER is None:
-            _SPAWNER = queue.SimpleQueue()
-            threading.Thread(target=_spawner_loop, args=(_SPAWNER,), name="clawgym-spawner", daemon=True).start()
-        q = _SPAWNER
-    fut: Future = Future()
-    q.put((lambda: subprocess.Popen(argv, preexec_fn=_die_with_parent, **kwargs), fut))
-    return fut.result()
 
 
 class ModelServer:
