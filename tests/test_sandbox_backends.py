@@ -21,19 +21,35 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_registry_selection(docker_factory, monkeypatch):
+    assert set(registry.backends()) >= {"docker", "bwrap", "local"}
+    monkeypatch.setenv("CLAWGYM_SANDBOX", "bwrap")  # the library ignores it: entry points read it
     assert registry.resolve_auto() == "docker"  # an engine answers and has the image
-    monkeypatch.setenv("CLAWGYM_SANDBOX", "bwrap")
-    assert registry.resolve_auto() == "bwrap"
-    monkeypatch.setenv("CLAWGYM_SANDBOX", "nonsense")
-    with pytest.raises(SandboxError, match="CLAWGYM_SANDBOX"):
-        registry.resolve_auto()
-    monkeypatch.delenv("CLAWGYM_SANDBOX")
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     assert registry.resolve_auto() == "bwrap"  # no engine: bwrap, never local
     with get_factory("auto", SandboxConfig(memory_mb=256, pids=64, disk_mb=16)) as f:
         assert f.name == "bwrap"
     with pytest.raises(SandboxError, match="unknown sandbox backend"):
         get_factory("podman")
+
+
+def test_entry_point_reads_the_sandbox_env(monkeypatch):
+    """CLAWGYM_SANDBOX / CLAWGYM_BWRAP_SERVER work through the Dagster resource (not inside clawgym.sandbox)."""
+    from clawgym_resources import default_resources
+
+    monkeypatch.setenv("CLAWGYM_SANDBOX", "bwrap")
+    monkeypatch.setenv("CLAWGYM_BWRAP_SERVER", "0")
+    res = default_resources()["sandbox"]
+    assert res.backend == "bwrap" and res.config().bwrap_server is False
+    monkeypatch.delenv("CLAWGYM_SANDBOX")
+    monkeypatch.delenv("CLAWGYM_BWRAP_SERVER")
+    res = default_resources()["sandbox"]
+    assert res.backend == "auto" and res.config().bwrap_server is True
+
+
+def test_bwrap_server_off_by_config(bwrap_factory):
+    with get_factory("bwrap", SandboxConfig(disk_mb=16, bwrap_server=False)) as f, f.open() as s:
+        assert not f.server and not s.server_mode and f.stats["created"] == 1
+        assert s.exec("echo ok").stdout == "ok\n"
 
 
 def test_docker_missing_image_is_a_clear_error(docker_factory):
@@ -239,7 +255,7 @@ def test_bwrap_server_pool_recycles_clean_sandboxes(bwrap_factory):
         s1.close()
         assert f.settle(30)
         with f.open() as s2:
-            assert s2._proc.pid == pid1 and f.stats["reused"] == 1  # the same sandbox, reset
+            assert s2._proc.pid == pid1 and f.stats["recycled"] == 1  # the same sandbox, reset
             if x86:  # the reset unlinked the old key: unreadable by its serial at once
                 assert s2.exec(["python3", "-c", READ_KEY, serial]).stdout == "unreadable\n"
             deadline = time.monotonic() + 10

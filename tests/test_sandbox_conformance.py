@@ -328,7 +328,7 @@ def _traces(s) -> dict:
 
 
 def _assert_gone(traces, factory):
-    if hasattr(factory, "settle"):  # docker and bwrap recycle: a closed sandbox is reset in the background
+    if factory.stats:  # docker and bwrap recycle: a closed sandbox is reset in the background
         assert factory.settle(60)
         for key, d in factory.idle():  # back in the pool: reset to an empty state, not leaked
             if key in traces["containers"] or d in traces["dirs"]:

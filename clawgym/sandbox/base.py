@@ -11,11 +11,10 @@ from __future__ import annotations
 import abc
 import weakref
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
+from typing import Iterable
 
 from clawgym import DEFAULT_WORKSPACE
 
-BackendName = Literal["docker", "bwrap", "local", "auto"]
 
 
 class SandboxError(RuntimeError):
@@ -40,6 +39,9 @@ class SandboxConfig:
     # with shared memory that outlives its processes (and get the exec server OOM-killed). False: segments
     # persist until quiesce()/reset (only for tests of that cleanup).
     shm_rmid_forced: bool = True
+    # bwrap: one long-lived bwrap per sandbox with the exec server as its pid 1, where the host allows it (root
+    # + cgroups). False: a fresh bwrap per exec (the fallback; entry points map CLAWGYM_BWRAP_SERVER=0 to it).
+    bwrap_server: bool = True
 
 
 @dataclass
@@ -143,12 +145,23 @@ class Sandbox(abc.ABC):
 
 
 class SandboxFactory(abc.ABC):
-    """Opens sandboxes of one backend (may keep a warm pool). Thread-safe."""
+    """Opens sandboxes of one backend (may keep a warm pool). Thread-safe.
+
+    Backends register themselves with `clawgym.sandbox.registry.sandbox_backend(name)`; get_factory(name)
+    finds them there. The pool operations (warm, settle, idle, stats) are answered by every factory: the
+    recycling backends (docker, bwrap) by their clawgym.sandbox.pool.RecyclingPool, the others with the
+    defaults below (nothing pooled, closing is immediate)."""
 
     name: str = "abstract"
 
     def __init__(self, config: SandboxConfig | None = None):
         self.config = config or SandboxConfig()
+
+    @classmethod
+    def available(cls, config: SandboxConfig) -> tuple[bool, str]:
+        """(True, "") when this backend can make sandboxes with `config` on this machine now, else (False, why).
+        get_factory("auto") takes the first available backend of those registered for auto."""
+        return True, ""
 
     @abc.abstractmethod
     def open(self, files: Iterable = ()) -> Sandbox:
@@ -156,6 +169,29 @@ class SandboxFactory(abc.ABC):
 
     def close(self) -> None:
         """Tear down pools and anything else the factory holds."""
+
+    # ---- pool operations --------------------------------------------------------------------
+    def warm(self, timeout: float = 60.0) -> bool:
+        """Wait (at most `timeout` s) until the pool holds its `pool_size` ready sandboxes, so the next open()
+        calls are fast (benchmarks, tests); -> whether it does. Default (no pool): True at once."""
+        return True
+
+    def settle(self, timeout: float = 60.0) -> bool:
+        """Wait (at most `timeout` s) until every closed sandbox has been reset and pooled, or torn down
+        (close() of a recycled sandbox returns at once and the reset runs in the background); -> whether that
+        happened in time. Default (close() tears down before it returns): True at once."""
+        return True
+
+    def idle(self) -> list[tuple[str, str]]:
+        """(key, host state dir) of each sandbox ready in the pool (key: docker's container id, bwrap's state
+        name). Default (no pool): []."""
+        return []
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Pool counters (a copy): created, recycled, destroyed, reset_failed (clawgym.sandbox.pool.STATS_KEYS).
+        Default (no pool): {}."""
+        return {}
 
     # ---- shared helpers for backends ----------------------------------------------------
     def _adopt(self, sb: Sandbox, files: Iterable) -> Sandbox:

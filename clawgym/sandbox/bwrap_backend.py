@@ -35,121 +35,39 @@ import logging
 import os
 import posixpath
 import select
-import shutil
 import socket
 import stat
 import subprocess
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Iterable
 
-from clawgym.sandbox import cleanup, execd_client, nsipc
-from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError, SandboxFactory
+from clawgym.sandbox import cleanup, execd_client, nsipc, spawner
+from clawgym.sandbox.bwrap_args import _supports, _system_args, available, bwrap_path, find_rootfs
+from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError
 from clawgym.sandbox.cgroups import Cgroup
-from clawgym.sandbox.hostfs import (HOME, SANDBOX_GID, SANDBOX_UID, CountedHostFileMixin, HostFS, StateDir, empty_dir,
-                                    flood_limit, run_capture)
+from clawgym.sandbox.fstree import empty_dir
+from clawgym.sandbox.hostfs import CountedHostFileMixin, HostFS
+from clawgym.sandbox.pool import PooledFactory, RecyclingPool
+from clawgym.sandbox.proc import flood_limit, run_capture
+from clawgym.sandbox.registry import sandbox_backend
+from clawgym.sandbox.statedir import HOME, SANDBOX_GID, SANDBOX_PATH, SANDBOX_UID, StateDir, sandbox_env
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ROOTFS = "/var/lib/clawgym/rootfs"
-STAMP = ".clawgym-stamp"
-SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_SKIP_TOP = {"proc", "dev", "sys", "tmp", "root", "home", "run", "boot", "media", "mnt", "srv",
-             "lost+found"}
-_HOST_TOP = ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt"]
 EXECD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "execd.py")
 EXECD_IN = "/run/clawgym/execd.py"
 SERVER_START_TIMEOUT_S = 20.0
 MAX_STARTING = 4  # pool starts in flight at once (a start is mostly waiting; more would only queue on the CPU)
 
-# Every server-mode bwrap is started from this one long-lived thread: bwrap's --die-with-parent
-# (PR_SET_PDEATHSIG) fires when the *thread* that forked it exits, so a sandbox opened from a short-lived
-# worker thread must not be its child.
-_spawner: ThreadPoolExecutor | None = None
-_spawner_lock = threading.Lock()
-
 
 def _spawn(argv: list[str], pass_fds: tuple[int, ...], log_path: str) -> subprocess.Popen:
-    global _spawner
-    with _spawner_lock:
-        if _spawner is None:
-            _spawner = ThreadPoolExecutor(1, thread_name_prefix="clawgym-bwrap-spawn")
-        ex = _spawner
+    """Every server-mode bwrap is started from the process's one long-lived spawner thread: bwrap's
+    --die-with-parent (PR_SET_PDEATHSIG) fires when the *thread* that forked it exits, so a sandbox opened from
+    a short-lived worker thread must not be its child."""
     with open(log_path, "ab") as err:  # bwrap's and the server's own messages (host-only file)
-        return ex.submit(subprocess.Popen, argv, pass_fds=pass_fds, cwd="/", stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=err, env={"PATH": SANDBOX_PATH}).result()
-
-
-def find_rootfs(config: SandboxConfig) -> str | None:
-    """The debootstrapped root to use, or None for the host's system dirs."""
-    cand = config.rootfs or os.environ.get("CLAWGYM_ROOTFS") or DEFAULT_ROOTFS
-    if cand == "host":
-        return None
-    if os.path.isfile(os.path.join(cand, STAMP)) and os.path.isdir(os.path.join(cand, "usr")):
-        return cand
-    if config.rootfs:
-        raise SandboxError(f"rootfs {config.rootfs} is not built (run scripts/build_sandbox_image.sh)")
-    return None
-
-
-def bwrap_path() -> str | None:
-    return shutil.which("bwrap")
-
-
-_features: dict[str, bool] = {}
-
-
-def _supports(flag: str) -> bool:
-    """Whether this bwrap knows `flag` (e.g. --disable-userns needs bubblewrap >= 0.8)."""
-    if flag not in _features:
-        try:
-            h = subprocess.run([bwrap_path() or "bwrap", "--help"], capture_output=True, text=True, timeout=10)
-            _features[flag] = flag in h.stdout + h.stderr
-        except (OSError, subprocess.TimeoutExpired):
-            _features[flag] = False
-    return _features[flag]
-
-
-def available() -> tuple[bool, str]:
-    """(True, "") when bwrap can create a sandbox here, else (False, reason)."""
-    b = bwrap_path()
-    if not b:
-        return False, "bwrap is not installed (apt-get install bubblewrap)"
-    argv = [b, "--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "true"]
-    if os.geteuid() == 0:
-        argv = ["setpriv", f"--reuid={SANDBOX_UID}", f"--regid={SANDBOX_GID}", "--clear-groups"] + argv
-    try:
-        p = subprocess.run(argv, capture_output=True, timeout=20, cwd="/")
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return False, f"bwrap failed to start: {e}"
-    if p.returncode != 0:
-        return False, f"bwrap cannot create namespaces here: {p.stderr.decode(errors='replace').strip()}"
-    return True, ""
-
-
-def _system_args(rootfs: str | None) -> list[str]:
-    args: list[str] = []
-    if rootfs:
-        for name in sorted(os.listdir(rootfs)):
-            if name in _SKIP_TOP or name.startswith("."):
-                continue
-            src = os.path.join(rootfs, name)
-            if os.path.islink(src):
-                args += ["--symlink", os.readlink(src), "/" + name]
-            elif os.path.isdir(src):
-                args += ["--ro-bind", src, "/" + name]
-    else:
-        for name in _HOST_TOP:
-            src = "/" + name
-            if os.path.islink(src):
-                args += ["--symlink", os.readlink(src), src]
-            elif os.path.isdir(src):
-                args += ["--ro-bind", src, src]
-        for secret in ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-"):
-            if os.path.exists(secret):
-                args += ["--ro-bind", "/dev/null", secret]
-    return args
+        return spawner.spawn(lambda: subprocess.Popen(argv, pass_fds=pass_fds, cwd="/", stdin=subprocess.DEVNULL,
+                                                      stdout=subprocess.DEVNULL, stderr=err,
+                                                      env={"PATH": SANDBOX_PATH}))
 
 
 class BwrapSandbox(CountedHostFileMixin, Sandbox):
@@ -172,7 +90,6 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         self._state = StateDir(config.workspace, config.disk_mb, uid, gid)
         self._shm = os.path.join(self._state.path, "shm")  # /dev/shm, on the sandbox's size-limited tmpfs
         self._recycler = None  # server mode from a factory: close() hands the sandbox back to be reset
-        self._failcnt0 = 0
         self._cg = None
         try:
             os.mkdir(self._shm, 0o1777)
@@ -367,12 +284,7 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         return p
 
     def _env(self, env: dict[str, str] | None) -> dict[str, str]:
-        e = {"PATH": SANDBOX_PATH, "HOME": HOME, "USER": "sandbox", "LOGNAME": "sandbox",
-             "LANG": "C.UTF-8", "TMPDIR": "/tmp", "WORKSPACE": self.config.workspace, "TERM": "dumb"}
-        e.update(self.config.env)
-        if env:
-            e.update(env)
-        return {k: str(v) for k, v in e.items()}
+        return sandbox_env(self.config, env)
 
     def exec(self, cmd, timeout=None, workdir=None, env=None, stdin=None, max_output=1_000_000) -> ExecResult:
         if self._closed:
@@ -445,10 +357,6 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
                 return os.path.isdir(host) and not os.path.islink(host)
         return False
 
-    def memory_failcnt(self) -> int:
-        """How often this sandbox hit its memory limit (cgroup), 0 without a cgroup."""
-        return self._cg.memory_failcnt() - self._failcnt0 if self._cg is not None else 0
-
     # -- recycling (server mode) ----------------------------------------------------------------
     def _handoff(self) -> "BwrapSandbox":
         """A new handle on this sandbox's bwrap, server, cgroup and state, for the factory to reset and
@@ -457,7 +365,6 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         new.__dict__.update(self.__dict__)
         new._closed, new._active, new._lock = False, 0, threading.Lock()
         new._idle = threading.Condition(new._lock)
-        new.uses = getattr(self, "uses", 0) + 1
         return new
 
     def quiesce(self) -> None:
@@ -513,8 +420,6 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
             self._state.reset(extra=((self._shm, 0o1777),))
         except OSError as e:
             raise SandboxError(f"state reset: {e}") from e
-        if self._cg is not None:
-            self._failcnt0 = self._cg.memory_failcnt()
 
     # -- teardown ------------------------------------------------------------------------------
     def _teardown(self):
@@ -524,19 +429,12 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
             self._cg = None
         self._state.remove()
 
-    def close(self):
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        try:
-            recycler = self._recycler
-            if recycler is not None and self._proc is not None:
-                recycler(self)  # reset in the background and reused (the factory tears it down otherwise)
-            else:
-                self._teardown()
-        finally:
-            cleanup.unregister(self)
+    def _close(self):
+        recycler = self._recycler
+        if recycler is not None and self._proc is not None:
+            recycler(self)  # reset in the background and reused (the factory tears it down otherwise)
+        else:
+            self._teardown()
 
 
 def _child_pid(fd: int, proc: subprocess.Popen, timeout: float) -> int | None:
@@ -576,234 +474,63 @@ def _read_all(fd: int) -> bytes:
     return bytes(out)
 
 
-class BwrapFactory(SandboxFactory):
-    """Opens bwrap sandboxes. In server mode (root + cgroups; `server=False` turns it off) a filler thread
-    keeps sandboxes started ahead (bwrap + exec server up, workspace empty): one at first, doubling up to
-    `pool_size` each time open() finds none ready (warm() fills it at once). open() takes one and writes
-    the task's files, or starts one itself when none is on its way. With `recycle` (default), close()
-    returns at once and a reaper thread resets the sandbox (BwrapSandbox._reset: processes, IPC,
-    keyrings, HOME, /tmp, /dev/shm) and puts it back into the pool (at most `max_idle` kept, `max_uses`
-    uses each); a sandbox whose reset fails is torn down. `recycle=False`: every open() gets a fresh one.
-    factory.close() waits for the reaper: no process, mount, cgroup or temp dir outlives it."""
-
-    name = "bwrap"
-    _is_factory = True
+@sandbox_backend("bwrap", auto=20)
+class BwrapFactory(PooledFactory):
+    """Opens bwrap sandboxes. In server mode (root + cgroups; `server=False` or config.bwrap_server=False
+    turns it off) a clawgym.sandbox.pool.RecyclingPool keeps sandboxes started ahead (bwrap + exec server up,
+    workspace empty): one at first, doubling up to `pool_size` each time open() finds none ready (warm()
+    fills it at once). open() takes one and writes the task's files, or starts one itself when none is on its
+    way. With `recycle` (default), close() returns at once and the pool's reaper resets the sandbox
+    (BwrapSandbox._reset: processes, IPC, keyrings, HOME, /tmp, /dev/shm) and puts it back (at most
+    `max_idle` kept, `max_uses` uses each); a sandbox whose reset fails is torn down. `recycle=False`: every
+    open() gets a fresh one. factory.close() waits for the pool: no process, mount, cgroup or temp dir
+    outlives it."""
 
     def __init__(self, config: SandboxConfig | None = None, pool_size: int = 4, server: bool = True, *,
-                 recycle: bool = True, max_idle: int | None = None, max_uses: int = 200):
+                 recycle: bool = True, max_idle: int | None = None, max_uses: int = 200, close_wait_s: float = 10.0):
         super().__init__(config)
         if not bwrap_path():
             raise SandboxError("bwrap is not installed (apt-get install bubblewrap)")
         self.rootfs = find_rootfs(self.config)
         if self.rootfs is None:
             log.info("bwrap: no built rootfs, using the host's system dirs read-only")
-        self.server = bool(server) and os.environ.get("CLAWGYM_BWRAP_SERVER", "1") != "0"
-        self.pool_size = max(0, int(pool_size)) if self.server else 0
-        self._closed = False
-        self._cond = threading.Condition()
-        self._pool: list[BwrapSandbox] = []
-        self._starting = 0  # sandboxes being started for the pool
-        self._target = 1  # how many to keep ready: doubles (up to pool_size) each time open() finds none
-        self._failures = 0  # pool starts that failed in a row (3: the filler gives up)
-        self._filler: threading.Thread | None = None
+        self.server = bool(server) and self.config.bwrap_server
         self.recycle = bool(recycle) and self.server
-        self.max_idle = max(self.pool_size, int(max_idle if max_idle is not None else max(8, self.pool_size)))
-        self.max_uses = int(max_uses)
-        self._reap_q: list[tuple[BwrapSandbox, BwrapSandbox]] = []
-        self._reaping = 0
-        self._reaper: threading.Thread | None = None
-        self.stats = {"started": 0, "reused": 0, "reset_failed": 0}
+        self.pool = RecyclingPool(
+            "bwrap", create=self._new, reset=_reset_pooled, destroy=_destroy_pooled, sweep=lambda sb: sb._sweep(),
+            describe=lambda sb: (sb._state.name, sb._state.path), poolable=lambda sb: sb.server_mode,
+            pool_size=pool_size if self.server else 0, max_idle=max_idle, max_uses=max_uses,
+            max_starting=MAX_STARTING, close_wait_s=close_wait_s, grow=True)
         cleanup.register(self)
+
+    @classmethod
+    def available(cls, config: SandboxConfig) -> tuple[bool, str]:
+        return available()
 
     def _new(self) -> BwrapSandbox:
         sb = BwrapSandbox(self.config, self.rootfs, server=self.server)
-        with self._cond:
-            self.stats["started"] += 1
-        self._own(sb)
-        return sb
-
-    def _own(self, sb: BwrapSandbox) -> None:
         if self.recycle and sb.server_mode:
             sb._recycler = self._recycle
+        return sb
 
-    # -- recycling ------------------------------------------------------------------------------
+    def _handle(self, sb: BwrapSandbox) -> BwrapSandbox:
+        return sb  # a pooled sandbox is a fresh handle already (BwrapSandbox._handoff)
+
     def _recycle(self, old: BwrapSandbox) -> None:
-        """old.close() of a server-mode sandbox: queue it for a reset (the reaper reuses or tears it down)."""
+        """old.close() of a server-mode sandbox: a new handle on the same bwrap goes to the pool's reaper."""
         new = old._handoff()
-        with self._cond:
-            closed = self._closed
-            if not closed:
-                cleanup.register(new)  # tracked until reused or torn down
-                self._reap_q.append((old, new))
-                if self._reaper is None or not self._reaper.is_alive():
-                    self._reaper = threading.Thread(target=self._reap_loop, name="clawgym-bwrap-reaper", daemon=True)
-                    self._reaper.start()
-        if closed:
-            new._teardown()
-            return
-        with self._cond:
-            self._cond.notify_all()
+        cleanup.register(new)  # tracked until reused or torn down
+        self.pool.give_back(new, old)
 
-    def _reap_loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._reap_q and not self._closed:
-                    self._cond.wait()
-                if not self._reap_q:
-                    return
-                old, new = self._reap_q.pop(0)
-                self._reaping += 1
-            ok = False
-            try:
-                ok = self._reset(old, new)
-            except Exception as e:  # noqa: BLE001
-                log.warning("bwrap sandbox reset: %s", e)
-            with self._cond:
-                self._reaping -= 1
-                keep = ok and not self._closed and len(self._pool) < self.max_idle
-                if keep:
-                    self._pool.append(new)
-                    self.stats["reused"] += 1
-                self._cond.notify_all()
-            if not keep:
-                new._teardown()
-                cleanup.unregister(new)
 
-    def _reset(self, old: BwrapSandbox, new: BwrapSandbox) -> bool:
-        end = time.monotonic() + 10.0
-        while True:  # kill what runs, until the old handle's calls have all returned
-            new._sweep()
-            if old.wait_quiet(0.05):
-                break
-            if time.monotonic() > end:
-                return self._failed(new, "a command was still running")
-        if new.uses >= self.max_uses:
-            return False
-        try:
-            new._reset()
-        except SandboxError as e:
-            return self._failed(new, str(e))
-        return True
+def _reset_pooled(sb: BwrapSandbox) -> str | None:
+    try:
+        sb._reset()
+    except SandboxError as e:
+        return str(e)
+    return None
 
-    def _failed(self, sb: BwrapSandbox, why: str) -> bool:
-        log.info("bwrap sandbox %s is not reused: %s", sb._state.name, why)
-        with self._cond:
-            self.stats["reset_failed"] += 1
-        return False
 
-    def settle(self, timeout: float = 60.0) -> bool:
-        """Wait until every closed sandbox has been reset or torn down (tests, benchmarks)."""
-        end = time.monotonic() + timeout
-        with self._cond:
-            while self._reap_q or self._reaping:
-                if time.monotonic() > end:
-                    return False
-                self._cond.wait(0.05)
-        return True
-
-    def idle(self) -> list[tuple[str, str]]:
-        """(name, host state dir) of the sandboxes ready in the pool."""
-        with self._cond:
-            return [(sb._state.name, sb._state.path) for sb in self._pool]
-
-    def _start_filler(self) -> None:
-        with self._cond:
-            if self._filler is None and self.pool_size and not self._closed:
-                self._filler = threading.Thread(target=self._fill_loop, name="clawgym-bwrap-pool", daemon=True)
-                self._filler.start()
-
-    def _fill_loop(self) -> None:
-        """Keep pool + starting >= pool_size, starting up to pool_size sandboxes at once: a start is mostly
-        waiting (cgroup join, bwrap, the server's python), so starts overlap well even on 2 cores."""
-        while True:
-            with self._cond:
-                while not self._closed and self.pool_size and (self._ready_soon() >= self._target
-                                                               or self._starting >= MAX_STARTING):
-                    self._cond.wait()
-                if self._closed or not self.pool_size or self._failures >= 3:
-                    return
-                self._starting += 1
-            threading.Thread(target=self._start_one, name="clawgym-bwrap-start", daemon=True).start()
-
-    def _ready_soon(self) -> int:
-        """Sandboxes ready or on their way (started, or closed and being reset). Under self._cond."""
-        return len(self._pool) + self._starting + len(self._reap_q) + self._reaping
-
-    def _start_one(self) -> None:
-        sb = None
-        try:
-            sb = self._new()
-        except Exception as e:  # noqa: BLE001 - open() starts its own and reports the error
-            log.warning("bwrap pool: %s", e)
-            with self._cond:
-                self._failures += 1
-            time.sleep(0.5)
-        finally:
-            with self._cond:
-                self._starting -= 1
-                if sb is not None and not sb.server_mode:  # no server here: a pool would only hold idle dirs
-                    self.pool_size = 0
-                keep = sb is not None and sb.server_mode and not self._closed
-                if keep:
-                    self._pool.append(sb)
-                    self._failures = 0
-                self._cond.notify_all()
-        if sb is not None and not keep:
-            sb.close()
-
-    def warm(self, timeout: float = 60.0) -> bool:
-        """Wait until the pool is full (benchmarks, tests)."""
-        with self._cond:
-            self._target = self.pool_size
-        self._start_filler()
-        end = time.monotonic() + timeout
-        with self._cond:
-            while len(self._pool) < self.pool_size and not self._closed and time.monotonic() < end:
-                self._cond.wait(0.05)
-            return len(self._pool) >= self.pool_size
-
-    def open(self, files: Iterable = ()) -> BwrapSandbox:
-        if self._closed:
-            raise SandboxError("factory is closed")
-        self._start_filler()
-        sb = None
-        with self._cond:
-            if not self._pool:  # demand outruns the pool: keep more ready (a one-off open() wastes at most one)
-                self._target = min(max(1, self.pool_size), self._target * 2)
-                self._cond.notify_all()
-            end = time.monotonic() + 5.0
-            while not self._pool and self._ready_soon() and not self._closed and time.monotonic() < end:
-                self._cond.wait(0.05)  # one is on its way: sooner than starting another
-            if self._pool:
-                sb = self._pool.pop()  # the most recently returned: warm caches
-                self._cond.notify_all()
-        if sb is None:
-            sb = self._new()
-        return self._adopt(sb, files)
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            pool, self._pool = self._pool, []
-            self._cond.notify_all()
-            filler = self._filler
-        for sb in pool:
-            sb._recycler = None
-            sb.close()
-        if filler is not None and filler is not threading.current_thread():
-            filler.join(timeout=30)
-        with self._cond:  # starts still running close what they made (factory closed)
-            end = time.monotonic() + 30
-            while self._starting and time.monotonic() < end:
-                self._cond.wait(0.05)
-        self._close_adopted()  # handed-out sandboxes: torn down at once (the factory is closed)
-        with self._cond:
-            reaper = self._reaper
-        if reaper is not None and reaper is not threading.current_thread():
-            reaper.join(timeout=60)  # it tears down everything still queued (factory closed)
-        with self._cond:
-            pool, self._pool = self._pool, []
-        for sb in pool:
-            sb._recycler = None
-            sb.close()
-        cleanup.unregister(self)
+def _destroy_pooled(sb: BwrapSandbox) -> None:
+    sb._recycler = None
+    sb.close()  # tears it down and unregisters it

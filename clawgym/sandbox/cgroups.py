@@ -198,20 +198,6 @@ class Cgroup:
             time.sleep(delay)  # SIGKILLed processes leave the cgroup within a millisecond or two
             delay = min(delay * 2, 0.05)
 
-    def memory_failcnt(self) -> int:
-        for d in self.dirs:
-            for fn in ("memory.failcnt", "memory.events"):
-                p = os.path.join(d, fn)
-                if os.path.exists(p):
-                    with open(p) as f:
-                        txt = f.read()
-                    if fn == "memory.failcnt":
-                        return int(txt.strip() or 0)
-                    for line in txt.splitlines():
-                        if line.startswith("max "):
-                            return int(line.split()[1])
-        return 0
-
     def remove(self) -> None:
         self.kill_all()
         for d in self.dirs:

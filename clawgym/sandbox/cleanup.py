@@ -22,7 +22,9 @@ import weakref
 from dataclasses import dataclass, field
 
 from clawgym.sandbox import cgroups
-from clawgym.sandbox.hostfs import PREFIX, _rmtree, our_mounts, owner_pid, tmp_base, umount
+from clawgym.sandbox.base import SandboxFactory
+from clawgym.sandbox.fstree import _rmtree
+from clawgym.sandbox.statedir import PREFIX, our_mounts, owner_pid, tmp_base, umount
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +57,7 @@ def close_all() -> None:
     """Close every live sandbox first, then every factory (pools)."""
     with _lock:
         objs = list(_live)
-    objs.sort(key=lambda o: 0 if getattr(o, "_is_factory", False) is False else 1)
+    objs.sort(key=lambda o: isinstance(o, SandboxFactory))
     for o in objs:
         try:
             o.close()

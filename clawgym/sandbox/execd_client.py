@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from clawgym.sandbox.hostfs import cap_append
+from clawgym.sandbox.proc import cap_append
 
 OUT, ERR, EXIT, ERROR, STARTED = 1, 2, 3, 4, 5
 

@@ -21,7 +21,10 @@ from typing import Iterable
 
 from clawgym.sandbox import cleanup
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError, SandboxFactory
-from clawgym.sandbox.hostfs import HostFileMixin, HostFS, StateDir, run_capture
+from clawgym.sandbox.hostfs import HostFileMixin, HostFS
+from clawgym.sandbox.proc import run_capture
+from clawgym.sandbox.registry import sandbox_backend
+from clawgym.sandbox.statedir import StateDir
 
 log = logging.getLogger(__name__)
 
@@ -117,21 +120,13 @@ class LocalSandbox(HostFileMixin, Sandbox):
     def _seal_owner(self) -> tuple[int, int]:
         return os.geteuid(), os.getegid()  # no other uid to give it to: chmod only, no protection
 
-    def close(self):
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-        try:
-            kill_marked(self._state.name + "-", prefix=True)  # commands still running
-            self._state.remove()
-        finally:
-            cleanup.unregister(self)
+    def _close(self):
+        kill_marked(self._state.name + "-", prefix=True)  # commands still running
+        self._state.remove()
 
 
+@sandbox_backend("local")  # never chosen by "auto": only by name
 class LocalFactory(SandboxFactory):
-    name = "local"
-    _is_factory = True
 
     def __init__(self, config: SandboxConfig | None = None):
         super().__init__(config)

@@ -1,0 +1,208 @@
+"""How a docker sandbox runs a command: the in-container exec server (fast path) or `docker exec` through the
+raw API socket (fallback). A mixin of DockerSandbox (clawgym/sandbox/docker_backend.py), which provides
+`_slot`, `_api`, `_lock`/`_active`, `kill_background`, `_recover()` and `_kill_all()`."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import struct
+import time
+
+from clawgym.sandbox import execd_client
+from clawgym.sandbox.base import SandboxError
+from clawgym.sandbox.proc import cap_append
+from clawgym.sandbox.statedir import SANDBOX_GID, SANDBOX_UID, sandbox_env
+
+log = logging.getLogger(__name__)
+
+
+class DockerExecMixin:
+    """exec paths of a DockerSandbox; each returns (out, err, truncated, timed_out, rc)."""
+
+    def _envd(self, env) -> dict[str, str]:
+        return sandbox_env(self.config, env)
+
+    def _env(self, env):
+        return [f"{k}={v}" for k, v in self._envd(env).items()]
+
+    # -- fast path: the in-container exec server ----------------------------------------------
+    def _exec_fast(self, argv, wd, env, stdin, deadline, max_output, flood):
+        """-> (out, err, truncated, timed_out, rc), or None when the server cannot be reached
+        (the caller falls back to docker exec)."""
+        req = execd_client.encode({"op": "exec", "argv": argv, "env": {**self._slot.base_env, **self._envd(env)},
+                        "cwd": wd or self.config.workspace, "stdin": stdin is not None,
+                        "uid": SANDBOX_UID, "gid": SANDBOX_GID})
+        for attempt in (1, 2, 3):
+            sock = None
+            try:
+                sock = self._slot.connect()
+                sock.sendall(req)
+            except OSError as e:
+                if sock is not None:
+                    sock.close()
+                if attempt < 3 and self._recover():
+                    continue
+                log.debug("exec server of %s unreachable (%s): docker exec", self.container_id[:12], e)
+                return None
+            try:
+                r = execd_client.pump(sock, stdin, deadline, max_output, flood, self._sweep_if_alone)
+            except BaseException:  # Ctrl-C / error while the command runs: kill what it started
+                self._kill_interrupted()
+                raise
+            out, err, truncated, timed_out, flooded, rc, started, error = (
+                r.out, r.err, r.truncated, r.timed_out, r.flooded, r.rc, r.started, r.error)
+            if started or timed_out or self._closed:
+                break
+            # the command never started (the server could not fork: the pids limit): clear the
+            # sandbox and try again; nothing ran, so a retry cannot repeat a side effect
+            if attempt == 3:
+                raise SandboxError(f"exec failed: {error or 'the command could not be started'}")
+            with self._lock:
+                alone = self._active == 1
+            if alone and self.kill_background:
+                self._slot.sweep()
+            time.sleep(0.05 * attempt)
+        if timed_out or flooded:
+            self._kill_all()
+        if not timed_out and not flooded and rc is None:
+            if self._closed:
+                raise SandboxError("sandbox was closed while a command ran")
+            self._kill_all()  # the handler died (it never does on its own): report like a timeout
+            timed_out = True
+        rc = 124 if timed_out else 137 if flooded else rc
+        return out, err, truncated, timed_out, rc
+
+    def _kill_interrupted(self) -> None:
+        try:
+            self._kill_all()
+        except Exception as e:
+            log.warning("could not stop the interrupted command: %s", e)
+
+    def _sweep_if_alone(self) -> None:
+        """The command exited but something it started holds its output: kill it (like bwrap), unless
+        another exec of this sandbox runs at the same time."""
+        with self._lock:
+            alone = self._active == 1
+        if alone and self.kill_background:
+            self._slot.sweep()
+
+    # -- fallback: docker exec ----------------------------------------------------------------
+    def _exec_docker(self, argv, env, stdin, deadline, max_output, flood):
+        for attempt in (1, 2):
+            try:
+                eid = self._api.exec_create(self.container_id, argv, stdout=True, stderr=True,
+                                            stdin=stdin is not None, user=f"{SANDBOX_UID}:{SANDBOX_GID}",
+                                            environment=self._env(env), workdir=self.config.workspace)["Id"]
+                sock = self._api.exec_start(eid, socket=True)
+                break
+            except Exception as e:
+                # the container stopped (e.g. its init died): start it again on the same state
+                if attempt == 1 and self._recover():
+                    continue
+                raise SandboxError(f"docker exec failed: {e}") from e
+        try:
+            out, err, truncated, timed_out, flooded = self._pump(sock, eid, stdin, deadline, max_output, flood)
+        except BaseException:  # Ctrl-C / error while the command runs: kill what it started
+            self._kill_interrupted()
+            raise
+        try:
+            if timed_out or flooded:
+                self._kill_all()
+            rc = 124 if timed_out else 137 if flooded else self._exit_code(eid, time.monotonic() + 10)
+            if rc is None:  # the stream ended but the exec never finished
+                self._kill_all()
+                rc, timed_out = 124, True
+        except Exception as e:
+            if self._closed:
+                raise SandboxError("sandbox was closed while a command ran") from e
+            raise SandboxError(f"docker exec failed: {e}") from e
+        return out, err, truncated, timed_out, rc
+
+    def _pump(self, sock, eid, stdin, deadline, max_output, flood):
+        """Read the multiplexed exec stream until EOF. Background processes that keep stdout open
+        would hold it for docker's 2 s grace after the command exits, so the exec is polled while
+        the stream is idle and, once it has exited, what it left behind is killed."""
+        raw = getattr(sock, "_sock", sock)
+        bufs = {1: bytearray(), 2: bytearray()}
+        truncated = timed_out = flooded = False
+        total = 0
+        writer = None
+        try:
+            if stdin is not None:
+                writer = execd_client.feed_stdin(raw, stdin)
+            pending = bytearray()
+            want_hdr = True
+            need, stream = 8, 1
+            poll, next_poll, exited_at = 0.05, time.monotonic() + 0.05, None
+            while True:
+                now = time.monotonic()
+                left = deadline - now
+                if left <= 0:
+                    timed_out = True
+                    break
+                if exited_at is not None and now - exited_at > 3.0:
+                    break  # exited and still no EOF: stop waiting for stragglers
+                raw.settimeout(max(0.001, min(left, next_poll - now, 5.0)))
+                try:
+                    chunk = raw.recv(1 << 16)
+                except socket.timeout:
+                    if exited_at is None and time.monotonic() >= next_poll:
+                        if not self._api.exec_inspect(eid).get("Running"):
+                            exited_at = time.monotonic()
+                            with self._lock:
+                                alone = self._active == 1
+                            if alone and self.kill_background:
+                                self._slot.sweep()
+                        poll = min(poll * 2, 0.5)
+                        next_poll = time.monotonic() + poll
+                    elif exited_at is not None:
+                        next_poll = time.monotonic() + 0.1
+                    continue
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                total += len(chunk)
+                if total > flood:
+                    truncated = flooded = True
+                    break
+                pending += chunk
+                while len(pending) >= need:
+                    if want_hdr:
+                        stream = pending[0]
+                        need = struct.unpack(">I", bytes(pending[4:8]))[0]
+                        del pending[:8]
+                        want_hdr = False
+                        if need == 0:
+                            want_hdr, need = True, 8
+                        continue
+                    data = pending[:need]
+                    del pending[:need]
+                    truncated |= cap_append(bufs.get(stream, bufs[2]), data, max_output)
+                    want_hdr, need = True, 8
+        finally:
+            try:
+                raw.shutdown(socket.SHUT_RDWR)  # also wakes a stdin writer blocked in sendall
+            except OSError:
+                pass
+            for x in (sock, raw):
+                try:
+                    x.close()
+                except Exception:
+                    pass
+            if writer is not None:
+                writer.join(timeout=1)
+        return bytes(bufs[1]), bytes(bufs[2]), truncated, timed_out, flooded
+
+    def _exit_code(self, eid: str, deadline: float) -> int | None:
+        delay = 0.002
+        while True:
+            info = self._api.exec_inspect(eid)
+            if not info.get("Running"):
+                code = info.get("ExitCode")
+                return int(code) if code is not None else -1
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)

@@ -1,0 +1,149 @@
+"""Host processes with a deadline and capped output (bwrap's per-exec mode, the local backend), and the output
+caps shared by every exec path.
+
+* `run_capture`: run argv in its own session; stdout/stderr capped, the rest read and dropped; on timeout the
+  whole process group is SIGKILLed (plus an extra kill, e.g. a cgroup sweep) and rc=124.
+* `cap_append`, `flood_limit`: how much output is kept, and after how much a command is killed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+
+def cap_append(buf: bytearray, data, max_output: int) -> bool:
+    """Append to `buf` what fits under `max_output` bytes; -> True when something was dropped."""
+    room = max_output - len(buf)
+    if room > 0:
+        buf += data[:room]
+    return len(data) > room
+
+
+def flood_limit(max_output: int) -> int:
+    """Total output after which a command is killed (its output beyond max_output is dropped
+    anyway): max(64 MiB, 4 x max_output). Keeps `yes` or a 1 GB dump from running for minutes."""
+    return max(64 << 20, 4 * int(max_output))
+
+
+@dataclass
+class Captured:
+    rc: int
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool
+    truncated: bool
+    duration_s: float
+
+
+def run_capture(argv: list[str], *, env: dict[str, str] | None, cwd: str | None, timeout: float,
+                stdin: bytes | None, max_output: int,
+                on_timeout: Callable[[subprocess.Popen], None] | None = None,
+                pass_fds: tuple[int, ...] = ()) -> Captured:
+    """Run argv in its own session; stdout/stderr each capped at max_output bytes (the rest is
+    read and dropped, so a huge output never blows memory). On timeout the whole process group is
+    SIGKILLed (plus `on_timeout`, e.g. a cgroup kill) and rc=124."""
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        argv, env=env, cwd=cwd, start_new_session=True, pass_fds=pass_fds,
+        stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    writer = None
+    if stdin is not None:
+        def _feed():
+            try:
+                proc.stdin.write(stdin)
+            except (BrokenPipeError, OSError, ValueError):
+                pass
+            finally:
+                try:
+                    proc.stdin.close()
+                except OSError:
+                    pass
+        writer = threading.Thread(target=_feed, daemon=True)
+        writer.start()
+    bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
+    truncated = False
+    timed_out = flooded = False
+    total = 0
+    flood = flood_limit(max_output)
+    deadline = t0 + timeout
+    sel = selectors.DefaultSelector()
+    for f in (proc.stdout, proc.stderr):
+        os.set_blocking(f.fileno(), False)
+        sel.register(f.fileno(), selectors.EVENT_READ)
+    try:
+        while sel.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            if flooded:
+                break
+            for key, _ in sel.select(timeout=min(left, 1.0)):
+                fd = key.fd
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not chunk:
+                    sel.unregister(fd)
+                    continue
+                total += len(chunk)
+                if total > flood:
+                    truncated = flooded = True
+                    break
+                truncated |= cap_append(bufs[fd], chunk, max_output)
+        if flooded:
+            _kill(proc, on_timeout)
+        elif not timed_out:
+            left = deadline - time.monotonic()
+            try:
+                proc.wait(timeout=max(left, 0.001))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+    except BaseException:
+        _kill(proc, on_timeout)
+        raise
+    finally:
+        sel.close()
+    if timed_out:
+        _kill(proc, on_timeout)
+    rc = proc.returncode if not timed_out else 124
+    if rc is not None and rc < 0:
+        rc = 128 - rc  # killed by a signal: report it the way a shell does
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    out, err = bytes(bufs[out_fd]), bytes(bufs[err_fd])
+    for f in (proc.stdout, proc.stderr):
+        f.close()
+    if writer is not None:
+        writer.join(timeout=1)
+    return Captured(rc=rc, stdout=out, stderr=err, timed_out=timed_out, truncated=truncated,
+                    duration_s=time.monotonic() - t0)
+
+
+def _kill(proc: subprocess.Popen, extra: Callable[[subprocess.Popen], None] | None) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if extra is not None:
+        try:
+            extra(proc)
+        except Exception as e:  # pragma: no cover
+            log.warning("extra kill failed: %s", e)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover
+        proc.kill()
+        proc.wait()

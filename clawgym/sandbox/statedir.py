@@ -1,0 +1,189 @@
+"""The per-sandbox writable state on the host, and the names every sandbox resource carries.
+
+* `StateDir`: HOME=/root, /tmp and the workspace of one sandbox on a size-limited tmpfs mounted on the host
+  (`mount -t tmpfs -o size=<disk_mb>m`), so a disk bomb fills the sandbox, not the host. Without root it
+  falls back to a plain temp dir (no size limit).
+* names: clawgym-sbx-<pid>-<hex> (`new_name`, `owner_pid`), so leftovers of dead processes can be found
+  (clawgym.sandbox.cleanup); tmpfs mounts through ctypes (no `mount` process per sandbox).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import logging
+import os
+import posixpath
+import secrets
+import tempfile
+
+from clawgym.sandbox.fstree import _rmtree, empty_dir
+
+log = logging.getLogger(__name__)
+
+PREFIX = "clawgym-sbx-"  # every temp dir / mount / cgroup / container name we create starts with this
+SANDBOX_UID = 1000  # the unprivileged user commands run as (docker user, bwrap host uid)
+SANDBOX_GID = 1000
+HOME = "/root"  # $HOME inside the sandbox; the default workspace /root/.openclaw/workspace lies in it
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def sandbox_env(config, env: dict | None = None) -> dict[str, str]:
+    """The environment a command gets inside an isolating sandbox (docker, bwrap): PATH, HOME, USER, LANG,
+    TMPDIR, WORKSPACE, TERM, then config.env, then `env`; nothing of the host's."""
+    e = {"PATH": SANDBOX_PATH, "HOME": HOME, "USER": "sandbox", "LOGNAME": "sandbox",
+         "LANG": "C.UTF-8", "TMPDIR": "/tmp", "WORKSPACE": config.workspace, "TERM": "dumb"}
+    e.update(config.env)
+    if env:
+        e.update(env)
+    return {str(k): str(v) for k, v in e.items()}
+
+
+def tmp_base() -> str:
+    return os.environ.get("CLAWGYM_SANDBOX_TMP") or tempfile.gettempdir()
+
+
+def new_name() -> str:
+    """A unique name carrying the owner pid: clawgym-sbx-<pid>-<hex>."""
+    return f"{PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def owner_pid(name: str) -> int | None:
+    base = os.path.basename(name.rstrip("/"))
+    if not base.startswith(PREFIX):
+        return None
+    try:
+        return int(base[len(PREFIX):].split("-", 1)[0])
+    except ValueError:
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# tmpfs mounts (ctypes: no `mount` process per sandbox)
+_libc = None
+
+
+def _lib():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    return _libc
+
+
+MS_NOSUID, MS_NODEV = 2, 4
+MNT_DETACH = 2
+
+
+def mount_tmpfs(target: str, size_mb: int, mode: int = 0o755) -> None:
+    """A size-limited tmpfs; the inode count is limited too (256 per MB, at least 16384), so a
+    sandbox cannot pin kernel memory with millions of empty files."""
+    inodes = max(16384, int(size_mb) * 256)
+    opts = f"size={int(size_mb)}m,nr_inodes={inodes},mode={mode:o}".encode()
+    if _lib().mount(b"tmpfs", target.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"mount tmpfs on {target}: {os.strerror(e)}")
+
+
+def umount(target: str) -> None:
+    if _lib().umount2(target.encode(), MNT_DETACH) != 0:
+        e = ctypes.get_errno()
+        if e not in (errno.EINVAL, errno.ENOENT):  # EINVAL: not a mount point
+            raise OSError(e, f"umount {target}: {os.strerror(e)}")
+
+
+def our_mounts() -> list[str]:
+    """Mount points (from /proc/mounts) whose last component starts with PREFIX."""
+    out = []
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) > 1:
+                    mp = parts[1].encode().decode("unicode_escape")
+                    if os.path.basename(mp).startswith(PREFIX):
+                        out.append(mp)
+    except OSError:
+        pass
+    return out
+
+
+def can_mount() -> bool:
+    return os.geteuid() == 0 and os.environ.get("CLAWGYM_SANDBOX_NO_TMPFS") != "1"
+
+
+# ---------------------------------------------------------------------------------------------
+class StateDir:
+    """The writable state of one sandbox: <dir>/root (HOME), <dir>/tmp, and the workspace
+    (<dir>/root/<rel> when it lies under /root, else <dir>/ws)."""
+
+    def __init__(self, workspace: str, disk_mb: int, uid: int | None, gid: int | None,
+                 tmpfs: bool | None = None):
+        self.name = new_name()
+        self.path = os.path.join(tmp_base(), self.name)
+        self.workspace = posixpath.normpath(workspace)
+        self.uid, self.gid = uid, gid
+        os.mkdir(self.path, 0o755)
+        self.mounted = False
+        try:
+            if tmpfs if tmpfs is not None else can_mount():
+                mount_tmpfs(self.path, disk_mb)
+                self.mounted = True
+            self.home = os.path.join(self.path, "root")
+            self.tmp = os.path.join(self.path, "tmp")
+            if self.workspace == HOME or self.workspace.startswith(HOME + "/"):
+                self.ws = os.path.join(self.home, os.path.relpath(self.workspace, HOME))
+                self.ws_separate = False
+            else:
+                self.ws = os.path.join(self.path, "ws")
+                self.ws_separate = True
+            for d in (self.home, self.tmp):
+                os.mkdir(d, 0o755)
+                self._own(d)
+            os.chmod(self.tmp, 0o1777)
+            # create the workspace and its parents, owned by the sandbox user
+            rel = os.path.relpath(self.ws, self.path)
+            cur = self.path
+            for part in rel.split(os.sep):
+                cur = os.path.join(cur, part)
+                if not os.path.isdir(cur):
+                    os.mkdir(cur, 0o755)
+                    self._own(cur)
+        except BaseException:
+            self.remove()
+            raise
+
+    def reset(self, extra: tuple[tuple[str, int], ...] = ()) -> None:
+        """Back to the state of a fresh StateDir: HOME, /tmp, the workspace and `extra` (dir, mode) emptied
+        from the host without following symlinks, owners and modes restored, the workspace path made
+        again; raises OSError when something is left. Nothing of the sandbox may run meanwhile."""
+        own = self.uid is not None and os.geteuid() == 0
+        dirs = ((self.home, 0o755), (self.tmp, 0o1777)) + (((self.ws, 0o755),) if self.ws_separate else ()) + extra
+        for d, mode in dirs:
+            empty_dir(d)
+            if own:
+                os.chown(d, self.uid, self.gid if self.gid is not None else self.uid, follow_symlinks=False)
+            os.chmod(d, mode, follow_symlinks=False)
+        if not self.ws_separate:
+            cur = self.home
+            for part in os.path.relpath(self.ws, self.home).split(os.sep):
+                cur = os.path.join(cur, part)
+                os.mkdir(cur, 0o755)
+                self._own(cur)
+        left = [d for d, _ in ((self.tmp, 0), (self.ws, 0)) + extra if os.listdir(d)]
+        if left or (not self.ws_separate and len(os.listdir(self.home)) != 1):
+            raise OSError(f"state dirs not empty after the reset: {left or [self.home]}")
+
+    def _own(self, p: str) -> None:
+        if self.uid is not None and os.geteuid() == 0:
+            os.chown(p, self.uid, self.gid if self.gid is not None else self.uid, follow_symlinks=False)
+
+    def remove(self) -> None:
+        if self.mounted:
+            try:
+                umount(self.path)
+            except OSError as e:  # pragma: no cover - logged, cleanup finds it later
+                log.warning("could not unmount %s: %s", self.path, e)
+            self.mounted = False
+        if os.path.lexists(self.path):
+            _rmtree(self.path)
