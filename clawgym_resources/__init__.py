@@ -49,7 +49,8 @@ class LakeResource(dg.ConfigurableResource):
 
 
 class SandboxResource(dg.ConfigurableResource):
-    """Which sandbox backend and which limits. backend: auto | docker | bwrap | local."""
+    """Which sandbox backend and which limits. backend: auto | docker | bwrap | local ($CLAWGYM_SANDBOX in
+    default_resources); bwrap_server: False = a bwrap per exec ($CLAWGYM_BWRAP_SERVER=0)."""
 
     backend: str = "auto"
     memory_mb: int = 1024
@@ -58,12 +59,14 @@ class SandboxResource(dg.ConfigurableResource):
     disk_mb: int = 512
     default_timeout_s: float = 60.0
     image: str = "clawgym-sandbox:latest"
+    bwrap_server: bool = True
 
     def config(self):
         from clawgym.sandbox import SandboxConfig
 
         return SandboxConfig(memory_mb=self.memory_mb, pids=self.pids, cpus=self.cpus, disk_mb=self.disk_mb,
-                             image=self.image, default_timeout_s=self.default_timeout_s)
+                             image=self.image, default_timeout_s=self.default_timeout_s,
+                             bwrap_server=self.bwrap_server)
 
     @contextlib.contextmanager
     def factory(self) -> Iterator:
@@ -172,7 +175,8 @@ def default_resources() -> dict:
     """The resources of the default Definitions; env vars override (CLAWGYM_SANDBOX, CLAWGYM_ENDPOINTS, …)."""
     return {
         "lake": LakeResource(data_dir=os.environ.get("CLAWGYM_DATA", "")),
-        "sandbox": SandboxResource(backend=os.environ.get("CLAWGYM_SANDBOX", "auto")),
+        "sandbox": SandboxResource(backend=os.environ.get("CLAWGYM_SANDBOX", "auto"),
+                                   bwrap_server=os.environ.get("CLAWGYM_BWRAP_SERVER", "1") != "0"),
         "endpoints": ModelEndpointsResource(endpoints_json=dg.EnvVar("CLAWGYM_ENDPOINTS")
                                             if os.environ.get("CLAWGYM_ENDPOINTS") else ""),
         "judge": JudgeResource(kind=os.environ.get("CLAWGYM_JUDGE", "offline")),
