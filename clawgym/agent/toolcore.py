@@ -94,6 +94,22 @@ def as_int(v: Any, field: str) -> int | None:
 
 
 # ---- tools -----------------------------------------------------------------------------------
+def _store(ws: Workspace, writes: list[tuple[str, bytes | None]], infra: Infra, fail: str) -> ToolResult | None:
+    """Write each (path, data), or remove the path where data is None. None when all went through, else an
+    is_error result: `fail` + the backend's error."""
+    try:
+        for p, data in writes:
+            if data is None:
+                ws.remove(p)
+            else:
+                ws.write_file(p, data)
+    except infra:
+        raise
+    except Exception as e:
+        return ToolResult(f"{fail}{e}", True)
+    return None
+
+
 def _read(ws: Workspace, args: dict, infra: Infra = (), max_timeout_s: float | None = None) -> ToolResult:
     path = norm_path(ws.workspace, args.get("path", args.get("file_path")))
     offset = as_int(args.get("offset"), "offset") or 1
@@ -144,13 +160,8 @@ def _write(ws: Workspace, args: dict, infra: Infra = (), max_timeout_s: float | 
     if not isinstance(content, str):
         content = json.dumps(content, indent=2) if isinstance(content, (dict, list)) else str(content)
     data = content.encode()
-    try:
-        ws.write_file(path, data)
-    except infra:
-        raise
-    except Exception as e:
-        return ToolResult(f"Cannot write {args.get('path')}: {e}", True)
-    return ToolResult(f"Successfully wrote {len(data)} bytes to {args.get('path')}")
+    done = ToolResult(f"Successfully wrote {len(data)} bytes to {args.get('path')}")
+    return _store(ws, [(path, data)], infra, f"Cannot write {args.get('path')}: ") or done
 
 
 def _edit(ws: Workspace, args: dict, infra: Infra = (), max_timeout_s: float | None = None) -> ToolResult:
@@ -185,13 +196,8 @@ def _edit(ws: Workspace, args: dict, infra: Infra = (), max_timeout_s: float | N
             return ToolResult(f"Found {n} occurrences of the text in {args.get('path')}. The text must be "
                               "unique. Please provide more context to make it unique.", True)
         text = text.replace(old, new, 1)
-    try:
-        ws.write_file(path, text.encode())
-    except infra:
-        raise
-    except Exception as e:
-        return ToolResult(f"Cannot write {args.get('path')}: {e}", True)
-    return ToolResult(f"Successfully replaced text in {args.get('path')}.")
+    done = ToolResult(f"Successfully replaced text in {args.get('path')}.")
+    return _store(ws, [(path, text.encode())], infra, f"Cannot write {args.get('path')}: ") or done
 
 
 def _exec(ws: Workspace, args: dict, infra: Infra = (), max_timeout_s: float | None = None) -> ToolResult:
@@ -387,17 +393,8 @@ def _apply_patch(ws: Workspace, args: dict, infra: Infra = (), max_timeout_s: fl
                     summary.append(f"M {op['path']}")
     except (PatchError, ToolArgError) as e:
         return ToolResult(f"apply_patch failed: {e}", True)
-    try:
-        for p, data in writes:
-            if data is None:
-                ws.remove(p)
-            else:
-                ws.write_file(p, data)
-    except infra:
-        raise
-    except Exception as e:
-        return ToolResult(f"apply_patch failed: {e}", True)
-    return ToolResult("Success. Updated the following files:\n" + "\n".join(summary))
+    done = ToolResult("Success. Updated the following files:\n" + "\n".join(summary))
+    return _store(ws, writes, infra, "apply_patch failed: ") or done
 
 
 _TOOLS = {"read": _read, "write": _write, "edit": _edit, "exec": _exec, "ls": _ls,

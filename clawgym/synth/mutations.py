@@ -63,16 +63,32 @@ def _json_drop_list_only(obj: Any) -> bool:
     return False
 
 
-def number_off(path: str, data: bytes) -> bytes | None:
+_INVALID = object()
+
+
+def _load(path: str, data: bytes) -> tuple[str, str, Any]:
+    """(extension, text, the parsed JSON of a .json file: _INVALID when it does not parse, else None)."""
     text = data.decode("utf-8", errors="replace")
     ext = os.path.splitext(path)[1].lower()
+    if ext != ".json":
+        return ext, text, None
+    try:
+        return ext, text, json.loads(text)
+    except json.JSONDecodeError:
+        return ext, text, _INVALID
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2) + "\n").encode()
+
+
+def number_off(path: str, data: bytes) -> bytes | None:
+    ext, text, obj = _load(path, data)
     if ext == ".json":
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError:
+        if obj is _INVALID:
             return None
         done, obj = _json_first_number(obj)
-        return (json.dumps(obj, indent=2) + "\n").encode() if done else None
+        return _json_bytes(obj) if done else None
     lines = text.splitlines(keepends=True)
     if ext == ".csv":
         for i, line in enumerate(lines[1:], 1):
@@ -103,14 +119,9 @@ def number_off(path: str, data: bytes) -> bytes | None:
 
 
 def row_dropped(path: str, data: bytes) -> bytes | None:
-    text = data.decode("utf-8", errors="replace")
-    ext = os.path.splitext(path)[1].lower()
+    ext, text, obj = _load(path, data)
     if ext == ".json":
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError:
-            return None
-        return (json.dumps(obj, indent=2) + "\n").encode() if _json_drop(obj) else None
+        return None if obj is _INVALID or not _json_drop(obj) else _json_bytes(obj)
     lines = text.splitlines(keepends=True)
     idx = [i for i, ln in enumerate(lines) if ln.strip()]
     if ext in (".csv", ".jsonl", ".tsv", ".txt"):
