@@ -256,8 +256,10 @@ def main() -> None:
         t = time.time()
         log(f"SFT: {a.sft_steps} steps, max_length {a.max_length}, lr {a.lr} -> {ckpt}")
         row = run_sft(SFTRunConfig(base_model=base, dataset_path=str(data_dir), output_dir=str(ckpt),
-                                   name=a.name, max_steps=a.sft_steps, lr=a.lr, max_length=a.max_length,
-                                   save_steps=10**9, resume=False, seed=a.seed))
+                                   name=a.name, resume=False,
+                                   sft_config={"max_steps": a.sft_steps, "learning_rate": a.lr,
+                                               "max_length": a.max_length, "save_steps": 10**9,
+                                               "seed": a.seed})).to_dict()
         walls["sft_train"] = time.time() - t
         log(f"SFT done in {walls['sft_train']:.0f}s: loss {row['loss_curve'][0]['loss']:.3f} -> "
             f"{row['final_loss']:.3f}, {row['tokens_seen']} tokens, {row['tokens_per_s']:.1f} tok/s")

@@ -78,14 +78,14 @@ def run_plain(base, data, work, steps, max_length) -> dict:
 def run_pipes(base, data, work, steps, max_length) -> dict:
     import dagster as dg
 
-    cfg = {"base_model": base, "dataset_path": str(data), "output_dir": str(work), "max_steps": steps,
-           "lr": 1e-5, "max_length": max_length, "save_steps": 10**9, "resume": False, "seed": 0,
-           "lr_scheduler": "constant"}
+    cfg = {"base_model": base, "dataset_path": str(data), "output_dir": str(work), "resume": False,
+           "sft_config": {"max_steps": steps, "learning_rate": 1e-5, "max_length": max_length, "save_steps": 10**9,
+                          "seed": 0, "lr_scheduler_type": "constant"}}
 
     @dg.asset
     def checkpoints(context: dg.AssetExecutionContext, pipes_subprocess_client: dg.PipesSubprocessClient):
         return pipes_subprocess_client.run(command=[sys.executable, "-m", "clawgym.train.pipes_sft"], context=context,
-                                           extras={"sft_config": cfg},
+                                           extras={"sft_run": cfg},
                                            env={**os.environ, "HF_HUB_OFFLINE": "1"}).get_materialize_result()
 
     t = time.time()

@@ -1,9 +1,10 @@
 """Training domain: checkpoints trained by a Pipes subprocess (`python -m clawgym.train.pipes_sft`)."""
 
-import json
+import dataclasses
 
 import dagster as dg
 
+from clawgym.train.record import RECORD_FILE, CheckpointRecord
 from clawgym_assets.partitions import checkpoint_partitions, model_partitions
 from clawgym_assets.rollouts import sft_dataset
 from clawgym_resources import LakeResource, ModelEndpointsResource, TrainerResource
@@ -44,17 +45,19 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig, lak
     if not sft_files:
         raise dg.Failure("the sft table is empty: materialize sft_dataset first")
     data_version = ",".join(sft_files)
-    cfg = {"name": name, "base_model": base, "dataset_path": str(sft_dir), "output_dir": str(out_dir),
-           "dataset_version": data_version, **trainer.settings()}
+    try:
+        run = trainer.sft_run(name=name, base_model=base, dataset_path=str(sft_dir), output_dir=str(out_dir),
+                              dataset_version=data_version)
+    except ValueError as e:  # an unknown TRL / peft field: named in the message
+        raise dg.Failure(f"trainer settings: {e}") from e
     res = pipes_subprocess_client.run(command=trainer.command(), context=context,
-                                      extras={"sft_config": cfg}).get_materialize_result()
-    md = {k: getattr(v, "value", v) for k, v in (res.metadata or {}).items()}
-    row = {"checkpoint": name, "path": str(out_dir), "base": base, "parent": parent, "data_version": data_version,
-           "n_samples": md.get("n_samples"), "hyperparams_json": trainer.settings(),
-           "loss_curve_json": (md.get("loss_curve") or {}).get("points") if isinstance(md.get("loss_curve"), dict)
-           else md.get("loss_curve"), "final_loss": md.get("final_loss"), "run_id": context.run.run_id}
+                                      extras={"sft_run": run.to_dict()}).get_materialize_result()
+    rec = CheckpointRecord.load(out_dir)
+    if rec is None:
+        raise dg.Failure(f"{out_dir}: the training run wrote no {RECORD_FILE}")
+    rec = dataclasses.replace(rec, parent=parent, run_id=context.run.run_id)
     reg = [r for r in lake.read("checkpoints").to_pylist() if r["checkpoint"] != name]
-    lake.write("checkpoints", reg + [row])
+    lake.write("checkpoints", reg + [rec.to_row()])
     context.instance.add_dynamic_partitions(model_partitions.name, [name])
     return dg.MaterializeResult(metadata={**(res.metadata or {}), "path": str(out_dir), "parent": parent,
-                                          "base": base, "hyperparams": dg.MetadataValue.json(trainer.settings())})
+                                          "base": base, "hyperparams": dg.MetadataValue.json(rec.hyperparams)})

@@ -2,11 +2,10 @@
 secrets come from env vars (dg.EnvVar) and are never logged or stored."""
 
 import contextlib
-import json
 import os
 import sys
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Dict, Iterator, Optional
 
 import dagster as dg
 
@@ -149,26 +148,54 @@ class OpenClawResource(dg.ConfigurableResource):
 
 
 class TrainerResource(dg.ConfigurableResource):
-    """SFT training settings, run as a Pipes subprocess (`python -m clawgym.train.pipes_sft`)."""
+    """How `checkpoints` are trained (SFT, as a Pipes subprocess: `python -m clawgym.train.pipes_sft`).
+
+    Trainer settings are trl.SFTConfig fields under TRL's own names: the common ones as fields here, any other
+    in `sft_config` (checked against trl.SFTConfig). LoRA settings are peft.LoraConfig fields (`lora_config`).
+    Unset trl.SFTConfig fields take clawgym's defaults (clawgym.train.config.SFT_DEFAULTS)."""
 
     python: str = ""  # "" = this interpreter
+    # trl.SFTConfig fields
     max_steps: int = 4
-    lr: float = 1e-5
-    batch_size: int = 1
+    num_train_epochs: float = 3.0
+    learning_rate: float = 1e-5
+    per_device_train_batch_size: int = 1
+    gradient_accumulation_steps: int = 1
     max_length: int = 2048
+    use_cpu: bool = True
+    sft_config: Dict[str, Any] = {}  # further trl.SFTConfig fields, by TRL's names
+    # LoRA (peft) instead of full fine-tuning
     lora: bool = False
-    device: str = "cpu"
-    extra_args: str = ""  # JSON object of further SFTRunConfig fields passed through
+    lora_config: Dict[str, Any] = {}  # peft.LoraConfig fields over clawgym.train.config.LORA_DEFAULTS
 
     def command(self) -> list[str]:
         return [self.python or sys.executable, "-m", "clawgym.train.pipes_sft"]
 
-    def settings(self) -> dict:
-        d = {"max_steps": self.max_steps, "lr": self.lr, "batch_size": self.batch_size,
-             "max_length": self.max_length, "lora": self.lora, "device": self.device}
-        if self.extra_args:
-            d.update(json.loads(self.extra_args))
-        return d
+    def trl_fields(self) -> dict:
+        """The trl.SFTConfig fields this resource sets (the named ones, then `sft_config`)."""
+        named = {"max_steps": self.max_steps, "num_train_epochs": self.num_train_epochs,
+                 "learning_rate": self.learning_rate, "per_device_train_batch_size": self.per_device_train_batch_size,
+                 "gradient_accumulation_steps": self.gradient_accumulation_steps, "max_length": self.max_length,
+                 "use_cpu": self.use_cpu}
+        twice = sorted(set(named) & set(self.sft_config))
+        if twice:
+            from clawgym.train.config import TrainConfigError
+
+            raise TrainConfigError(f"TrainerResource.sft_config: field {twice[0]!r} is set by the resource's own "
+                                   f"field {twice[0]!r}: set it there")
+        return {**named, **self.sft_config}
+
+    def sft_run(self, **run):
+        """A validated clawgym.train.sft.SFTRunConfig: `run` (base_model, dataset_path, output_dir, name, …) plus
+        this resource's trainer and LoRA settings. An unknown TRL / peft field raises TrainConfigError naming it."""
+        from clawgym.train.config import TrainConfigError
+        from clawgym.train.sft import SFTRunConfig
+
+        try:
+            return SFTRunConfig(**run, lora=self.lora, lora_config=dict(self.lora_config),
+                                sft_config=self.trl_fields())
+        except TrainConfigError as e:
+            raise TrainConfigError(f"TrainerResource: {e}") from e
 
 
 def default_resources() -> dict:

@@ -58,10 +58,12 @@ def test_grpo_tiny_cpu_run_rewards_from_verifier(tmp_path):
                   files=[File(path="input/data.txt", content=b"1 2 3\n")], verifier=Verifier(kind="grade", code=GRADE))
              for i in range(2)]
     base = make_tiny_model(tmp_path / "tiny", hidden_size=32, num_layers=1)
-    cfg = GRPORunConfig(base_model=str(base), output_dir=str(tmp_path / "grpo"), num_generations=2, batch_size=2,
-                        max_steps=2, lr=1e-4, max_completion_length=12, max_tool_calling_iterations=1,
-                        score_workers=2, seed=0)
-    row = run_grpo(cfg, tasks, _factory())
+    cfg = GRPORunConfig(base_model=str(base), output_dir=str(tmp_path / "grpo"), score_workers=2,
+                        grpo_config={"num_generations": 2, "per_device_train_batch_size": 2, "max_steps": 2,
+                                     "learning_rate": 1e-4, "max_completion_length": 12,
+                                     "max_tool_calling_iterations": 1, "seed": 0})
+    row = run_grpo(cfg, tasks, _factory()).to_dict()
+    assert row["algorithm"] == "grpo" and row["hyperparams"]["grpo_config"]["learning_rate"] == 1e-4
     assert row["steps"] == 2
     assert row["n_sandboxes"] == 4 == len(row["rewards"])  # one fresh sandbox per sample: 2 steps × 2 samples
     # the random model writes no answer: the verifier gives exactly 2 of 3 checks (input intact, completion seen)

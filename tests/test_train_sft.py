@@ -3,7 +3,6 @@ process through Dagster Pipes, then served OpenAI-compatibly; it answers with a 
 
 import json
 import os
-import sys
 
 import pytest
 
@@ -38,8 +37,10 @@ def setup(tmp_path_factory):
 def _cfg(setup, **kw):
     from clawgym.train.sft import SFTRunConfig
 
+    sft = dict(learning_rate=5e-3, max_length=1024, save_steps=15, logging_steps=5, seed=0)
+    sft.update(kw.pop("sft_config", {}))
     base = dict(base_model=setup["base"], dataset_path=setup["ds"], output_dir=str(setup["dir"] / "ckpt-tiny"),
-                lr=5e-3, max_length=1024, save_steps=15, logging_steps=5, seed=0, dataset_version="v-test")
+                dataset_version="v-test", sft_config=sft)
     base.update(kw)
     return SFTRunConfig(**base)
 
@@ -50,39 +51,60 @@ def test_sft_then_resume_through_pipes_then_serve(setup):
     from clawgym.train.sft import read_registry_row, run_sft
 
     # 1) in-process: the first 15 steps (a Trainer checkpoint is saved at step 15)
-    row1 = run_sft(_cfg(setup, max_steps=15))
+    rec1 = run_sft(_cfg(setup, sft_config={"max_steps": 15}))
     out = setup["dir"] / "ckpt-tiny"
-    assert row1["steps"] == 15 and (out / "_trainer" / "checkpoint-15").is_dir()
-    assert row1["loss_curve"][-1]["loss"] < row1["loss_curve"][0]["loss"]
+    assert rec1.steps == 15 and (out / "_trainer" / "checkpoint-15").is_dir()
+    assert rec1.loss_curve[-1]["loss"] < rec1.loss_curve[0]["loss"]
+    assert rec1.hyperparams["sft_config"]["learning_rate"] == 5e-3  # TRL's names in the record too
 
-    # 2) out of process through Dagster Pipes: resumes from step 15 and finishes at 45
-    cfg2 = {k: v for k, v in _cfg(setup, max_steps=45, resume=True).__dict__.items()}
+    # 2) the real `checkpoints` asset: TrainerResource (TRL's field names) -> Pipes subprocess -> the lake's
+    # registry row. Resumes from step 15 (same output folder, same rows from the lake's sft table) to 45.
+    from clawgym import lake as lk
+    from clawgym.trajectories.sft import write_sft_parquet
+    from clawgym_assets import training
+    from clawgym_resources import LakeResource, ModelEndpointsResource, TrainerResource
 
-    @dg.asset(partitions_def=dg.DynamicPartitionsDefinition(name="checkpoint"))
-    def checkpoints(context: dg.AssetExecutionContext, pipes_subprocess_client: dg.PipesSubprocessClient):
-        return pipes_subprocess_client.run(
-            command=[sys.executable, "-m", "clawgym.train.pipes_sft"], context=context,
-            extras={"sft_config": cfg2}, env={**os.environ, "HF_HUB_OFFLINE": "1"},
-        ).get_materialize_result()
-
+    data = setup["dir"] / "data"
+    write_sft_parquet([{"sample_id": "s1", "task_id": "t1", "messages_json": json.dumps(CONV),
+                        "tools_json": json.dumps(TOOLS), "n_tokens": 100, "category": "c"}], root=data / "lake")
+    lake = LakeResource(data_dir=str(data))
+    nested = {"lake": lake} if "lake" in ModelEndpointsResource.model_fields else {}
+    res = {"lake": lake, "pipes_subprocess_client": dg.PipesSubprocessClient(),
+           "endpoints": ModelEndpointsResource(**nested, checkpoints_dir=str(setup["dir"]), base_model_dir=setup["base"]),
+           "trainer": TrainerResource(max_steps=45, learning_rate=5e-3, max_length=1024,
+                                      sft_config={"save_steps": 15, "logging_steps": 5, "seed": 0})}
+    assets = [training.checkpoints, dg.AssetSpec("sft_dataset"), dg.AssetSpec("base_model")]
     # instance_for_test kept open for the whole materialize: an ephemeral() instance created after other
     # Dagster tests in the same session can fail with "Attempted to resolve undefined DagsterInstance weakref"
     with dg.instance_for_test() as inst:
         inst.add_dynamic_partitions("checkpoint", ["ckpt-tiny"])
-        res = dg.materialize([checkpoints], partition_key="ckpt-tiny", instance=inst,
-                             resources={"pipes_subprocess_client": dg.PipesSubprocessClient()})
-    assert res.success
-    md = res.asset_materializations_for_node("checkpoints")[0].metadata
+        bad = dict(res, trainer=TrainerResource(sft_config={"lr": 0.1}))  # not a trl.SFTConfig field
+        with pytest.raises(dg.Failure, match="unknown field 'lr'"):
+            dg.materialize(assets, selection=["checkpoints"], partition_key="ckpt-tiny", instance=inst, resources=bad)
+        r = dg.materialize(assets, selection=["checkpoints"], partition_key="ckpt-tiny", instance=inst, resources=res,
+                           run_config={"ops": {"checkpoints": {"config": {"parent": "smollm2-base"}}}})
+        assert r.success
+        assert inst.has_dynamic_partition("model", "ckpt-tiny")
+    md = r.asset_materializations_for_node("checkpoints")[0].metadata
     assert md["steps"].value == 45
     assert md["checkpoint"].value == "ckpt-tiny"  # the partition key names the checkpoint
     assert md["resumed_from"].value.endswith("checkpoint-15")
     assert md["tokens_per_s"].value > 0 and md["n_samples"].value == 1
+    assert md["hyperparams"].value["sft_config"]["learning_rate"] == 5e-3
     # the curve spans the whole run: steps 5..15 restored from the checkpoint, 20..45 from the resumed run
     assert [p["step"] for p in md["loss_curve"].value["points"]] == list(range(5, 50, 5))
     row = read_registry_row(out)
-    assert row["steps"] == 45 and row["data_version"] == "v-test" and row["base"] == setup["base"]
+    sft_files = sorted(p.name for p in (data / "lake" / "sft").glob("*.parquet"))
+    assert row["steps"] == 45 and row["data_version"] == ",".join(sft_files) and row["base"] == setup["base"]
     assert (out / "loss.png").stat().st_size > 1000
     assert row["final_loss"] < 0.5, row["loss_curve"]
+    # the lake's registry row: the same record (lake schema), parent and run id added by the asset
+    (reg,) = lk.read_table("checkpoints", root=data / "lake").to_pylist()
+    assert (reg["checkpoint"], reg["path"], reg["parent"], reg["n_samples"]) == ("ckpt-tiny", str(out), "smollm2-base", 1)
+    assert reg["run_id"] == r.run_id and reg["final_loss"] == pytest.approx(row["final_loss"])
+    hp = json.loads(reg["hyperparams_json"])
+    assert hp["sft_config"]["max_steps"] == 45 and hp["sft_config"]["save_steps"] == 15 and hp["lora"] is False
+    assert [p["step"] for p in json.loads(reg["loss_curve_json"])] == list(range(5, 50, 5))
 
     # 3) the checkpoint loads and serves; its answer is a parseable OpenAI tool call
     import openai
@@ -117,9 +139,12 @@ def test_lora_from_lake_parquet(setup, tmp_path):
     write_sft_parquet([{"sample_id": "s1", "task_id": "t1", "messages_json": json.dumps(CONV),
                         "tools_json": json.dumps(TOOLS), "n_tokens": 100, "category": "c"}], root=tmp_path / "lake")
     out = tmp_path / "lora"
-    row = run_sft(_cfg(setup, dataset_path=str(tmp_path / "lake" / "sft"), output_dir=str(out), max_steps=3,
-                       lora=True, lora_r=4, lora_alpha=8, lr=5e-2, logging_steps=1, resume=False))
-    assert row["steps"] == 3 and row["hyperparams"]["lora"] is True and row["n_samples"] == 1
+    rec = run_sft(_cfg(setup, dataset_path=str(tmp_path / "lake" / "sft"), output_dir=str(out), resume=False,
+                       lora=True, lora_config={"r": 4, "lora_alpha": 8},
+                       sft_config={"max_steps": 3, "learning_rate": 5e-2, "logging_steps": 1}))
+    assert rec.steps == 3 and rec.n_samples == 1
+    assert rec.hyperparams["lora"] is True and rec.hyperparams["lora_config"]["r"] == 4
+    assert rec.hyperparams["lora_config"]["lora_dropout"] == 0.05  # clawgym's LoRA defaults under peft's names
     assert not (out / "adapter_config.json").exists()  # merged into the weights
     base = AutoModelForCausalLM.from_pretrained(setup["base"])
     tuned = AutoModelForCausalLM.from_pretrained(str(out))

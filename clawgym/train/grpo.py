@@ -1,6 +1,10 @@
 """GRPO with the task's code verifier as reward, one fresh sandbox per sample (DESIGN §2, formats.md "RL").
 
-    run_grpo(GRPORunConfig(...), tasks, factory) -> registry row (dict)
+    run_grpo(GRPORunConfig(..., grpo_config={"learning_rate": 1e-6, "max_steps": 50}), tasks, factory)
+        -> CheckpointRecord
+
+Trainer settings are `trl.GRPOConfig` fields by TRL's own names (`grpo_config`, over `config.GRPO_DEFAULTS`);
+the rest of `GRPORunConfig` is clawgym's own (which model, where to save, scoring threads, system prompt).
 
 TRL's GRPOTrainer samples `num_generations` completions per prompt (a task instruction). Each completion is
 an agentic rollout in its own environment (`SandboxEnv`, via TRL's `environment_factory`): `reset` opens a
@@ -13,51 +17,47 @@ GPU recipe (documented, not run in CI): see docs in this module's `GPU_RECIPE`.
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from clawgym.tasks.model import Task
+from clawgym.train.base_model import DEFAULT_BASE_DIR
+from clawgym.train.config import GRPO_DEFAULTS, check_fields, grpo_config_class, resolve_device
+from clawgym.train.record import CheckpointRecord
 
 GPU_RECIPE = """\
 GRPO on one GPU (e.g. H100/H200), from an SFT checkpoint:
-  GRPORunConfig(base_model="data/checkpoints/<sft>", output_dir="data/checkpoints/<sft>-grpo",
-                num_generations=8, batch_size=8, grad_accum=4, max_completion_length=2048,
-                max_tool_calling_iterations=16, lr=1e-6, beta=0.0, max_steps=200, bf16=True,
-                extra={"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3})
+  GRPORunConfig(base_model="data/checkpoints/<sft>", output_dir="data/checkpoints/<sft>-grpo", score_workers=8,
+                grpo_config={"num_generations": 8, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 4,
+                             "max_completion_length": 2048, "max_tool_calling_iterations": 16, "learning_rate": 1e-6,
+                             "beta": 0.0, "max_steps": 200, "bf16": True, "use_vllm": True, "vllm_mode": "colocate",
+                             "vllm_gpu_memory_utilization": 0.3})
   with a docker sandbox factory (clawgym.sandbox.get_factory("docker")) so 8 samples × batch run isolated;
   score_workers ≥ batch size. ClawGym used 8 samples per prompt with the code verifier as reward.
 """
 
+_GRPO_RESERVED = {"output_dir": "GRPORunConfig.output_dir; Trainer checkpoints go to <output_dir>/_trainer"}
+
 
 @dataclass
 class GRPORunConfig:
-    base_model: str = "data/models/smollm2-135m-instruct"
+    base_model: str = DEFAULT_BASE_DIR
     output_dir: str = "data/checkpoints/grpo"
     name: str | None = None
-    num_generations: int = 8  # N samples per prompt
-    batch_size: int = 8  # completions per device step (a multiple of num_generations)
-    grad_accum: int = 1
-    max_steps: int = 50
-    lr: float = 1e-6
-    beta: float = 0.0  # KL coefficient (0: no reference model)
-    temperature: float = 1.0
-    max_completion_length: int = 512
-    max_tool_calling_iterations: int = 8
-    seed: int = 0
-    device: str = "auto"
-    bf16: bool | None = None
-    logging_steps: int = 1
-    save_steps: int = 500
-    score_workers: int = 8
+    score_workers: int = 8  # threads scoring one generation batch's sandboxes
     system_prompt: str | None = None  # default: the builtin agent's system prompt
-    extra: dict[str, Any] = field(default_factory=dict)  # any other GRPOConfig fields
+    grpo_config: dict[str, Any] = field(default_factory=dict)  # trl.GRPOConfig fields over GRPO_DEFAULTS
+
+    def __post_init__(self) -> None:
+        check_fields(grpo_config_class(), self.grpo_config, "GRPORunConfig.grpo_config", _GRPO_RESERVED)
+
+    def trl_fields(self) -> dict[str, Any]:
+        """The keyword arguments of trl.GRPOConfig (without output_dir): clawgym's defaults, then `grpo_config`."""
+        return resolve_device({**GRPO_DEFAULTS, **self.grpo_config})
 
 
 class SandboxEnv:
@@ -207,8 +207,8 @@ def task_prompts(tasks: list[Task], system_prompt: str | None = None):
                                "task_id": t.task_id} for t in tasks])
 
 
-def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory) -> dict[str, Any]:
-    """Train with GRPO on `tasks` (sandboxes from `factory`); save the model at cfg.output_dir; return its row."""
+def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory) -> CheckpointRecord:
+    """Train with GRPO on `tasks` (sandboxes from `factory`); save the model and its record at cfg.output_dir."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
@@ -217,26 +217,19 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory) -> dict[str, Any]:
     t0 = time.time()
     out = Path(cfg.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    device = cfg.device if cfg.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    use_bf16 = cfg.bf16 if cfg.bf16 is not None else (device == "cuda" and torch.cuda.is_bf16_supported())
+    trl_fields = cfg.trl_fields()
     tok = AutoTokenizer.from_pretrained(cfg.base_model, padding_side="left")
     if not (tok.chat_template and has_generation_markers(tok.chat_template)):
         from clawgym.train.base_model import apply_tool_chat_template
 
         apply_tool_chat_template(tok)
-    model = AutoModelForCausalLM.from_pretrained(cfg.base_model, dtype=torch.bfloat16 if use_bf16 else torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(cfg.base_model,
+                                                 dtype=torch.bfloat16 if trl_fields["bf16"] else torch.float32)
 
     env_cls = type("SandboxEnv", (SandboxEnv,), {"registry": {t.task_id: t for t in tasks}, "factory": factory,
                                                   "opened": []})
     reward_log: list[dict] = []
-    args = GRPOConfig(
-        output_dir=str(out / "_trainer"), num_generations=cfg.num_generations,
-        per_device_train_batch_size=cfg.batch_size, gradient_accumulation_steps=cfg.grad_accum,
-        max_steps=cfg.max_steps, learning_rate=cfg.lr, beta=cfg.beta, temperature=cfg.temperature,
-        max_completion_length=cfg.max_completion_length, max_tool_calling_iterations=cfg.max_tool_calling_iterations,
-        seed=cfg.seed, use_cpu=(device == "cpu"), bf16=use_bf16, logging_steps=cfg.logging_steps,
-        save_steps=cfg.save_steps, report_to=[], disable_tqdm=True, **cfg.extra,
-    )
+    args = GRPOConfig(output_dir=str(out / "_trainer"), **trl_fields)
     trainer = GRPOTrainer(model=model, reward_funcs=make_reward_func(cfg.score_workers, reward_log), args=args,
                           train_dataset=task_prompts(tasks, cfg.system_prompt), processing_class=tok,
                           environment_factory=env_cls)
@@ -246,19 +239,15 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory) -> dict[str, Any]:
     hist = trainer.state.log_history
     curve = [{"step": h["step"], "reward": float(h["reward"]), "loss": float(h.get("loss", 0.0))}
              for h in hist if "reward" in h and "step" in h]
-    hyper = {k: v for k, v in asdict(cfg).items() if k not in ("output_dir", "base_model", "name")}
-    row = {
-        "checkpoint": cfg.name or out.name, "path": str(out), "base": cfg.base_model, "parent": cfg.base_model,
-        "algorithm": "grpo", "n_tasks": len(tasks), "steps": int(trainer.state.global_step),
-        "hyperparams": hyper, "hyperparams_json": json.dumps(hyper, default=str), "reward_curve": curve,
-        "n_sandboxes": len(env_cls.opened), "rewards": reward_log,
-        "train_runtime_s": float((result.metrics or {}).get("train_runtime") or 0.0), "wall_s": time.time() - t0,
-        "created_at": datetime.now(timezone.utc).isoformat(),
-    }
-    tmp = out / "clawgym_checkpoint.json.tmp"
-    tmp.write_text(json.dumps(row, indent=1, default=str))
-    os.replace(tmp, out / "clawgym_checkpoint.json")
-    return row
+    hyper = {"grpo_config": trl_fields, "score_workers": cfg.score_workers, "system_prompt": cfg.system_prompt}
+    rec = CheckpointRecord(
+        checkpoint=cfg.name or out.name, path=str(out), base=cfg.base_model, parent=cfg.base_model,
+        algorithm="grpo", n_tasks=len(tasks), steps=int(trainer.state.global_step), hyperparams=hyper,
+        reward_curve=curve, n_sandboxes=len(env_cls.opened), rewards=reward_log,
+        train_runtime_s=float((result.metrics or {}).get("train_runtime") or 0.0), wall_s=time.time() - t0,
+    )
+    rec.save(out)
+    return rec
 
 
 __all__ = ["GRPORunConfig", "SandboxEnv", "make_reward_func", "task_prompts", "run_grpo", "GPU_RECIPE"]

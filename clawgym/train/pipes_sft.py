@@ -3,13 +3,14 @@
 Launched by the `checkpoints` asset through ``PipesSubprocessClient`` (or ``PipesDockerClient``), so a crash
 in training never takes Dagster down. The run configuration comes from the Pipes extras:
 
-    extras = {"sft_config": {<SFTRunConfig fields>}}      (or the SFTRunConfig fields at the top level)
+    extras = {"sft_run": {<SFTRunConfig fields>}}   (trl.SFTConfig fields by TRL's names under "sft_config")
 
-The checkpoint name defaults to the partition key. Progress goes to the Pipes log; the registry row is
-reported as the asset materialization's metadata (loss curve, tokens/s, wall time, hyper-parameters, plot).
+The checkpoint name defaults to the partition key. Progress goes to the Pipes log; the registry record is
+reported as the asset materialization's metadata (loss curve, tokens/s, wall time, hyper-parameters, plot)
+and saved next to the model (``clawgym_checkpoint.json``).
 
 Outside Dagster it also runs stand-alone: ``python -m clawgym.train.pipes_sft --config cfg.json``
-(prints the registry row as JSON on the last stdout line).
+(prints the registry record as JSON on the last stdout line).
 """
 
 from __future__ import annotations
@@ -21,40 +22,40 @@ from typing import Any
 
 from dagster_pipes import PipesContext, open_dagster_pipes
 
+from clawgym.train.record import CheckpointRecord
 from clawgym.train.sft import SFTRunConfig, run_sft
 
 
-def registry_metadata(row: dict[str, Any]) -> dict[str, Any]:
-    """The registry row as Pipes metadata values (typed, so the UI renders them)."""
+def registry_metadata(rec: CheckpointRecord) -> dict[str, Any]:
+    """The registry record as Pipes metadata values (typed, so the UI renders them)."""
     md: dict[str, Any] = {
-        "checkpoint": {"raw_value": row["checkpoint"], "type": "text"},
-        "path": {"raw_value": row["path"], "type": "path"},
-        "base": {"raw_value": row["base"], "type": "text"},
-        "data_version": {"raw_value": row.get("data_version") or "", "type": "text"},
-        "n_samples": {"raw_value": int(row["n_samples"]), "type": "int"},
-        "steps": {"raw_value": int(row["steps"]), "type": "int"},
-        "tokens_seen": {"raw_value": int(row["tokens_seen"]), "type": "int"},
-        "tokens_per_s": {"raw_value": float(row["tokens_per_s"] or 0.0), "type": "float"},
-        "train_runtime_s": {"raw_value": float(row["train_runtime_s"]), "type": "float"},
-        "wall_s": {"raw_value": float(row["wall_s"]), "type": "float"},
-        "hyperparams": {"raw_value": row["hyperparams"], "type": "json"},
-        "loss_curve": {"raw_value": {"points": row["loss_curve"]}, "type": "json"},
+        "checkpoint": {"raw_value": rec.checkpoint, "type": "text"},
+        "path": {"raw_value": rec.path, "type": "path"},
+        "base": {"raw_value": rec.base, "type": "text"},
+        "data_version": {"raw_value": rec.data_version or "", "type": "text"},
+        "n_samples": {"raw_value": int(rec.n_samples or 0), "type": "int"},
+        "steps": {"raw_value": int(rec.steps), "type": "int"},
+        "tokens_seen": {"raw_value": int(rec.tokens_seen or 0), "type": "int"},
+        "tokens_per_s": {"raw_value": float(rec.tokens_per_s or 0.0), "type": "float"},
+        "train_runtime_s": {"raw_value": float(rec.train_runtime_s or 0.0), "type": "float"},
+        "wall_s": {"raw_value": float(rec.wall_s or 0.0), "type": "float"},
+        "hyperparams": {"raw_value": rec.hyperparams, "type": "json"},
+        "loss_curve": {"raw_value": {"points": rec.loss_curve}, "type": "json"},
     }
-    if row.get("final_loss") is not None:
-        md["final_loss"] = {"raw_value": float(row["final_loss"]), "type": "float"}
-    if row.get("loss_plot"):
-        md["loss_plot"] = {"raw_value": row["loss_plot"], "type": "path"}
-    if row.get("resumed_from"):
-        md["resumed_from"] = {"raw_value": row["resumed_from"], "type": "path"}
+    if rec.final_loss is not None:
+        md["final_loss"] = {"raw_value": float(rec.final_loss), "type": "float"}
+    if rec.loss_plot:
+        md["loss_plot"] = {"raw_value": rec.loss_plot, "type": "path"}
+    if rec.resumed_from:
+        md["resumed_from"] = {"raw_value": rec.resumed_from, "type": "path"}
     return md
 
 
 def _config_from_extras(ctx: PipesContext) -> SFTRunConfig:
     extras = dict(ctx.extras or {})
-    raw = extras.get("sft_config", extras)
-    if isinstance(raw, str):
-        raw = json.loads(raw)
-    raw = dict(raw)
+    if "sft_run" not in extras:
+        raise ValueError(f"Pipes extras: no 'sft_run' (SFTRunConfig fields); got keys {sorted(extras)}")
+    raw = dict(extras["sft_run"])
     if not raw.get("name"):
         try:
             raw["name"] = ctx.partition_key
@@ -73,19 +74,20 @@ def main(argv: list[str] | None = None) -> int:
                 cfg = SFTRunConfig.from_dict(json.load(f))
         else:
             cfg = _config_from_extras(ctx)
+        trl_fields = cfg.trl_fields()
         ctx.log.info(f"SFT {cfg.name or cfg.output_dir}: base={cfg.base_model} data={cfg.dataset_path} "
-                     f"steps={cfg.max_steps} lora={cfg.lora}")
-        every = max(1, int(cfg.extra.get("logging_steps", 0) or 0) or 10)
+                     f"max_steps={trl_fields['max_steps']} lora={cfg.lora}")
+        every = max(10, int(trl_fields["logging_steps"] or 0))
 
         def on_log(entry: dict) -> None:
             if "loss" in entry and int(entry.get("step", 0)) % every == 0:
                 ctx.log.info(f"step {entry['step']}: loss {float(entry['loss']):.4f}")
 
-        row = run_sft(cfg, on_log=on_log)
-        ctx.log.info(f"done: {row['steps']} steps, {row['tokens_per_s'] or 0:.1f} tokens/s, final loss {row['final_loss']}")
-        ctx.report_asset_materialization(metadata=registry_metadata(row),
-                                         data_version=f"{row['checkpoint']}@{row['steps']}")
-        print(json.dumps({k: v for k, v in row.items() if k not in ("loss_curve",)}, default=str))
+        rec = run_sft(cfg, on_log=on_log)
+        ctx.log.info(f"done: {rec.steps} steps, {rec.tokens_per_s or 0:.1f} tokens/s, final loss {rec.final_loss}")
+        ctx.report_asset_materialization(metadata=registry_metadata(rec), data_version=f"{rec.checkpoint}@{rec.steps}")
+        print(json.dumps({k: v for k, v in rec.to_dict().items() if k not in ("loss_curve", "loss_curve_json")},
+                         default=str))
     return 0
 
 

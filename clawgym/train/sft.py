@@ -1,65 +1,76 @@
 """Supervised fine-tuning with TRL's SFTTrainer (DESIGN §2 `checkpoints`).
 
-    run_sft(SFTRunConfig(base_model=..., dataset_path=..., output_dir=...)) -> registry row (dict)
+    run_sft(SFTRunConfig(base_model=..., dataset_path=..., output_dir=...,
+                         sft_config={"learning_rate": 1e-5, "max_steps": 100}))  -> CheckpointRecord
+
+Trainer settings are `trl.SFTConfig` fields by TRL's own names (`sft_config`, over `config.SFT_DEFAULTS`);
+LoRA settings are `peft.LoraConfig` fields (`lora_config`, over `config.LORA_DEFAULTS`); the rest of
+`SFTRunConfig` is clawgym's own (which model, which data, where to save, resume).
 
 Multi-turn conversational rows (`messages` + `tools`), loss on assistant tokens only (the chat template's
 ``{% generation %}`` markers), full fine-tuning or LoRA (peft, merged into the saved model), CPU or GPU.
 Resumable: intermediate Trainer checkpoints live in ``<output_dir>/_trainer``; with ``resume=True`` the run
 continues from the last saved step. The final model folder (weights + tokenizer with the tool-calling chat
-template) is written to ``output_dir`` with ``clawgym_checkpoint.json`` (the registry row) and ``loss.png``.
+template) is written to ``output_dir`` with ``clawgym_checkpoint.json`` (the registry record) and ``loss.png``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from clawgym.train.base_model import DEFAULT_BASE_DIR
+from clawgym.train.config import (
+    LORA_DEFAULTS, SFT_DEFAULTS, TrainConfigError, check_fields, field_names, lora_config_class, resolve_device,
+    sft_config_class,
+)
+from clawgym.train.record import CheckpointRecord, read_registry_row
+
+_SFT_RESERVED = {"output_dir": "SFTRunConfig.output_dir; Trainer checkpoints go to <output_dir>/_trainer"}
 
 
 @dataclass
 class SFTRunConfig:
-    base_model: str = "data/models/smollm2-135m-instruct"  # any HF causal-LM folder or (cached) id
+    base_model: str = DEFAULT_BASE_DIR  # any HF causal-LM folder or (cached) id
     dataset_path: str = "data/sft/hf"  # a load_from_disk folder, or parquet file/folder of the lake's sft table
     output_dir: str = "data/checkpoints/sft"
     name: str | None = None  # checkpoint name (default: the output folder's name)
     dataset_version: str = ""
-    max_steps: int = 100  # -1: use num_train_epochs
-    num_train_epochs: float = 3.0
-    lr: float = 1e-5
-    lora: bool = False
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
-    max_length: int = 4096
-    batch_size: int = 1
-    grad_accum: int = 1
-    warmup_steps: int = 0
-    lr_scheduler: str = "constant"
-    weight_decay: float = 0.0
-    save_steps: int = 50
-    save_total_limit: int = 1  # Trainer checkpoints kept in <output_dir>/_trainer (for resume)
-    logging_steps: int = 1
-    resume: bool = True
-    seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda
-    bf16: bool | None = None  # None: bf16 on GPUs that support it
-    gradient_checkpointing: bool = False
-    assistant_only_loss: bool = True
-    packing: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)  # any other SFTConfig fields
+    resume: bool = True  # continue from the last Trainer checkpoint in <output_dir>/_trainer
+    lora: bool = False  # LoRA (peft; merged into the saved model) instead of full fine-tuning
+    lora_config: dict[str, Any] = field(default_factory=dict)  # peft.LoraConfig fields over LORA_DEFAULTS
+    sft_config: dict[str, Any] = field(default_factory=dict)  # trl.SFTConfig fields over SFT_DEFAULTS
+
+    def __post_init__(self) -> None:
+        check_fields(sft_config_class(), self.sft_config, "SFTRunConfig.sft_config", _SFT_RESERVED)
+        check_fields(lora_config_class(), self.lora_config, "SFTRunConfig.lora_config")
+
+    def trl_fields(self) -> dict[str, Any]:
+        """The keyword arguments of trl.SFTConfig (without output_dir): clawgym's defaults, then `sft_config`."""
+        f = resolve_device({**SFT_DEFAULTS, **self.sft_config})
+        f.setdefault("data_seed", f["seed"])
+        return f
+
+    def peft_fields(self) -> dict[str, Any] | None:
+        """The keyword arguments of peft.LoraConfig, or None (full fine-tuning)."""
+        return {**LORA_DEFAULTS, **self.lora_config} if self.lora else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "SFTRunConfig":
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        unknown = sorted(set(d) - set(known))
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
         if unknown:
-            raise ValueError(f"SFTRunConfig: unknown field(s) {', '.join(unknown)}")
-        return cls(**known)
+            k = unknown[0]
+            hint = " (a trl.SFTConfig field: put it in sft_config)" if k in field_names(sft_config_class()) else ""
+            raise TrainConfigError(f"SFTRunConfig: unknown field {k!r}{hint}")
+        return cls(**d)
 
 
 def load_sft_dataset(path: str | os.PathLike):
@@ -89,14 +100,6 @@ def load_sft_dataset(path: str | os.PathLike):
     return ds.select_columns(["messages", "tools"])
 
 
-def _device(cfg: SFTRunConfig) -> str:
-    import torch
-
-    if cfg.device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return cfg.device
-
-
 def last_trainer_checkpoint(work: Path) -> str | None:
     cks = sorted((p for p in work.glob("checkpoint-*") if p.is_dir() and (p / "trainer_state.json").exists()),
                  key=lambda p: int(p.name.split("-")[-1]))
@@ -123,8 +126,8 @@ def plot_loss(curve: list[dict], path: Path, title: str = "SFT loss") -> Path | 
     return path
 
 
-def run_sft(cfg: SFTRunConfig, on_log=None) -> dict[str, Any]:
-    """Train, save the model folder at cfg.output_dir, and return its registry row.
+def run_sft(cfg: SFTRunConfig, on_log=None) -> CheckpointRecord:
+    """Train, save the model folder at cfg.output_dir with its registry record, and return the record.
 
     `on_log(dict)` (optional) receives every Trainer log entry (e.g. to forward it through Dagster Pipes).
     """
@@ -137,8 +140,8 @@ def run_sft(cfg: SFTRunConfig, on_log=None) -> dict[str, Any]:
     out = Path(cfg.output_dir)
     work = out / "_trainer"
     work.mkdir(parents=True, exist_ok=True)
-    device = _device(cfg)
-    use_bf16 = cfg.bf16 if cfg.bf16 is not None else (device == "cuda" and torch.cuda.is_bf16_supported())
+    trl_fields = cfg.trl_fields()
+    lora_fields = cfg.peft_fields()
 
     tok = AutoTokenizer.from_pretrained(cfg.base_model)
     if not (tok.chat_template and has_generation_markers(tok.chat_template)):
@@ -147,34 +150,18 @@ def run_sft(cfg: SFTRunConfig, on_log=None) -> dict[str, Any]:
         apply_tool_chat_template(tok)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(cfg.base_model, dtype=torch.bfloat16 if use_bf16 else torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(cfg.base_model,
+                                                 dtype=torch.bfloat16 if trl_fields["bf16"] else torch.float32)
     ds = load_sft_dataset(cfg.dataset_path)
 
-    peft_config = None
-    if cfg.lora:
-        from peft import LoraConfig
-
-        peft_config = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                                 target_modules="all-linear", task_type="CAUSAL_LM")
-
-    args = SFTConfig(
-        output_dir=str(work), max_steps=cfg.max_steps, num_train_epochs=cfg.num_train_epochs,
-        learning_rate=cfg.lr, per_device_train_batch_size=cfg.batch_size,
-        gradient_accumulation_steps=cfg.grad_accum, warmup_steps=cfg.warmup_steps,
-        lr_scheduler_type=cfg.lr_scheduler, weight_decay=cfg.weight_decay,
-        logging_steps=cfg.logging_steps, save_steps=cfg.save_steps, save_total_limit=cfg.save_total_limit,
-        seed=cfg.seed, data_seed=cfg.seed, use_cpu=(device == "cpu"), bf16=use_bf16,
-        activation_checkpointing=cfg.gradient_checkpointing, assistant_only_loss=cfg.assistant_only_loss,
-        max_length=cfg.max_length, packing=cfg.packing, report_to=[], disable_tqdm=True,
-        include_num_input_tokens_seen="non_padding", dataloader_num_workers=0, save_only_model=False,
-        **cfg.extra,
-    )
+    args = SFTConfig(output_dir=str(work), **trl_fields)
 
     class _Forward(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kw):
             if on_log and logs:
                 on_log({"step": state.global_step, **logs})
 
+    peft_config = lora_config_class()(**lora_fields) if lora_fields else None
     trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, peft_config=peft_config,
                          callbacks=[_Forward()])
     resume_from = last_trainer_checkpoint(work) if cfg.resume else None
@@ -196,35 +183,19 @@ def run_sft(cfg: SFTRunConfig, on_log=None) -> dict[str, Any]:
     tokens = int(trainer.state.num_input_tokens_seen or 0)
     metrics = dict(result.metrics or {})
     runtime = float(metrics.get("train_runtime") or train_wall)
-    hyper = {k: v for k, v in asdict(cfg).items() if k not in ("output_dir", "dataset_path", "base_model", "name")}
-    hyper["device"] = device
-    hyper["bf16"] = use_bf16
-    row = {
-        "checkpoint": cfg.name or out.name, "path": str(out), "base": cfg.base_model, "parent": cfg.base_model,
-        "data_version": cfg.dataset_version, "dataset_path": cfg.dataset_path, "n_samples": len(ds),
-        "hyperparams": hyper, "hyperparams_json": json.dumps(hyper, default=str),
-        "loss_curve": curve, "loss_curve_json": json.dumps(curve),
-        "final_loss": curve[-1]["loss"] if curve else None, "train_loss": metrics.get("train_loss"),
-        "steps": int(trainer.state.global_step), "resumed_from": resume_from,
-        "tokens_seen": tokens, "train_runtime_s": runtime, "tokens_per_s": tokens / runtime if runtime > 0 else None,
-        "wall_s": time.time() - t0, "loss_plot": str(loss_png) if loss_png else None,
-        "created_at": datetime.now(timezone.utc).isoformat(),
-    }
-    tmp = out / "clawgym_checkpoint.json.tmp"
-    tmp.write_text(json.dumps(row, indent=1, default=str))
-    os.replace(tmp, out / "clawgym_checkpoint.json")
-    return row
-
-
-def read_registry_row(checkpoint_dir: str | os.PathLike) -> dict[str, Any] | None:
-    p = Path(checkpoint_dir) / "clawgym_checkpoint.json"
-    return json.loads(p.read_text()) if p.exists() else None
-
-
-def clean_trainer_state(checkpoint_dir: str | os.PathLike) -> None:
-    """Remove the intermediate Trainer checkpoints (after a successful run, to save disk)."""
-    shutil.rmtree(Path(checkpoint_dir) / "_trainer", ignore_errors=True)
+    hyper = {"sft_config": trl_fields, "lora": cfg.lora, "lora_config": lora_fields, "resume": cfg.resume,
+             "dataset_version": cfg.dataset_version}
+    rec = CheckpointRecord(
+        checkpoint=cfg.name or out.name, path=str(out), base=cfg.base_model, parent=cfg.base_model, algorithm="sft",
+        data_version=cfg.dataset_version, dataset_path=cfg.dataset_path, n_samples=len(ds), hyperparams=hyper,
+        loss_curve=curve, final_loss=curve[-1]["loss"] if curve else None, train_loss=metrics.get("train_loss"),
+        steps=int(trainer.state.global_step), resumed_from=resume_from, tokens_seen=tokens,
+        train_runtime_s=runtime, tokens_per_s=tokens / runtime if runtime > 0 else None, wall_s=time.time() - t0,
+        loss_plot=str(loss_png) if loss_png else None,
+    )
+    rec.save(out)
+    return rec
 
 
 __all__ = ["SFTRunConfig", "run_sft", "load_sft_dataset", "last_trainer_checkpoint", "plot_loss",
-           "read_registry_row", "clean_trainer_state"]
+           "read_registry_row", "CheckpointRecord"]
