@@ -184,6 +184,9 @@ def test_command_and_environment(tiny, monkeypatch):
     assert all(env[k] == v for k, v in MALLOC_ENV.items()) and env["HF_HUB_OFFLINE"] == "1"
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "12345")  # the caller's settings win
     assert cb.environment()["MALLOC_TRIM_THRESHOLD_"] == "12345"
+    given = ModelServer(tiny, port=1, device="cpu", env={"MALLOC_TRIM_THRESHOLD_": "7", "A": "b"}).environment()
+    assert given == {"MALLOC_TRIM_THRESHOLD_": "7", "A": "b", "MALLOC_MMAP_THRESHOLD_": MALLOC_ENV["MALLOC_MMAP_THRESHOLD_"],
+                     "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}  # an explicit env, not this process's
 
 
 def test_launcher_runs_transformers_serve_cli():

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Mapping
 
 import httpx
 
@@ -40,7 +41,8 @@ def free_port() -> int:
 def _serve_cmd(launcher: list[str] | None = None) -> list[str]:
     if launcher:  # this file as a script: installs the CPU kernels named by its flags, then runs `transformers serve`
         return [sys.executable, str(Path(__file__).resolve()), *launcher, "serve"]
-    exe = shutil.which("transformers", path=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    # the console script next to this interpreter first (its venv), then the PATH's
+    exe = shutil.which("transformers", path=os.path.dirname(sys.executable)) or shutil.which("transformers")
     if exe:
         return [exe, "serve"]
     return [sys.executable, "-m", "transformers.cli.transformers", "serve"]
@@ -77,7 +79,7 @@ class ModelServer:
                  host: str = "127.0.0.1", device: str = "auto", dtype: str = "auto",
                  startup_timeout_s: float = 180.0, log_path: str | os.PathLike | None = None,
                  extra_args: list[str] | None = None, per_sequence_attention: bool = True,
-                 packed_linear: bool = True, safe_tool_parsing: bool = True):
+                 packed_linear: bool = True, safe_tool_parsing: bool = True, env: Mapping[str, str] | None = None):
         self.model_dir = str(Path(model_dir).resolve())
         if not (Path(self.model_dir) / "config.json").exists():
             raise FileNotFoundError(f"{self.model_dir}: not an HF model folder (no config.json)")
@@ -94,6 +96,8 @@ class ModelServer:
         self.packed_linear = packed_linear
         # a badly written tool call answered as text (200), not as a server error (`install_safe_tool_parsing`)
         self.safe_tool_parsing = safe_tool_parsing
+        # the server's environment before clawgym's settings (`environment`); None: inherit this process's
+        self.env = dict(env) if env is not None else None
         self._log_path = Path(log_path) if log_path else None
         self._log_file = None
         self._proc: subprocess.Popen | None = None
@@ -128,8 +132,9 @@ class ModelServer:
         return cmd + extra
 
     def environment(self) -> dict[str, str]:
-        """The server process's environment: this process's, offline, and `MALLOC_ENV` unless already set."""
-        return {**MALLOC_ENV, **os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
+        """The server process's environment: `env` (default: inherited), offline, and `MALLOC_ENV` unless set."""
+        base = os.environ if self.env is None else self.env
+        return {**MALLOC_ENV, **base, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
 
     def start(self) -> str:
         if self._proc is not None:
