@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -149,7 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         print("no tasks to run", file=sys.stderr)
         return 2
 
-    judge = make_judge(None if args.judge == "offline" else args.judge)
+    from clawgym.verify.judge import JUDGE_SETTINGS  # "auto": this entry point reads CLAWGYM_JUDGE_*
+
+    judge = make_judge(None if args.judge == "offline" else args.judge,
+                       {k: os.environ.get(v, "") for k, v in JUDGE_SETTINGS.items()})
     factory = get_factory(args.backend)
     backend = getattr(factory, "name", args.backend)
     print(f"# policy {args.policy}  backend {backend}  judge {getattr(judge, 'name', judge)}  "

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 from typing import Any, Mapping, Sequence
 
@@ -34,10 +33,12 @@ TABLE_EXPECTATIONS: dict[str, dict[str, Any]] = {
 def _context():
     global _CTX
     if _CTX is None:
-        os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
         import great_expectations as gx
+        from great_expectations.data_context.types.base import DataContextConfig, InMemoryStoreBackendDefaults
 
-        ctx = gx.get_context(mode="ephemeral")
+        # analytics off through the context's own config (no environment variable set or read)
+        ctx = gx.get_context(mode="ephemeral", project_config=DataContextConfig(
+            analytics_enabled=False, store_backend_defaults=InMemoryStoreBackendDefaults()))
         try:  # no tqdm bars in run logs
             from great_expectations.data_context.types.base import ProgressBarsConfig
 
@@ -110,7 +111,9 @@ def validate_frame(df, *, unique: Sequence[str] = (), not_null: Sequence[str] = 
 
 
 def check_table(name: str, df, **extra) -> tuple[bool, dict]:
-    """Apply TABLE_EXPECTATIONS[name] (plus any extra keyword expectations) to a frame of that table."""
+    """Apply TABLE_EXPECTATIONS[name] (plus any extra keyword expectations) to a frame of that table
+    (`name`: a clawgym.lake.Table or its name)."""
+    name = str(name)
     spec = {**TABLE_EXPECTATIONS.get(name, {}), **extra}
     return validate_frame(df, name=name, **spec)
 

@@ -10,13 +10,36 @@ from clawgym import lake
 
 @pytest.fixture()
 def root(tmp_path, monkeypatch):
-    monkeypatch.setenv("CLAWGYM_DATA", str(tmp_path / "data"))
+    # the library's default data root (it never reads $CLAWGYM_DATA: entry points and resources pass it)
+    monkeypatch.setattr(lake.io, "DEFAULT_DATA_DIR", tmp_path / "data")
     return tmp_path / "data"
 
 
-def test_data_root_from_env(root):
+def test_data_root_is_a_parameter(root, tmp_path, monkeypatch):
     assert lake.data_root() == root.resolve()
     assert lake.table_dir("tasks") == root.resolve() / "lake" / "tasks"
+    assert lake.data_root(tmp_path / "other") == (tmp_path / "other").resolve()
+    monkeypatch.setenv("CLAWGYM_DATA", str(tmp_path / "from-env"))  # read by entry points only
+    assert lake.data_root() == root.resolve()
+    assert lake.table_dir(lake.Table.TASKS) == root.resolve() / "lake" / "tasks"
+
+
+def test_typed_tables(root):
+    lk = lake.Lake.at(root)
+    lk.write(lake.Table.TASKS, [{"task_id": "s1"}], {"source": lake.TaskSource.SYNTHETIC})
+    lk.write(lake.Table.TASKS, [{"task_id": "b1"}], {"source": lake.bench_source("procedural")})
+    lk.write(lake.Table.REJECTED_TASKS, [{"task_id": "s1"}])
+    lk.append(lake.Table.TRAJECTORIES, [{"rollout_id": "r", "task_id": "s1"}], {"policy": "oracle", "shard": 2})
+    lk.write(lake.Table.CHECKPOINTS, [{"checkpoint": "c1", "parent": "base"}])
+    assert lk.tasks("synthetic").column("task_id").to_pylist() == ["s1"]
+    assert lk.bench_tasks("procedural").column("task_id").to_pylist() == ["b1"]
+    assert sorted(lk.tasks().column("task_id").to_pylist()) == ["b1", "s1"]
+    assert lk.rejected_task_ids() == {"s1"}
+    assert lk.trajectories("oracle", 2).num_rows == 1 and lk.trajectories("noop").num_rows == 0
+    assert lk.checkpoint_registry()["c1"]["parent"] == "base"
+    assert set(lake.Table) == set(lake.TABLES)
+    with pytest.raises(ValueError):
+        lake.Table("nope")
 
 
 def test_unknown_table_and_bad_partition(root):
@@ -87,7 +110,8 @@ def test_killed_writer_leaves_no_parquet(root, tmp_path):
         "pq.write_table = slow\n"
         "lake.append_rows('steps', [{'rollout_id': 'r'}], {'policy': 'p', 'shard': 0})\n"
     )
-    env = {**os.environ, "CLAWGYM_DATA": str(root)}
+    code = code.replace("{'policy': 'p', 'shard': 0})", "{'policy': 'p', 'shard': 0}, root=%r)" % str(root / "lake"))
+    env = dict(os.environ)
     rc = subprocess.run([sys.executable, "-c", code], env=env).returncode
     assert rc == 9
     assert lake.read_table("steps").num_rows == 0

@@ -18,7 +18,8 @@ LONG = ("x" * 1_000_003) + "\udcff" + ("é" * 500_000)
 
 @pytest.fixture()
 def root(tmp_path, monkeypatch):
-    monkeypatch.setenv("CLAWGYM_DATA", str(tmp_path / "data"))
+    # the library's default data root (it never reads $CLAWGYM_DATA: entry points and resources pass it)
+    monkeypatch.setattr(lake.io, "DEFAULT_DATA_DIR", tmp_path / "data")
     return tmp_path / "data"
 
 

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from clawgym.tasks import File, RubricRule, Task, Verifier
-from clawgym.verify import OpenAIJudge, make_judge, verify_task
+from clawgym.verify import OfflineJudge, OpenAIJudge, make_judge, verify_task
 from clawgym.verify.judge import JudgeError, RubricContext, RuleInput, parse_judge_reply
 from test_verify_runtime import TmpSandbox  # tests/ is on sys.path (pytest prepend import mode)
 
@@ -133,8 +133,14 @@ def test_make_judge_from_env(fake, monkeypatch):
     monkeypatch.setenv("CLAWGYM_JUDGE_BASE_URL", fake.url)
     monkeypatch.setenv("CLAWGYM_JUDGE_MODEL", "envm")
     monkeypatch.setenv("CLAWGYM_JUDGE_API_KEY_ENV", "JUDGE_KEY")
-    j = make_judge("auto")
+    assert isinstance(make_judge("auto"), OfflineJudge)  # the library never reads the environment itself
+    from clawgym_resources import JudgeResource
+
+    res = JudgeResource.from_env()  # the resource does (kind from CLAWGYM_JUDGE; "auto" here)
+    assert (res.base_url, res.model, res.api_key_env) == (fake.url, "envm", "JUDGE_KEY")
+    j = JudgeResource(kind="auto", base_url=res.base_url, model=res.model, api_key_env=res.api_key_env).judge()
     assert isinstance(j, OpenAIJudge) and j.name == "openai:envm"
+    assert make_judge("auto", {"base_url": fake.url, "model": "envm"}).name == "openai:envm"
     fake.queue = [(200, good_reply(0.5, 0))]
     out = j.score_rules(RubricContext(task_id="t", instruction="i"),
                         [RuleInput(rule=RULES[0], content="a"), RuleInput(rule=RULES[1], content="b")])

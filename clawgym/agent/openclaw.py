@@ -38,6 +38,7 @@ import time
 import uuid
 from dataclasses import replace
 
+from clawgym import DEFAULT_OPENCLAW_DIR
 from clawgym.agent.loop import Limits, LoopResult
 from clawgym.agent.policies import Endpoint
 from clawgym.agent.proxy import RecordingProxy, read_log, rebuild_sessions
@@ -88,12 +89,17 @@ asyncio.run(main())
 '''
 
 
-def openclaw_dir() -> str:
-    return os.environ.get("CLAWGYM_OPENCLAW_DIR", "/var/lib/clawgym/openclaw")
 
 
-def proxy_sock_dir() -> str:
-    return os.environ.get("CLAWGYM_PROXY_SOCK_DIR", f"/tmp/clawgym-proxy-{os.getuid()}")
+def openclaw_dir(install_dir: str | None = None) -> str:
+    """The OpenClaw install directory: `install_dir`, else DEFAULT_OPENCLAW_DIR. The library never reads
+    the environment: the OpenClawResource takes $CLAWGYM_OPENCLAW_DIR and passes it down."""
+    return install_dir or DEFAULT_OPENCLAW_DIR
+
+
+def proxy_sock_dir(path: str | None = None) -> str:
+    """The parent of the per-rollout proxy socket directories: `path`, else /tmp/clawgym-proxy-<uid>."""
+    return path or f"/tmp/clawgym-proxy-{os.getuid()}"
 
 
 SOCK_DIR_MODE = 0o311  # owner: create/traverse, nobody lists (the sandbox user may be the owner)
@@ -114,9 +120,10 @@ def secure_sock_dir(path: str | None = None) -> str:
     return d
 
 
-def rollout_socket() -> tuple[str, str, str]:
-    """A fresh per-rollout socket: (host directory, host socket path, socket path inside the sandbox)."""
-    parent = secure_sock_dir()
+def rollout_socket(sock_dir: str | None = None) -> tuple[str, str, str]:
+    """A fresh per-rollout socket: (host directory, host socket path, socket path inside the sandbox).
+    `sock_dir`: the parent directory (default :func:`proxy_sock_dir`)."""
+    parent = secure_sock_dir(sock_dir)
     name = secrets.token_hex(16)
     d = os.path.join(parent, name)
     os.mkdir(d, 0o711)
@@ -135,20 +142,22 @@ def openclaw_installed(path: str | None = None) -> tuple[bool, str]:
     return True, ""
 
 
-def resolve_openclaw_dir(*candidates: str | None) -> str:
-    """The first candidate directory holding an install, else the default (CLAWGYM_OPENCLAW_DIR)."""
+def resolve_openclaw_dir(*candidates: str | None, default: str | None = None) -> str:
+    """The first candidate directory holding an install, else `default` (itself defaulting to
+    DEFAULT_OPENCLAW_DIR)."""
     for d in candidates:
         if d and openclaw_installed(d)[0]:
             return d
-    return openclaw_dir()
+    return openclaw_dir(default)
 
 
-def openclaw_sandbox_config(config: SandboxConfig | None = None, install_dir: str | None = None) -> SandboxConfig:
+def openclaw_sandbox_config(config: SandboxConfig | None = None, install_dir: str | None = None,
+                            sock_dir: str | None = None) -> SandboxConfig:
     """A copy of `config` that can run OpenClaw: the install and the proxy socket directory bound
     read-only, and enough memory/pids/disk for Node."""
     c = config or SandboxConfig()
     install_dir = resolve_openclaw_dir(install_dir)
-    sock = secure_sock_dir()
+    sock = secure_sock_dir(sock_dir)
     binds = [b for b in c.extra_ro_binds if b[1] not in (SANDBOX_OPENCLAW_DIR, SANDBOX_SOCK_DIR)]
     binds += [(install_dir, SANDBOX_OPENCLAW_DIR), (sock, SANDBOX_SOCK_DIR)]
     return replace(c, extra_ro_binds=binds, memory_mb=max(c.memory_mb, 3072), pids=max(c.pids, 1024),
@@ -192,12 +201,13 @@ def has_openclaw_binds(config: SandboxConfig) -> bool:
 
 def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | None = None,
                  log_dir: str | None = None, timeout_s: float | None = None, tools_dir: str | None = None,
-                 install_dir: str | None = None) -> tuple[LoopResult, list]:
+                 install_dir: str | None = None, sock_dir: str | None = None) -> tuple[LoopResult, list]:
     """Run OpenClaw on `task` in `sandbox` with `endpoint` behind a recording proxy.
     Returns (LoopResult with messages rebuilt from the proxy log, the tool schemas OpenClaw offered).
     install_dir / tools_dir: where scripts/install_openclaw.sh installed it (first one that holds an
-    install wins; default $CLAWGYM_OPENCLAW_DIR or /var/lib/clawgym/openclaw). For isolating backends the
-    directory bound into the sandbox is used."""
+    install wins; default DEFAULT_OPENCLAW_DIR). For isolating backends the directory bound into the sandbox
+    is used. log_dir: where the proxy logs go (default a fresh temp dir); sock_dir: the parent of the
+    per-rollout socket directories (default :func:`proxy_sock_dir`)."""
     limits = limits or Limits()
     res = LoopResult()
     host_dir = resolve_openclaw_dir(install_dir, tools_dir)
@@ -214,11 +224,11 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
         res.error = "sandbox lacks the OpenClaw binds: open it from openclaw_sandbox_config(config)"
         return res, []
     session = re.sub(r"[^A-Za-z0-9_.-]", "_", task.task_id)[:60] + "-" + uuid.uuid4().hex[:8]
-    log_dir = log_dir or os.environ.get("CLAWGYM_PROXY_LOG_DIR") or tempfile.mkdtemp(prefix="clawgym-proxylog-")
+    log_dir = log_dir or tempfile.mkdtemp(prefix="clawgym-proxylog-")
     os.makedirs(log_dir, exist_ok=True)
     log_path = os.path.join(log_dir, f"{session}.jsonl")
     try:
-        sock_dir, sock, sock_inside = (None, None, None) if local else rollout_socket()
+        rollout_dir, sock, sock_inside = (None, None, None) if local else rollout_socket(sock_dir)
     except (OSError, SandboxError) as e:
         res.failure_class, res.error = "infra", f"proxy socket: {type(e).__name__}: {e}"
         return res, []
@@ -233,7 +243,7 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
     try:
         proxy.start()
     except Exception as e:
-        _rmdir(sock_dir)
+        _rmdir(rollout_dir)
         res.failure_class, res.error = "infra", f"recording proxy did not start: {type(e).__name__}: {e}"
         return res, []
     try:
@@ -271,7 +281,7 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
         env_json = _parse_envelope(r.stdout)
     finally:
         proxy.stop()
-        _rmdir(sock_dir)
+        _rmdir(rollout_dir)
     log = read_log(log_path)
     sess = rebuild_sessions(log).get(session)
     entries = [e for e in log if not e.get("kind")]  # the requests the proxy served (refusals apart)

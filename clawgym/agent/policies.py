@@ -115,10 +115,11 @@ BUILTIN_POLICIES: dict[str, PolicySpec] = {
 }
 
 
-def policy_registry(env: str | None = None) -> dict[str, PolicySpec]:
-    """Built-ins plus the JSON in $CLAWGYM_ENDPOINTS (list of specs or {name: spec})."""
+def policy_registry(endpoints_json: str | None = None) -> dict[str, PolicySpec]:
+    """Built-ins plus the endpoints JSON (list of specs or {name: spec}) — the value of $CLAWGYM_ENDPOINTS,
+    which the ModelEndpointsResource and the entry points read and pass here."""
     reg = dict(BUILTIN_POLICIES)
-    raw = env if env is not None else os.environ.get("CLAWGYM_ENDPOINTS", "")
+    raw = endpoints_json or ""
     if raw.strip():
         try:
             data = json.loads(raw)
@@ -138,10 +139,10 @@ def policy_registry(env: str | None = None) -> dict[str, PolicySpec]:
     return reg
 
 
-def get_policy(policy: str | PolicySpec) -> PolicySpec:
+def get_policy(policy: str | PolicySpec, endpoints_json: str | None = None) -> PolicySpec:
     if isinstance(policy, PolicySpec):
         return policy
-    reg = policy_registry()
+    reg = policy_registry(endpoints_json)
     if policy not in reg:
         raise KeyError(f"unknown policy {policy!r}; known: {sorted(reg)} (add endpoints via CLAWGYM_ENDPOINTS)")
     return reg[policy]

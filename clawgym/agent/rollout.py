@@ -147,7 +147,7 @@ def _openclaw_factory(factory: SandboxFactory, opts: dict | None) -> SandboxFact
         from clawgym.sandbox import get_factory
 
         o = opts or {}
-        cfg = openclaw_sandbox_config(factory.config, o.get("install_dir") or o.get("tools_dir"))
+        cfg = openclaw_sandbox_config(factory.config, o.get("install_dir") or o.get("tools_dir"), o.get("sock_dir"))
         sib = get_factory(factory.name, cfg)
         _OC_FACTORIES[id(factory)] = (factory, sib)
         return sib

@@ -9,8 +9,9 @@ from clawgym.lake.io import data_root, table_dir
 from clawgym.lake.schemas import PARTITIONS, TABLES, duckdb_type, schema
 
 
-def default_db_path() -> Path:
-    return data_root() / "clawgym.duckdb"
+def default_db_path(data_dir: str | Path | None = None) -> Path:
+    """<data root>/clawgym.duckdb (`data_dir` as in :func:`clawgym.lake.io.data_root`)."""
+    return data_root(data_dir) / "clawgym.duckdb"
 
 
 def _empty_select(name: str) -> str:
@@ -32,10 +33,12 @@ def view_sql(name: str, root: str | Path | None = None) -> str:
 
 def refresh_catalog(db_path: str | Path | None = None, root: str | Path | None = None) -> Path:
     """(Re)create one view per table in the DuckDB file. Views read the Parquet at query time, so a
-    refresh is needed only when a table goes from zero files to some (or the layout changes)."""
+    refresh is needed only when a table goes from zero files to some (or the layout changes).
+    `root`: the lake folder (default: the `lake/` folder beside `db_path`, as in <data>/clawgym.duckdb)."""
     import duckdb
 
     db_path = Path(db_path) if db_path else default_db_path()
+    root = root or db_path.parent / "lake"  # the catalog sits in its data root, beside lake/
     db_path.parent.mkdir(parents=True, exist_ok=True)
     con = duckdb.connect(str(db_path))
     try:
@@ -46,13 +49,15 @@ def refresh_catalog(db_path: str | Path | None = None, root: str | Path | None =
     return db_path
 
 
-def query(sql: str, db_path: str | Path | None = None, refresh: bool = True) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """Run SQL against the catalog; returns (column names, rows)."""
+def query(sql: str, db_path: str | Path | None = None, refresh: bool = True,
+          root: str | Path | None = None) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """Run SQL against the catalog; returns (column names, rows). `root`: the lake folder the views
+    are refreshed over (default: the `lake/` folder beside `db_path`)."""
     import duckdb
 
     db_path = Path(db_path) if db_path else default_db_path()
     if refresh or not db_path.exists():
-        refresh_catalog(db_path)
+        refresh_catalog(db_path, root=root)
     con = duckdb.connect(str(db_path), read_only=True)
     try:
         cur = con.execute(sql)

@@ -22,15 +22,18 @@ from clawgym.lake import codec
 from clawgym.lake.schemas import PARTITIONS, file_schema, schema
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_DATA_DIR = REPO_ROOT / "data"  # the one default of the data root; CLAWGYM_DATA is read by entry points
 _SAFE = re.compile(r"^[A-Za-z0-9._+@-]+$")
 
 
-def data_root() -> Path:
-    """$CLAWGYM_DATA, else <repo>/data."""
-    return Path(os.environ.get("CLAWGYM_DATA") or REPO_ROOT / "data").resolve()
+def data_root(data_dir: str | Path | None = None) -> Path:
+    """The data root: `data_dir`, else <repo>/data. The library never reads the environment: the
+    LakeResource and the `clawgym` CLI take $CLAWGYM_DATA and pass it down."""
+    return Path(data_dir or DEFAULT_DATA_DIR).resolve()
 
 
 def lake_root(root: str | Path | None = None) -> Path:
+    """The lake folder: `root` (itself a lake folder), else <repo>/data/lake."""
     return Path(root).resolve() if root else data_root() / "lake"
 
 

@@ -14,6 +14,8 @@ both rows stay; readers use ``records.effective_rows`` (latest non-infra row per
 
 from __future__ import annotations
 
+import enum
+
 import pyarrow as pa
 
 S, I32, I64, F64, B = pa.string(), pa.int32(), pa.int64(), pa.float64(), pa.bool_()
@@ -97,6 +99,50 @@ PARTITIONS: dict[str, tuple[str, ...]] = {
 }
 
 TABLES: tuple[str, ...] = tuple(SCHEMAS)
+
+
+class Table(str, enum.Enum):
+    """Every lake table by name: read and write through these (or the typed accessors of
+    :class:`clawgym.lake.tables.LakeTables`), never through a string literal."""
+
+    PERSONAS = "personas"
+    SKILLS = "skills"
+    TASKS = "tasks"
+    VERIFICATIONS = "verifications"
+    REJECTED_TASKS = "rejected_tasks"
+    TASK_VALIDATIONS = "task_validations"
+    TRAJECTORIES = "trajectories"
+    STEPS = "steps"
+    SFT = "sft"
+    CHECKPOINTS = "checkpoints"
+    BENCH_RESULTS = "bench_results"
+    BENCH_SCORES = "bench_scores"
+
+    def __str__(self) -> str:  # f"{Table.TASKS}" == "tasks"
+        return self.value
+
+    __hash__ = str.__hash__  # a member finds the same dict entries as its name (SCHEMAS, PARTITIONS)
+
+
+assert {t.value for t in Table} == set(SCHEMAS), "Table must name every schema"
+
+
+class TaskSource(str, enum.Enum):
+    """Values of the `tasks` table's `source` partition (which asset wrote the rows)."""
+
+    SYNTHETIC = "synthetic"
+    IMPORTED = "imported"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+TRAIN_SOURCES: tuple[str, ...] = (TaskSource.IMPORTED.value, TaskSource.SYNTHETIC.value)
+
+
+def bench_source(suite: str) -> str:
+    """The `tasks.source` partition of a bench suite: bench_<suite>."""
+    return f"bench_{suite}"
 
 
 def schema(name: str) -> pa.Schema:

@@ -383,8 +383,9 @@ def check_sft_rows(rows: list[dict], max_tokens: int) -> tuple[bool, dict]:
 def write_sft_parquet(rows: list[dict], root: str | os.PathLike | None = None) -> Path:
     """Overwrite the lake's `sft` table with these rows (atomic)."""
     from clawgym.lake.io import write_table
+    from clawgym.lake.schemas import Table
 
-    return write_table("sft", rows, root=root)
+    return write_table(Table.SFT, rows, root=root)
 
 
 def to_hf_dataset(rows: list[dict]):

@@ -14,7 +14,7 @@ import os
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from clawgym.tasks.model import RUBRIC_SCALE, RubricRule
 
@@ -245,14 +245,21 @@ class OpenAIJudge:
         raise JudgeError(self._redact(f"judge failed after {self.max_retries + 1} attempts: {last}"))
 
 
-def make_judge(spec: Any = None) -> Judge:
+JUDGE_SETTINGS = {"base_url": "CLAWGYM_JUDGE_BASE_URL", "model": "CLAWGYM_JUDGE_MODEL",
+                  "api_key_env": "CLAWGYM_JUDGE_API_KEY_ENV"}  # "auto" settings and the env vars entry points read
+
+
+def make_judge(spec: Any = None, settings: Mapping[str, str] | None = None) -> Judge:
     """A judge from a spec:
     None / "" / "offline"             -> OfflineJudge
     a Judge instance                  -> itself
     {"base_url", "model", "api_key_env"?} -> OpenAIJudge
     "openai:MODEL@BASE_URL"           -> OpenAIJudge (key from OPENAI_API_KEY)
-    "auto" / "env"                    -> OpenAIJudge from CLAWGYM_JUDGE_BASE_URL + CLAWGYM_JUDGE_MODEL
-                                         (+ CLAWGYM_JUDGE_API_KEY_ENV), else OfflineJudge
+    "auto" / "env"                    -> OpenAIJudge from `settings` {"base_url", "model", "api_key_env"?} when
+                                         base_url and model are set, else OfflineJudge. The library never reads
+                                         the environment: the JudgeResource (or an entry point) reads
+                                         CLAWGYM_JUDGE_BASE_URL / _MODEL / _API_KEY_ENV (JUDGE_SETTINGS) and
+                                         passes them here.
     """
     if spec is None or spec == "" or spec == "offline":
         return OfflineJudge()
@@ -260,9 +267,10 @@ def make_judge(spec: Any = None) -> Judge:
         return OpenAIJudge(spec["base_url"], spec["model"], spec.get("api_key_env", "OPENAI_API_KEY"))
     if isinstance(spec, str):
         if spec in ("auto", "env"):
-            url, model = os.environ.get("CLAWGYM_JUDGE_BASE_URL"), os.environ.get("CLAWGYM_JUDGE_MODEL")
+            st = dict(settings or {})
+            url, model = st.get("base_url"), st.get("model")
             if url and model:
-                return OpenAIJudge(url, model, os.environ.get("CLAWGYM_JUDGE_API_KEY_ENV", "OPENAI_API_KEY"))
+                return OpenAIJudge(url, model, st.get("api_key_env") or "OPENAI_API_KEY")
             return OfflineJudge()
         if spec.startswith("openai:") and "@" in spec:
             model, url = spec[len("openai:"):].split("@", 1)
