@@ -13,6 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from clawgym.lake import Lake, data_root
+from clawgym.lake.catalog import default_db_path
 from clawgym.lake.io import REPO_ROOT
 
 app = typer.Typer(help="clawgym: a Dagster-native factory for personal-agent data, training and evaluation.",
@@ -35,6 +37,15 @@ def _fmt(v) -> str:
     return s if len(s) <= 80 else s[:77] + "…"
 
 
+def _data_dir() -> Path:
+    """The data root: $CLAWGYM_DATA, else <repo>/data (the CLI is an entry point: it reads the environment)."""
+    return data_root(os.environ.get("CLAWGYM_DATA") or None)
+
+
+def _lake_dir() -> Path:
+    return _data_dir() / "lake"
+
+
 def _instance():
     from dagster import DagsterInstance
 
@@ -51,7 +62,7 @@ def sql(query: str = typer.Argument(..., help="SQL over the lake's views, e.g. S
     from clawgym.lake.catalog import query as run
 
     try:
-        cols, rows = run(query, db)
+        cols, rows = run(query, db or default_db_path(_data_dir()), root=_lake_dir())
     except Exception as e:  # duckdb errors: show the message, not a traceback
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(1)
@@ -98,14 +109,13 @@ def bench_leaderboard(suite: str = typer.Option("procedural", help="bench suite"
     """All scored models side by side (0–100, 95% CI), with the delta vs parent checkpoint."""
     from clawgym.bench.leaderboard import leaderboard_rows, pivot
     from clawgym.bench.stats import OVERALL
-    from clawgym.lake import read_table
-
-    scores = read_table("bench_scores", {"suite": suite}).to_pylist()
+    lake = Lake(_lake_dir())
+    scores = lake.bench_scores(suite=suite).to_pylist()
     if not scores:
         console.print(f"no bench scores for suite {suite!r} yet")
         raise typer.Exit(1)
-    results = read_table("bench_results", {"suite": suite}).to_pylist()
-    reg = {r["checkpoint"]: r for r in read_table("checkpoints").to_pylist()}
+    results = lake.bench_results(suite=suite).to_pylist()
+    reg = lake.checkpoint_registry()
     board = leaderboard_rows(scores, results, reg)
     _, cats, cell = pivot(scores, suite)
     cats = [c for c in cats if c != OVERALL] if categories else []
@@ -146,9 +156,12 @@ def demo(n_tasks: int = typer.Option(24, help="procedural tasks to synthesise"),
          checkpoint: str = typer.Option("sft-demo", help="name of the demo checkpoint")):
     """Materialize the whole graph at demo scale on embedded defaults and print the leaderboard."""
     os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT))
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from clawgym_assets.demo import run_demo
+    from clawgym_resources import GraphSettings, default_resources
 
-    failed = run_demo(n_tasks=n_tasks, sft_steps=sft_steps, models=models, checkpoint=checkpoint, log=console.print)
+    failed = run_demo(n_tasks=n_tasks, sft_steps=sft_steps, models=models, checkpoint=checkpoint, log=console.print,
+                      settings=GraphSettings.from_env(), resources=default_resources())
     bench_leaderboard(suite="procedural", categories=True)
     if failed:
         console.print(f"[red]demo finished with failed stages: {', '.join(failed)}[/red]")

@@ -4,20 +4,22 @@ import datetime as _dt
 
 import dagster as dg
 
-from clawgym import lake as _lake
+from clawgym.lake import Lake, data_root as _data_root
 from clawgym_assets.bench import bench_scores
 from clawgym_assets.partitions import model_partitions
+from clawgym_resources import LakeResource
 
 bench_job = dg.define_asset_job("bench_scores_job", selection=[bench_scores],
                                 description="Score one model / checkpoint / policy on the bench suites.")
 
 
 def discover_checkpoints(data_root=None) -> list[str]:
-    """Checkpoint names known to the lake: registry rows plus model folders dropped under data/checkpoints/."""
-    root = data_root or _lake.data_root()
+    """Checkpoint names known to the lake: registry rows plus model folders dropped under <data>/checkpoints/
+    (`data_root`: the data folder, default <repo>/data; the sensor passes its LakeResource's)."""
+    root = _data_root(data_root)
     names = set()
     try:
-        names |= {r for r in _lake.read_table("checkpoints", root=root / "lake").column("checkpoint").to_pylist() if r}
+        names |= {r for r in Lake.at(root).checkpoints().column("checkpoint").to_pylist() if r}
     except Exception:  # an unreadable registry must not stop the sensor from seeing folders
         pass
     ck = root / "checkpoints"
@@ -30,9 +32,9 @@ def discover_checkpoints(data_root=None) -> list[str]:
 @dg.sensor(job=bench_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
            description="Sees new checkpoints (registry or a folder under data/checkpoints/), adds the bench_scores "
                        "partition and requests its scoring.")
-def new_checkpoint_sensor(context: dg.SensorEvaluationContext) -> dg.SensorResult:
+def new_checkpoint_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> dg.SensorResult:
     known = set(context.instance.get_dynamic_partitions(model_partitions.name))
-    new = [n for n in discover_checkpoints() if n not in known]
+    new = [n for n in discover_checkpoints(lake.root()) if n not in known]
     if not new:
         return dg.SensorResult(skip_reason="no new checkpoints")
     return dg.SensorResult(

@@ -4,10 +4,11 @@ from typing import List
 
 import dagster as dg
 
+from clawgym.lake import Table, TaskSource, bench_source
 from clawgym.lake.records import counts, task_row, tasks_from_table
 from clawgym_assets._util import md_counts, md_table
 from clawgym_assets.partitions import model_partitions, suite_partitions
-from clawgym_assets.synthesis import verifiers
+from clawgym_assets.synthesis import synthetic_tasks, verifiers
 from clawgym_assets.training import checkpoints
 from clawgym_resources import JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
 
@@ -22,6 +23,17 @@ def _refresh(context, lake: LakeResource) -> None:
         context.log.warning(f"catalog not refreshed ({type(e).__name__}: {e}); run `clawgym sql` later")
 
 
+# bench_tasks may prefer tasks that separate a strong from a weak policy, measured by EARLIER bench_scores runs
+# (their bench_results rows). That is a feedback edge (bench_tasks -> bench_scores -> bench_tasks) a DAG cannot
+# hold, so the earlier results enter as this external asset: the read is declared, and visible in the lineage.
+bench_history = dg.AssetSpec(
+    "bench_history", group_name=GROUP, kinds={"parquet"},
+    description="bench_results rows left by earlier bench_scores runs (the `bench_results` lake table): the "
+                "difficulty signal bench_tasks[procedural] uses when its config names a weak_policy. Written by "
+                "bench_scores; declared as an external asset because bench_tasks -> bench_scores -> bench_tasks "
+                "is a cycle.")
+
+
 class BenchTasksConfig(dg.Config):
     clawgym_dir: str = ""  # a ClawGym-Bench task folder ("" = suite left empty)
     pinchbench_dir: str = ""  # a PinchBench tasks/ folder ("" = suite left empty)
@@ -31,7 +43,8 @@ class BenchTasksConfig(dg.Config):
     weak_policy: str = ""  # e.g. the base model; "" = no difficulty signal yet
 
 
-@dg.asset(group_name=GROUP, kinds={"python", "parquet"}, partitions_def=suite_partitions, deps=[verifiers],
+@dg.asset(group_name=GROUP, kinds={"python", "parquet"}, partitions_def=suite_partitions,
+          deps=[verifiers, synthetic_tasks, bench_history],  # rejected_tasks, synthetic tasks, earlier results
           description="Held-out suites: procedural (held-out families that passed validation), clawgym and "
                       "pinchbench (imported from configurable folders).")
 def bench_tasks(context: dg.AssetExecutionContext, config: BenchTasksConfig, lake: LakeResource) -> dg.MaterializeResult:
@@ -39,12 +52,12 @@ def bench_tasks(context: dg.AssetExecutionContext, config: BenchTasksConfig, lak
     errors = 0
     n_separating = 0
     if suite == "procedural":
-        rejected = set(lake.read("rejected_tasks").column("task_id").to_pylist())
-        tasks = [t for t in tasks_from_table(lake.read("tasks", {"source": "synthetic"}))
+        rejected = lake.rejected_task_ids()
+        tasks = [t for t in tasks_from_table(lake.tasks(TaskSource.SYNTHETIC))
                  if t.split == "bench" and t.task_id not in rejected]
         from clawgym.bench.suites import select_balanced, separation
 
-        sep = separation(lake.read("bench_results", {"suite": "procedural"}).to_pylist(), config.strong_policy,
+        sep = separation(lake.bench_results(suite="procedural").to_pylist(), config.strong_policy,
                          config.weak_policy) if config.weak_policy else {}
         tasks = select_balanced(tasks, config.procedural_n, sep)
         n_separating = sum(1 for t in tasks if sep.get(t.task_id, 0) > 0)
@@ -65,7 +78,7 @@ def bench_tasks(context: dg.AssetExecutionContext, config: BenchTasksConfig, lak
         t.suite, t.split = suite, "bench"
     if config.limit:
         tasks = tasks[: config.limit]
-    lake.write("tasks", [task_row(t, f"bench_{suite}") for t in tasks], {"source": f"bench_{suite}"})
+    lake.write(Table.TASKS, [task_row(t, bench_source(suite)) for t in tasks], {"source": bench_source(suite)})
     return dg.MaterializeResult(metadata={
         "n": len(tasks), "import_errors": errors, "n_separating": n_separating,
         "by_category": md_counts("category", counts(t.category for t in tasks)),
@@ -109,7 +122,7 @@ def bench_scores(context: dg.AssetExecutionContext, config: BenchScoresConfig, l
 
     model = context.partition_key
     spec = endpoints.policy(model)
-    reg = {r["checkpoint"]: r for r in lake.read("checkpoints").to_pylist()}
+    reg = lake.checkpoint_registry()
     parent = (reg.get(model) or {}).get("parent")
     retry = RetryPolicy(attempts=config.request_attempts, backoff_s=config.request_backoff_s) \
         if config.request_attempts > 0 else None
@@ -119,7 +132,7 @@ def bench_scores(context: dg.AssetExecutionContext, config: BenchScoresConfig, l
     unscored: list[str] = []
     with sandbox.factory() as factory:
         for suite in config.suites:
-            tasks = tasks_from_table(lake.read("tasks", {"source": f"bench_{suite}"}))
+            tasks = tasks_from_table(lake.bench_tasks(suite))
             if not tasks:
                 context.log.warning(f"suite {suite}: no bench tasks (materialize bench_tasks[{suite}] first)")
                 continue
@@ -129,7 +142,7 @@ def bench_scores(context: dg.AssetExecutionContext, config: BenchScoresConfig, l
                              judge=judge.judge(), runtime=openclaw.runtime(), openclaw_opts=openclaw.opts(),
                              run_id=context.run.run_id, pass_threshold=config.pass_threshold, log=context.log.info,
                              attempts=config.attempts, retry_wait_s=config.retry_wait_s, retry=retry)
-            lake.write("bench_results", rows, {"model": model, "suite": suite})
+            lake.write(Table.BENCH_RESULTS, rows, {"model": model, "suite": suite})
             rows = effective_rows(rows, BENCH_RESULT_KEY)
             # only scored rollouts enter means/CIs; infra and unjudged are counted, never scored as 0
             stats = summarize(rows, n_boot=config.n_boot, seed=config.seed, pass_threshold=config.pass_threshold,
@@ -138,7 +151,7 @@ def bench_scores(context: dg.AssetExecutionContext, config: BenchScoresConfig, l
             srows = [{**s.to_dict(), "model": model, "suite": suite, "parent": parent, "run_id": context.run.run_id}
                      for s in stats if s.mean is not None]  # a category with nothing scored has no mean to store
             # written even when empty: stale scores of an earlier run must not stand in for this one
-            lake.write("bench_scores", srows, {"model": model, "suite": suite})
+            lake.write(Table.BENCH_SCORES, srows, {"model": model, "suite": suite})
             all_rows += rows
             summary_rows += srows
             md[f"{suite}/n_tasks"] = ov.n_tasks
@@ -177,16 +190,17 @@ class LeaderboardConfig(dg.Config):
 
 
 @dg.asset(group_name=GROUP, kinds={"python"},
-          deps=[dg.AssetDep(bench_scores, partition_mapping=dg.AllPartitionMapping())],
+          deps=[dg.AssetDep(bench_scores, partition_mapping=dg.AllPartitionMapping()),
+                dg.AssetDep(checkpoints, partition_mapping=dg.AllPartitionMapping())],  # the parent registry
           description="All scored models side by side per category, with a plot and the delta vs parent checkpoint "
                       "(over tasks scored for both). Flagged models (infra rate above the bound) are listed, not "
                       "ranked.")
 def leaderboard(context: dg.AssetExecutionContext, config: LeaderboardConfig, lake: LakeResource) -> dg.MaterializeResult:
     from clawgym.bench.leaderboard import leaderboard_rows, markdown_table, plot_png, png_markdown
 
-    rows = lake.read("bench_scores", {"suite": config.suite}).to_pylist()
-    results = lake.read("bench_results", {"suite": config.suite}).to_pylist()
-    reg = {r["checkpoint"]: r for r in lake.read("checkpoints").to_pylist()}
+    rows = lake.bench_scores(suite=config.suite).to_pylist()
+    results = lake.bench_results(suite=config.suite).to_pylist()
+    reg = lake.checkpoint_registry()
     board = leaderboard_rows(rows, results, reg, max_infra_rate=config.max_infra_rate)
     flagged = [b for b in board if b["flagged"]]
     png = plot_png(rows, config.suite, title=f"{config.suite} bench")

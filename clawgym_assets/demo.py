@@ -2,7 +2,6 @@
 ($DAGSTER_HOME) so `dagster dev` shows every run, materialization and check afterwards."""
 
 import importlib.util
-import os
 import time
 from typing import Callable
 
@@ -10,26 +9,27 @@ import dagster as dg
 
 from clawgym.lake.io import REPO_ROOT
 from clawgym_assets.checks import CHECKS
-from clawgym_assets.definitions import ASSETS
-from clawgym_assets.partitions import N_SHARDS
-from clawgym_resources import default_resources
+from clawgym_assets.definitions import graph_assets
+from clawgym_resources import GraphSettings, default_resources
 
 EXAMPLE_SUITE = REPO_ROOT / "data" / "seeds" / "example_suite"
 
 
-def _run(instance, selection, log, partition_key=None, run_config=None, resources=None):
+def _run_on(instance, selection, log, partition_key=None, run_config=None, resources=None, assets=None):
     t0 = time.perf_counter()
-    r = dg.materialize([*ASSETS, *CHECKS], selection=selection, partition_key=partition_key, instance=instance,
-                       resources=resources or default_resources(), run_config=run_config or {},
-                       raise_on_error=True)
+    r = dg.materialize([*(assets or graph_assets(GraphSettings().n_shards)), *CHECKS], selection=selection,
+                       partition_key=partition_key, instance=instance, resources=resources or default_resources(),
+                       run_config=run_config or {}, raise_on_error=True)
     what = ",".join(selection) + (f" [{partition_key}]" if partition_key else "")
     log(f"[green]✓[/green] {what} ({time.perf_counter() - t0:.1f}s)")
     return r
 
 
 def run_demo(n_tasks: int = 24, sft_steps: int = 2, models: bool = True, checkpoint: str = "sft-demo",
-             log: Callable[[str], None] = print) -> list[str]:
-    """Returns the stages that failed (the model stages are allowed to fail without stopping the rest)."""
+             log: Callable[[str], None] = print, settings: GraphSettings | None = None,
+             resources: dict | None = None) -> list[str]:
+    """Returns the stages that failed (the model stages are allowed to fail without stopping the rest).
+    settings / resources: the graph's (default: GraphSettings() and default_resources())."""
     failed: list[str] = []
 
     def optional(name, fn):
@@ -41,9 +41,14 @@ def run_demo(n_tasks: int = 24, sft_steps: int = 2, models: bool = True, checkpo
             failed.append(name)
             return False
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    settings = settings or GraphSettings()
+    assets = graph_assets(settings.n_shards)
+
+    def _run(*a, **kw):  # every stage on the same graph
+        return _run_on(*a, assets=assets, **kw)
+
     instance = dg.DagsterInstance.get()
-    res = default_resources()
+    res = resources or default_resources()
     imported = EXAMPLE_SUITE.is_dir() and any(EXAMPLE_SUITE.iterdir())
     stage1 = ["personas", "skills", "synthetic_tasks", "mock_workspaces", "verifiers"]
     cfg = {"ops": {"synthetic_tasks": {"config": {"n": n_tasks}}}}
@@ -54,7 +59,7 @@ def run_demo(n_tasks: int = 24, sft_steps: int = 2, models: bool = True, checkpo
     _run(instance, stage1, log, run_config=cfg, resources=res)
     _run(instance, ["bench_tasks"], log, partition_key="procedural", resources=res)
     instance.add_dynamic_partitions("policy", ["oracle"])
-    for s in range(N_SHARDS):
+    for s in range(settings.n_shards):
         _run(instance, ["trajectories", "steps"], log, partition_key=dg.MultiPartitionKey({"policy": "oracle", "shard": str(s)}),
              resources=res)
     bench_models = ["oracle", "noop"]

@@ -5,11 +5,12 @@ from typing import List
 
 import dagster as dg
 
+from clawgym.lake import Table
 from clawgym.lake.codec import decode_text, loads
-from clawgym.lake.records import counts, effective_rows, group_mean, outcome, outcome_counts, tasks_from_table
+from clawgym.lake.records import counts, effective_rows, group_mean, outcome, outcome_counts
 from clawgym_assets._util import md_counts, md_histogram, md_table
-from clawgym_assets.partitions import N_SHARDS, trajectory_partitions
-from clawgym_assets.synthesis import verifiers
+from clawgym_assets.partitions import DEFAULT_SHARDS, SUITES, n_shards_of, trajectory_partitions_def
+from clawgym_assets.synthesis import imported_tasks, synthetic_tasks, verifiers
 from clawgym_resources import JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
 
 GROUP = "rollouts"
@@ -33,100 +34,117 @@ def _partition(context) -> tuple:
     return keys["policy"], int(keys["shard"])
 
 
-def train_tasks_for_shard(lake: LakeResource, sources, shard: int, n_shards: int = N_SHARDS):
+def train_tasks_for_shard(lake: LakeResource, sources, shard: int, n_shards: int = DEFAULT_SHARDS):
     from clawgym.bench.runner import shard_of
 
-    rejected = set(lake.read("rejected_tasks").column("task_id").to_pylist())
-    out = []
-    for s in sources:
-        for t in tasks_from_table(lake.read("tasks", {"source": s})):
-            if t.split == "train" and t.task_id not in rejected and shard_of(t.task_id, n_shards) == shard:
-                out.append(t)
+    rejected = lake.rejected_task_ids()
+    out = [t for t in lake.task_objects(sources)
+           if t.split == "train" and t.task_id not in rejected and shard_of(t.task_id, n_shards) == shard]
     return sorted(out, key=lambda t: t.task_id)
 
 
-@dg.asset(group_name=GROUP, kinds={"python", "parquet"}, partitions_def=trajectory_partitions, deps=[verifiers],
-          pool="sandboxes",
-          description="One row per rollout (messages, tool calls, tokens, timings, diff, verifier result, failure "
-                      "class). Partitioned policy|shard (shard = sha1(task_id) % N). Resumable: tasks with a "
-                      "finished rollout (any class but infra) are skipped; infra rows are retried and kept as "
-                      "history (readers use the latest non-infra row per policy, task, repeat).")
-def trajectories(context: dg.AssetExecutionContext, config: TrajectoriesConfig, lake: LakeResource,
-                 sandbox: SandboxResource, endpoints: ModelEndpointsResource, judge: JudgeResource,
-                 openclaw: OpenClawResource) -> dg.MaterializeResult:
-    from clawgym.agent.loop import Limits
-    from clawgym.agent.policies import RetryPolicy, open_endpoint
-    from clawgym.agent.rollout import run_rollout
-    from clawgym.lake.records import finished_keys
-
-    policy, shard = _partition(context)
-    part = {"policy": policy, "shard": shard}
-    tasks = train_tasks_for_shard(lake, config.sources, shard)
-    if config.limit:
-        tasks = tasks[: config.limit]
-    prior = lake.read("trajectories", part).select(["task_id", "failure_class", "score"]).to_pylist()
-    done = {decode_text(t) for t in finished_keys(prior)}  # finished: any class but infra
-    seen = {decode_text(r["task_id"]) for r in prior}
-    todo = [t for t in tasks if t.task_id not in done]
-    n_retry = sum(1 for t in todo if t.task_id in seen)  # only infra rows so far: run again
-    context.log.info(f"{policy}|{shard}: {len(tasks)} tasks, {len(done)} finished, {n_retry} infra to retry, "
-                     f"{len(todo)} to run")
-    retry = RetryPolicy(attempts=config.request_attempts, backoff_s=config.request_backoff_s) \
-        if config.request_attempts > 0 else None
-    spec = endpoints.policy(policy)
-    limits = Limits(max_turns=config.max_turns, max_wall_s=config.max_wall_s,
-                    max_completion_tokens=config.max_completion_tokens)
-    batch: list = []
-    written = 0
-    if todo:
-        with sandbox.factory() as factory, open_endpoint(spec, todo) as ep:
-            for t in todo:
-                ro = run_rollout(t, ep, factory, limits=limits, judge=judge.judge(), runtime=openclaw.runtime(),
-                                 openclaw_opts=openclaw.opts(), attempts=config.attempts,
-                                 retry_wait_s=config.retry_wait_s, retry=retry)
-                ro.policy = policy
-                batch.append(ro.to_row(shard=shard, run_id=context.run.run_id))
-                if len(batch) >= config.batch_size:
-                    lake.append("trajectories", batch, part)
-                    written += len(batch)
-                    batch = []
-        if batch:
-            lake.append("trajectories", batch, part)
-            written += len(batch)
-    history = lake.read("trajectories", part).drop_columns(["messages_json", "diff_json", "tools_json"]).to_pylist()
-    rows = effective_rows(history)  # the row that counts per task: latest non-infra, else latest infra
-    oc = outcome_counts(rows)
-    scored = [r for r in rows if outcome(r) == "scored"]
-    return dg.MaterializeResult(metadata={
-        "n_rollouts": len(rows), "n_rows_with_history": len(history), "n_new": written,
-        "n_skipped_resume": len(done), "n_retried_infra": n_retry,
-        "n_scored": oc["n_scored"], "n_infra": oc["n_infra"], "n_unjudged": oc["n_unjudged"],
-        "infra_rate": dg.MetadataValue.float(round(oc["infra_rate"], 4)),
-        "mean_score": (sum(r["score"] for r in scored) / len(scored)) if scored else None,  # scored rollouts only
-        "failure_classes": md_counts("failure_class", counts(r["failure_class"] for r in rows)),
-        "mean_score_by_category": md_table(["category", "mean score"],
-                                           list(group_mean(scored, "category", "score").items())),
-        "score_histogram": md_histogram([r["score"] for r in scored], title="score"),
-    })
+def build_rollout_assets(n_shards: int = DEFAULT_SHARDS) -> tuple[dg.AssetsDefinition, dg.AssetsDefinition]:
+    """`trajectories` and `steps` over policy × `n_shards` shards (GraphSettings.n_shards, read when the
+    definitions load). A task's shard is sha1(task_id) % n_shards with n taken from the partitions definition
+    itself, so shard membership and partition keys never disagree."""
+    partitions = trajectory_partitions_def(n_shards)
+    return _trajectories_asset(partitions), _steps_asset(partitions)
 
 
-@dg.asset(group_name=GROUP, kinds={"python", "parquet"}, partitions_def=trajectory_partitions, deps=[trajectories],
-          description="One row per tool call of every trajectory in the partition (call, arguments, result); "
-                      "retried infra attempts included (rows carry their rollout_id).")
-def steps(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
-    from clawgym.agent.rollout import Rollout
+def _trajectories_asset(partitions: dg.MultiPartitionsDefinition) -> dg.AssetsDefinition:
+    n_shards = n_shards_of(partitions)
 
-    policy, shard = _partition(context)
-    part = {"policy": policy, "shard": shard}
-    out = []
-    for r in lake.read("trajectories", part).to_pylist():
-        ro = Rollout(rollout_id=decode_text(r["rollout_id"]), task_id=decode_text(r["task_id"]), policy=policy,
-                     messages=loads(r["messages_json"], []))
-        out += ro.steps(shard=shard)
-    lake.write("steps", out, part)
-    return dg.MaterializeResult(metadata={
-        "n_steps": len(out), "by_tool": md_counts("tool", counts(s["tool_name"] for s in out)),
-    })
+    @dg.asset(name="trajectories", group_name=GROUP, kinds={"python", "parquet"}, partitions_def=partitions,
+              deps=[verifiers, synthetic_tasks, imported_tasks],  # rejected_tasks + the tasks of its sources
+              pool="sandboxes",
+              description="One row per rollout (messages, tool calls, tokens, timings, diff, verifier result, failure "
+                          "class). Partitioned policy|shard (shard = sha1(task_id) % N). Resumable: tasks with a "
+                          "finished rollout (any class but infra) are skipped; infra rows are retried and kept as "
+                          "history (readers use the latest non-infra row per policy, task, repeat).")
+    def trajectories(context: dg.AssetExecutionContext, config: TrajectoriesConfig, lake: LakeResource,
+                     sandbox: SandboxResource, endpoints: ModelEndpointsResource, judge: JudgeResource,
+                     openclaw: OpenClawResource) -> dg.MaterializeResult:
+        from clawgym.agent.loop import Limits
+        from clawgym.agent.policies import RetryPolicy, open_endpoint
+        from clawgym.agent.rollout import run_rollout
+        from clawgym.lake.records import finished_keys
+
+        policy, shard = _partition(context)
+        part = {"policy": policy, "shard": shard}
+        tasks = train_tasks_for_shard(lake, config.sources, shard, n_shards)
+        if config.limit:
+            tasks = tasks[: config.limit]
+        prior = lake.trajectories(policy, shard).select(["task_id", "failure_class", "score"]).to_pylist()
+        done = {decode_text(t) for t in finished_keys(prior)}  # finished: any class but infra
+        seen = {decode_text(r["task_id"]) for r in prior}
+        todo = [t for t in tasks if t.task_id not in done]
+        n_retry = sum(1 for t in todo if t.task_id in seen)  # only infra rows so far: run again
+        context.log.info(f"{policy}|{shard}: {len(tasks)} tasks, {len(done)} finished, {n_retry} infra to retry, "
+                         f"{len(todo)} to run")
+        retry = RetryPolicy(attempts=config.request_attempts, backoff_s=config.request_backoff_s) \
+            if config.request_attempts > 0 else None
+        spec = endpoints.policy(policy)
+        limits = Limits(max_turns=config.max_turns, max_wall_s=config.max_wall_s,
+                        max_completion_tokens=config.max_completion_tokens)
+        batch: list = []
+        written = 0
+        if todo:
+            with sandbox.factory() as factory, open_endpoint(spec, todo) as ep:
+                for t in todo:
+                    ro = run_rollout(t, ep, factory, limits=limits, judge=judge.judge(), runtime=openclaw.runtime(),
+                                     openclaw_opts=openclaw.opts(), attempts=config.attempts,
+                                     retry_wait_s=config.retry_wait_s, retry=retry)
+                    ro.policy = policy
+                    batch.append(ro.to_row(shard=shard, run_id=context.run.run_id))
+                    if len(batch) >= config.batch_size:
+                        lake.append(Table.TRAJECTORIES, batch, part)
+                        written += len(batch)
+                        batch = []
+            if batch:
+                lake.append(Table.TRAJECTORIES, batch, part)
+                written += len(batch)
+        history = lake.trajectories(policy, shard).drop_columns(["messages_json", "diff_json", "tools_json"]).to_pylist()
+        rows = effective_rows(history)  # the row that counts per task: latest non-infra, else latest infra
+        oc = outcome_counts(rows)
+        scored = [r for r in rows if outcome(r) == "scored"]
+        return dg.MaterializeResult(metadata={
+            "n_rollouts": len(rows), "n_rows_with_history": len(history), "n_new": written,
+            "n_skipped_resume": len(done), "n_retried_infra": n_retry,
+            "n_scored": oc["n_scored"], "n_infra": oc["n_infra"], "n_unjudged": oc["n_unjudged"],
+            "infra_rate": dg.MetadataValue.float(round(oc["infra_rate"], 4)),
+            "mean_score": (sum(r["score"] for r in scored) / len(scored)) if scored else None,  # scored rollouts only
+            "failure_classes": md_counts("failure_class", counts(r["failure_class"] for r in rows)),
+            "mean_score_by_category": md_table(["category", "mean score"],
+                                               list(group_mean(scored, "category", "score").items())),
+            "score_histogram": md_histogram([r["score"] for r in scored], title="score"),
+        })
+
+    return trajectories
+
+
+def _steps_asset(partitions: dg.MultiPartitionsDefinition) -> dg.AssetsDefinition:
+    @dg.asset(name="steps", group_name=GROUP, kinds={"python", "parquet"}, partitions_def=partitions, deps=["trajectories"],
+              description="One row per tool call of every trajectory in the partition (call, arguments, result); "
+                          "retried infra attempts included (rows carry their rollout_id).")
+    def steps(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
+        from clawgym.agent.rollout import Rollout
+
+        policy, shard = _partition(context)
+        part = {"policy": policy, "shard": shard}
+        out = []
+        for r in lake.trajectories(policy, shard).to_pylist():
+            ro = Rollout(rollout_id=decode_text(r["rollout_id"]), task_id=decode_text(r["task_id"]), policy=policy,
+                         messages=loads(r["messages_json"], []))
+            out += ro.steps(shard=shard)
+        lake.write(Table.STEPS, out, part)
+        return dg.MaterializeResult(metadata={
+            "n_steps": len(out), "by_tool": md_counts("tool", counts(s["tool_name"] for s in out)),
+        })
+
+    return steps
+
+
+trajectories, steps = build_rollout_assets()  # the default graph's (DEFAULT_SHARDS); definitions may rebuild
 
 
 class SftConfig(dg.Config):
@@ -137,28 +155,27 @@ class SftConfig(dg.Config):
 
 
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"},
-          deps=[dg.AssetDep(trajectories, partition_mapping=dg.AllPartitionMapping()), "base_model"],
+          deps=[dg.AssetDep("trajectories", partition_mapping=dg.AllPartitionMapping()), "base_model",
+                # the tasks it reads: train tasks, and every bench suite's tasks (contamination filter)
+                synthetic_tasks, imported_tasks,
+                dg.AssetDep("bench_tasks", partition_mapping=dg.AllPartitionMapping())],
           description="Cleaned multi-turn SFT rows (OpenAI `messages` + `tools`) from successful trajectories; "
                       "heartbeat/cron turns dropped, duplicates and bench-contaminated tasks removed.")
 def sft_dataset(context: dg.AssetExecutionContext, config: SftConfig, lake: LakeResource,
                 endpoints: ModelEndpointsResource) -> dg.MaterializeResult:
     from clawgym.trajectories.sft import SFTCleanConfig, build_sft_dataset, save_hf_dataset
 
-    history = lake.read("trajectories").to_pylist()
+    history = lake.trajectories().to_pylist()
     rows = effective_rows(history)  # retried infra attempts are history: the latest non-infra row per task
     if config.policies:
         rows = [r for r in rows if r["policy"] in config.policies]
-    tasks = tasks_from_table(lake.read("tasks", {"source": "synthetic"})) + \
-        tasks_from_table(lake.read("tasks", {"source": "imported"}))
-    bench = []
-    for s in ("procedural", "clawgym", "pinchbench"):
-        bench += tasks_from_table(lake.read("tasks", {"source": f"bench_{s}"}))
-    bench += [t for t in tasks if t.split == "bench"]
+    tasks = lake.task_objects(("synthetic", "imported"))
+    bench = lake.bench_task_objects(SUITES) + [t for t in tasks if t.split == "bench"]
     cfg = SFTCleanConfig(min_score=config.min_score, max_tokens=config.max_tokens,
                          tokenizer=str(endpoints.base_model_path()),
                          contamination_threshold=config.contamination_threshold)
     res = build_sft_dataset(rows, [t for t in tasks if t.split == "train"], bench, cfg)
-    lake.write("sft", res.rows)
+    lake.write(Table.SFT, res.rows)
     hf_dir = save_hf_dataset(res.rows, lake.path("datasets", "sft"), stats=res.stats) if res.rows else None
     stats = {k: v for k, v in res.stats.items() if k != "config"}
     return dg.MaterializeResult(metadata={

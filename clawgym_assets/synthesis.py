@@ -7,9 +7,10 @@ from typing import List
 
 import dagster as dg
 
-from clawgym.lake.records import counts, group_mean, task_row, tasks_from_table, verification_row
+from clawgym.lake import TRAIN_SOURCES, Table, TaskSource
+from clawgym.lake.records import counts, group_mean, task_row, verification_row
 from clawgym_assets._util import md_counts, md_histogram, md_table
-from clawgym_resources import JudgeResource, LakeResource, SandboxResource
+from clawgym_resources import JudgeResource, LakeResource, OpenClawResource, SandboxResource
 
 GROUP = "synthesis"
 
@@ -28,7 +29,7 @@ def personas(context: dg.AssetExecutionContext, config: PersonasConfig, lake: La
 
     ps = expand_personas(limit=config.n or None, seed=config.seed)
     rows = [{**p.to_dict(), "persona_json": json.dumps(p.to_dict())} for p in ps]
-    lake.write("personas", rows)
+    lake.write(Table.PERSONAS, rows)
     return dg.MaterializeResult(metadata={
         "n": len(rows), "by_domain": md_counts("domain", counts(p.domain for p in ps)),
         "by_role": md_counts("role", counts(p.role for p in ps)),
@@ -41,17 +42,21 @@ class SkillsConfig(dg.Config):
 
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"},
           description="OpenClaw skills parsed from SKILL.md folders (name, description, tools, operations).")
-def skills(context: dg.AssetExecutionContext, config: SkillsConfig, lake: LakeResource) -> dg.MaterializeResult:
+def skills(context: dg.AssetExecutionContext, config: SkillsConfig, lake: LakeResource,
+           openclaw: OpenClawResource) -> dg.MaterializeResult:
     import json
 
-    from clawgym.synth.skills import load_skills
+    from clawgym.synth.skills import default_skill_dirs, load_skills
 
-    sks, errors = load_skills([config.skills_dir] if config.skills_dir else None)
+    # the shipped skills, the OpenClaw install's, then OpenClawResource.skill_dirs ($CLAWGYM_SKILL_DIRS)
+    dirs = [config.skills_dir] if config.skills_dir else \
+        default_skill_dirs(openclaw.install_dir or None, openclaw.extra_skill_dirs())
+    sks, errors = load_skills(dirs)
     for e in errors:
         context.log.warning(f"skill parse error: {e}")
     rows = [{"skill_id": s.skill_id, "name": s.name, "description": s.description,
              "n_operations": len(s.operations), "skill_json": json.dumps(s.to_dict(), default=str)} for s in sks]
-    lake.write("skills", rows)
+    lake.write(Table.SKILLS, rows)
     return dg.MaterializeResult(metadata={
         "n": len(rows), "errors": len(errors), "usable_offline": sum(s.usable_offline for s in sks),
         "by_source": md_counts("source", counts(s.source for s in sks)),
@@ -75,7 +80,7 @@ def imported_tasks(context: dg.AssetExecutionContext, config: ImportedTasksConfi
 
     if not resolve_dir(config.folder).is_dir():
         context.log.warning(f"imported_tasks: folder {resolve_dir(config.folder)} does not exist; no tasks imported")
-        lake.write("tasks", [], {"source": "imported"})
+        lake.write(Table.TASKS, [], {"source": TaskSource.IMPORTED})
         return dg.MaterializeResult(metadata={"n": 0, "folder": config.folder, "status": "folder missing"})
     rep = load_suite_folder(config.folder, suite=config.suite, split="train", fmt=config.format)
     for e in rep.errors:
@@ -85,7 +90,7 @@ def imported_tasks(context: dg.AssetExecutionContext, config: ImportedTasksConfi
     tasks = rep.tasks
     for t in tasks:
         t.route = "imported"
-    lake.write("tasks", [task_row(t, "imported") for t in tasks], {"source": "imported"})
+    lake.write(Table.TASKS, [task_row(t, TaskSource.IMPORTED.value) for t in tasks], {"source": TaskSource.IMPORTED})
     return dg.MaterializeResult(metadata={
         "n": len(tasks), "errors": len(rep.errors), "folder": config.folder,
         "by_category": md_counts("category", counts(t.category for t in tasks)),
@@ -111,7 +116,7 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
         raise dg.Failure(f"route {config.route!r} is not available offline; use route=procedural")
     import json
 
-    ptab = lake.read("personas")
+    ptab = lake.personas()
     people = [Persona(**{**json.loads(s), "goals": tuple(json.loads(s)["goals"]), "tools": tuple(json.loads(s)["tools"])})
               for s in ptab.column("persona_json").to_pylist()]
     tasks = generate_procedural(config.n, seed=config.seed, families=config.families or None, personas=people or None)
@@ -121,7 +126,7 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
     for t in tasks:
         t.suite = "procedural"
     bench_fams = {t.family for t in tasks if t.split == "bench"}
-    lake.write("tasks", [task_row(t, "synthetic") for t in tasks], {"source": "synthetic"})
+    lake.write(Table.TASKS, [task_row(t, TaskSource.SYNTHETIC.value) for t in tasks], {"source": TaskSource.SYNTHETIC})
     return dg.MaterializeResult(metadata={
         "n": len(tasks), "n_train": sum(t.split == "train" for t in tasks),
         "n_bench": sum(t.split == "bench" for t in tasks),
@@ -132,11 +137,8 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
     })
 
 
-def _all_tasks(lake: LakeResource, sources=("imported", "synthetic")):
-    out = []
-    for s in sources:
-        out += tasks_from_table(lake.read("tasks", {"source": s}))
-    return out
+def _all_tasks(lake: LakeResource, sources=TRAIN_SOURCES):
+    return lake.task_objects(sources)
 
 
 @dg.asset(group_name=GROUP, kinds={"python"}, deps=[synthetic_tasks, imported_tasks],
@@ -175,7 +177,8 @@ class VerifiersConfig(dg.Config):
     gate_timeout_s: float = 600.0
 
 
-@dg.asset(group_name=GROUP, kinds={"python", "parquet"}, deps=[mock_workspaces], pool="sandboxes",
+@dg.asset(group_name=GROUP, kinds={"python", "parquet"}, deps=[mock_workspaces, synthetic_tasks, imported_tasks],
+          pool="sandboxes",
           description="Each task verified on its untouched workspace (the no-op baseline); tasks with a reference "
                       "solution also pass the synthesis gates (oracle scores 1, no-op/scaffold 0, mutations lower "
                       "the score, deterministic). Failing tasks go to rejected_tasks.")
@@ -205,11 +208,11 @@ def verifiers(context: dg.AssetExecutionContext, config: VerifiersConfig, lake: 
                               "deterministic": (v.oracle_score == v.oracle_score_2) if v.oracle_score_2 is not None
                               else None, "issues_json": [v.reason] if v.reason else []})
                 if not v.passed:
-                    rejected.append({**task_row(t, "synthetic"), "stage": "verifiers", "reason": v.reason})
+                    rejected.append({**task_row(t, TaskSource.SYNTHETIC.value), "stage": "verifiers", "reason": v.reason})
                     context.log.warning(f"rejected {t.task_id}: {v.reason}")
-    lake.write("verifications", vrows)
-    lake.write("task_validations", valid)
-    lake.write("rejected_tasks", rejected)
+    lake.write(Table.VERIFICATIONS, vrows)
+    lake.write(Table.TASK_VALIDATIONS, valid)
+    lake.write(Table.REJECTED_TASKS, rejected)
     noops = [r for r in vrows if r["kind"] == "noop"]
     return dg.MaterializeResult(metadata={
         "n_tasks": len(tasks), "n_validated": len(valid), "n_rejected": len(rejected),
@@ -223,6 +226,6 @@ def verifiers(context: dg.AssetExecutionContext, config: VerifiersConfig, lake: 
 
 def valid_task_ids(lake: LakeResource) -> set:
     """Tasks not rejected by the verifiers."""
-    ids = set(lake.read("tasks", {"source": "synthetic"}).column("task_id").to_pylist())
-    ids |= set(lake.read("tasks", {"source": "imported"}).column("task_id").to_pylist())
-    return ids - set(lake.read("rejected_tasks").column("task_id").to_pylist())
+    ids = set(lake.tasks(TaskSource.SYNTHETIC).column("task_id").to_pylist())
+    ids |= set(lake.tasks(TaskSource.IMPORTED).column("task_id").to_pylist())
+    return ids - lake.rejected_task_ids()

@@ -139,18 +139,21 @@ def test_api_key_never_stored(monkeypatch):
     assert "[REDACTED]" in dumped  # it really passed through the agent's tool results
 
 
-def test_policy_registry_from_env(monkeypatch):
-    monkeypatch.setenv("CLAWGYM_ENDPOINTS", json.dumps(
-        [{"name": "vllm", "base_url": "http://h:8000/v1", "model": "m", "api_key_env": "K"}]))
-    reg = policy_registry()
+def test_policy_registry_from_endpoints_json(monkeypatch):
+    eps = json.dumps([{"name": "vllm", "base_url": "http://h:8000/v1", "model": "m", "api_key_env": "K"}])
+    reg = policy_registry(eps)
     assert {"oracle", "noop", "vllm"} <= set(reg)
-    assert get_policy("vllm").kind == "openai" and get_policy("vllm").api_key_env == "K"
-    monkeypatch.setenv("CLAWGYM_ENDPOINTS", json.dumps({"bad": {"base_url": "x", "api_key": "sk-live"}}))
+    assert get_policy("vllm", eps).kind == "openai" and get_policy("vllm", eps).api_key_env == "K"
     with pytest.raises(ValueError, match="api_key_env"):
-        policy_registry()
-    monkeypatch.delenv("CLAWGYM_ENDPOINTS")
+        policy_registry(json.dumps({"bad": {"base_url": "x", "api_key": "sk-live"}}))
+    # the library never reads $CLAWGYM_ENDPOINTS itself: the ModelEndpointsResource / entry points pass it
+    monkeypatch.setenv("CLAWGYM_ENDPOINTS", eps)
+    assert "vllm" not in policy_registry()
     with pytest.raises(KeyError):
         get_policy("nope")
+    from clawgym_resources import LakeResource, ModelEndpointsResource
+
+    assert ModelEndpointsResource(lake=LakeResource(), endpoints_json=eps).policy("vllm").api_key_env == "K"
 
 
 def _procedural_sample():

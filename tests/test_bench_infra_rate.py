@@ -81,8 +81,9 @@ def _resources(data):
     from clawgym_resources import (JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource,
                                    SandboxResource)
 
-    return {"lake": LakeResource(data_dir=str(data)), "sandbox": SandboxResource(backend="local"),
-            "endpoints": ModelEndpointsResource(), "judge": JudgeResource(), "openclaw": OpenClawResource()}
+    lake = LakeResource(data_dir=str(data))  # one lake, nested where data paths are needed
+    return {"lake": lake, "sandbox": SandboxResource(backend="local"),
+            "endpoints": ModelEndpointsResource(lake=lake), "judge": JudgeResource(), "openclaw": OpenClawResource()}
 
 
 def test_bench_scores_and_leaderboard_flag_a_model_with_infra(tmp_path, monkeypatch):

@@ -20,7 +20,7 @@ def env(tmp_path, monkeypatch):
 
 def test_sql_prints_table_and_reports_errors(env):
     lk.append_rows("trajectories", [{"rollout_id": "r1", "task_id": "t", "category": "cat_a", "score": 0.5}],
-                   {"policy": "oracle", "shard": 0})
+                   {"policy": "oracle", "shard": 0}, root=env / "data" / "lake")  # the CLI reads $CLAWGYM_DATA
     r = runner.invoke(app, ["sql", "SELECT category, avg(score) AS s FROM trajectories GROUP BY 1"])
     assert r.exit_code == 0, r.output
     assert "cat_a" in r.output and "0.5" in r.output and "1 row(s)" in r.output
@@ -49,9 +49,9 @@ def test_leaderboard_with_parent_delta(env):
     for model, score, parent in (("base", 1.0, None), ("child", 0.0, "base")):
         res = [{"model": model, "suite": "procedural", "task_id": f"t{i}", "category": "analysis_reasoning",
                 "repeat": 0, "score": score} for i in range(10)]
-        lk.write_table("bench_results", res, {"model": model, "suite": "procedural"})
+        lk.write_table(lk.Table.BENCH_RESULTS, res, {"model": model, "suite": "procedural"}, root=env / "data" / "lake")
         rows = [{**s.to_dict(), "parent": parent} for s in summarize(res)]
-        lk.write_table("bench_scores", rows, {"model": model, "suite": "procedural"})
+        lk.write_table(lk.Table.BENCH_SCORES, rows, {"model": model, "suite": "procedural"}, root=env / "data" / "lake")
     r = runner.invoke(app, ["bench", "leaderboard"])
     assert r.exit_code == 0, r.output
     lines = [ln for ln in r.output.splitlines() if "child" in ln]

@@ -8,7 +8,8 @@ import pytest
 from clawgym import lake as lk
 from clawgym_assets.automation import (bench_job, discover_checkpoints, new_checkpoint_sensor,
                                        weekly_rescore_schedule)
-from clawgym_assets.definitions import defs
+from clawgym_assets.definitions import build_defs, defs
+from clawgym_resources import LakeResource
 
 
 @pytest.fixture()
@@ -24,34 +25,60 @@ def _drop_checkpoint(data, name):
 
 
 def test_definitions_load_with_every_stage():
-    keys = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    d = build_defs()
+    keys = {k.to_user_string() for k in d.resolve_asset_graph().get_all_asset_keys()}
     assert keys >= {"personas", "skills", "synthetic_tasks", "imported_tasks", "mock_workspaces", "verifiers",
                     "trajectories", "steps", "sft_dataset", "base_model", "checkpoints", "bench_tasks",
                     "bench_scores", "leaderboard"}
-    assert defs.resolve_sensor_def("new_checkpoint_sensor") and defs.resolve_schedule_def("weekly_rescore_schedule")
+    assert d.resolve_sensor_def("new_checkpoint_sensor") and d.resolve_schedule_def("weekly_rescore_schedule")
+
+
+def test_lazy_definitions_read_settings_when_loaded(monkeypatch, tmp_path):
+    """The shard count and resources come from the environment when Dagster loads `defs`, not at import."""
+    from dagster._core.definitions.definitions_load_context import DefinitionsLoadContext, DefinitionsLoadType
+
+    def load():
+        DefinitionsLoadContext.set(DefinitionsLoadContext(load_type=DefinitionsLoadType.INITIALIZATION,
+                                                          repository_load_data=None))
+        return defs()
+
+    monkeypatch.setenv("CLAWGYM_SHARDS", "6")
+    monkeypatch.setenv("CLAWGYM_DATA", str(tmp_path / "d"))
+    d = load()
+    pdef = d.resolve_assets_def("trajectories").partitions_def
+    shard = next(x for x in pdef.partitions_defs if x.name == "shard").partitions_def
+    assert shard.get_partition_keys() == [str(i) for i in range(6)]
+    assert d.resolve_assets_def("steps").partitions_def == pdef
+    lake_res = d.resources["lake"]
+    assert lake_res.data_dir == str(tmp_path / "d") and d.resources["endpoints"].lake.data_dir == lake_res.data_dir
+    monkeypatch.delenv("CLAWGYM_SHARDS")
+    shard = next(x for x in load().resolve_assets_def("trajectories").partitions_def.partitions_defs
+                 if x.name == "shard").partitions_def
+    assert shard.get_partition_keys() == ["0", "1", "2", "3"]  # users' keys unchanged by default
 
 
 def test_discover_registry_and_folders(data):
-    assert discover_checkpoints() == []
+    assert discover_checkpoints(data) == []
     _drop_checkpoint(data, "dropped-1")
     (data / "checkpoints" / "not-a-model").mkdir()  # no config.json: ignored
-    lk.write_table("checkpoints", [{"checkpoint": "trained-1", "path": "x"}])
-    assert discover_checkpoints() == ["dropped-1", "trained-1"]
+    lk.Lake.at(data).write(lk.Table.CHECKPOINTS, [{"checkpoint": "trained-1", "path": "x"}])
+    assert discover_checkpoints(data) == ["dropped-1", "trained-1"]
 
 
 def test_sensor_adds_partitions_and_requests_runs(data):
     with dg.instance_for_test() as instance:
-        ctx = dg.build_sensor_context(instance=instance, definitions=defs)
+        res_ = {"lake": LakeResource(data_dir=str(data))}
+        ctx = dg.build_sensor_context(instance=instance, resources=res_)
         res = new_checkpoint_sensor(ctx)
         assert not res.run_requests and res.skip_reason
         _drop_checkpoint(data, "ckpt-a")
-        lk.write_table("checkpoints", [{"checkpoint": "ckpt-b", "path": "x"}])
-        res = new_checkpoint_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+        lk.Lake.at(data).write(lk.Table.CHECKPOINTS, [{"checkpoint": "ckpt-b", "path": "x"}])
+        res = new_checkpoint_sensor(dg.build_sensor_context(instance=instance, resources=res_))
         assert sorted(r.partition_key for r in res.run_requests) == ["ckpt-a", "ckpt-b"]
         assert res.dynamic_partitions_requests[0].partition_keys == ["ckpt-a", "ckpt-b"]
         # once the partitions exist (as the daemon would add them), nothing new is requested
         instance.add_dynamic_partitions("model", ["ckpt-a", "ckpt-b"])
-        res = new_checkpoint_sensor(dg.build_sensor_context(instance=instance, definitions=defs))
+        res = new_checkpoint_sensor(dg.build_sensor_context(instance=instance, resources=res_))
         assert not res.run_requests
 
 

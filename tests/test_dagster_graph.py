@@ -36,8 +36,9 @@ def _resources(data):
     from clawgym_resources import (JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource,
                                    SandboxResource)
 
-    return {"lake": LakeResource(data_dir=str(data)), "sandbox": SandboxResource(backend=BACKEND),
-            "endpoints": ModelEndpointsResource(), "judge": JudgeResource(), "openclaw": OpenClawResource()}
+    lake = LakeResource(data_dir=str(data))  # one lake, nested where data paths are needed
+    return {"lake": lake, "sandbox": SandboxResource(backend=BACKEND),
+            "endpoints": ModelEndpointsResource(lake=lake), "judge": JudgeResource(), "openclaw": OpenClawResource()}
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +169,7 @@ def test_sft_dataset_exports_and_gates(graph, tmp_path):
     if not lk.read_table("trajectories", root=root).num_rows:  # run alone: write one partition first
         test_trajectories_resume_and_steps(graph)
     tiny = make_tiny_model(tmp_path / "tiny")  # the base model only provides the tokenizer here
-    res["endpoints"] = ModelEndpointsResource(base_model_dir=str(tiny))
+    res["endpoints"] = ModelEndpointsResource(lake=res["lake"], base_model_dir=str(tiny))
     base = dg.AssetSpec("base_model")
     r = dg.materialize([rollouts.sft_dataset, sft_gx, base], selection=["sft_dataset"], resources=res, instance=inst,
                        run_config={"ops": {"sft_dataset": {"config": {"max_tokens": 4096}}}})
