@@ -4,7 +4,6 @@ from pathlib import Path
 
 from clawgym.synth.skills import (
     DEFAULT_OPENCLAW_DIR, SHIPPED_SKILLS, default_skill_dirs, load_skills, offline_skills, parse_skill_md,
-    skill_dirs_from_env,
 )
 
 
@@ -47,15 +46,14 @@ def test_malformed_skill_reports_file_and_field_and_rest_parse(tmp_path):
     assert all(e.file in str(e) for e in errors)
 
 
-def test_openclaw_dir_from_env_settings_and_gating(tmp_path, monkeypatch):
+def test_openclaw_dir_setting_and_gating(tmp_path, monkeypatch):
     root = tmp_path / "oc" / "node_modules" / "openclaw" / "skills"
     _write(root, "notes", "---\nname: notes\ndescription: Organise markdown notes into an index.\n---\n")
     _write(root, "mac-only", '---\nname: mac-only\ndescription: Control an app.\nmetadata: {"openclaw": {"os": ["darwin"]}}\n---\n')
     _write(root, "needs-key", '---\nname: needs-key\ndescription: Query a thing.\nmetadata: {"openclaw": {"requires": {"env": ["X_TOKEN"]}}}\n---\n')
-    env = {"CLAWGYM_OPENCLAW_DIR": str(tmp_path / "oc"), "CLAWGYM_SKILL_DIRS": str(tmp_path / "missing")}
     monkeypatch.setenv("CLAWGYM_OPENCLAW_DIR", "/nonexistent")  # library code never reads the environment
     assert default_skill_dirs()[1] == Path(DEFAULT_OPENCLAW_DIR) / "node_modules" / "openclaw" / "skills"
-    skills, errors = load_skills(skill_dirs_from_env(env))
+    skills, errors = load_skills(default_skill_dirs(tmp_path / "oc", [tmp_path / "missing"]))
     assert not errors
     oc = {s.name: s for s in skills if s.source == "openclaw"}
     assert set(oc) == {"notes", "mac-only", "needs-key"}

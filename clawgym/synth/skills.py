@@ -3,18 +3,17 @@ filter out the ones that need the network, a GUI or an account (they cannot grou
 
 Skill roots (in order): the shipped samples in <repo>/data/skills, the bundled skills of an installed
 openclaw npm package (<openclaw_dir>/node_modules/openclaw/skills, default /var/lib/clawgym/openclaw), and any
-extra directories. Missing roots are skipped. Entry points read the environment's settings
-($CLAWGYM_OPENCLAW_DIR, $CLAWGYM_SKILL_DIRS) with `skill_dirs_from_env(os.environ)`.
+extra directories. Missing roots are skipped. The settings come from the caller (the `skills` asset takes
+them from OpenClawResource, which reads $CLAWGYM_OPENCLAW_DIR / $CLAWGYM_SKILL_DIRS).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 import yaml
 
@@ -60,13 +59,6 @@ def default_skill_dirs(openclaw_dir: str | Path | None = None, extra_dirs: Itera
     then `extra_dirs`."""
     oc = Path(openclaw_dir or DEFAULT_OPENCLAW_DIR) / "node_modules" / "openclaw" / "skills"
     return [SHIPPED_SKILLS, oc, *(Path(p) for p in extra_dirs)]
-
-
-def skill_dirs_from_env(env: Mapping[str, str]) -> list[Path]:
-    """default_skill_dirs as set by $CLAWGYM_OPENCLAW_DIR and $CLAWGYM_SKILL_DIRS (os.pathsep-separated) in
-    `env` (an entry point passes os.environ)."""
-    extra = [p for p in env.get("CLAWGYM_SKILL_DIRS", "").split(os.pathsep) if p]
-    return default_skill_dirs(env.get("CLAWGYM_OPENCLAW_DIR") or None, extra)
 
 
 _FM = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)(.*)\Z", re.S)
@@ -188,4 +180,4 @@ def offline_skills(skills: list[Skill]) -> tuple[list[Skill], list[tuple[str, st
 
 
 __all__ = ["Skill", "parse_skill_md", "load_skills", "offline_skills", "annotate", "default_skill_dirs",
-           "skill_dirs_from_env", "SHIPPED_SKILLS", "DEFAULT_OPENCLAW_DIR"]
+           "SHIPPED_SKILLS", "DEFAULT_OPENCLAW_DIR"]
