@@ -78,7 +78,7 @@ def run(job: dict, root: str, base_modules=None) -> list:
                 sys.executable = exe
                 exec(code, ns)
                 s, subs = mean_of_checks(ns["grade"]([], d))
-                scores[vname] = {"score": s, "subs": subs}
+                scores[vname] = {"score": min(1.0, max(0.0, s)), "subs": subs}  # clamped like verify_task
             except BaseException as e:
                 scores[vname] = {"score": 0.0, "error": "%s: %s" % (type(e).__name__, str(e)[-300:])}
             finally:
