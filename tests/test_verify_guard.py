@@ -225,3 +225,16 @@ def test_prepare_kills_leftovers_and_empties_home_and_tmp(iso_factory):
         assert "workspace" in out  # the workspace itself survives
         assert sb.read_file("a.txt") == b"a"
         assert json.loads(json.dumps(prep.actions)) == []
+
+
+def test_replaced_workspace_path_fails_closed_not_infra(iso_factory):
+    """The agent swaps a directory on the way to the workspace for a symlink: the verifier does not run on
+    whatever it points at; the task scores 0 with an error (the agent's doing), no SandboxError (infra)."""
+    task = Task(task_id="swap", instruction="x", files=[File(path="a.txt", content=b"a")],
+                verifier=Verifier(kind="grade", code="def grade(t, w):\n    return {'a': 1}\n"))
+    with iso_factory.open(task.files) as sb:
+        r = sb.exec("mkdir -p /tmp/fake/workspace && cp -r ~/.openclaw/workspace/. /tmp/fake/workspace/ && "
+                    "mv ~/.openclaw ~/.moved && ln -s /tmp/fake ~/.openclaw", timeout=20)
+        assert r.rc == 0, r
+        res = verify_task(task, sb, [], judge="offline")
+    assert res.score == 0.0 and any("could not be made safe" in e for e in res.errors), res.errors

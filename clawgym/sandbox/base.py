@@ -112,6 +112,14 @@ class Sandbox(abc.ABC):
         server is gone). Backends that cannot do this raise SandboxError (this default)."""
         raise SandboxError(f"{type(self).__name__} cannot stop the agent's processes (no quiesce())")
 
+    def scrub(self) -> list[list[str]]:
+        """After quiesce(), before a verifier: empty /tmp and $HOME except the directories down to the workspace,
+        from the host, never following symlinks; return the workspace entries that are neither regular files
+        nor directories ([rel path, "symlink" | "special", link target]). The workspace itself is untouched.
+        Backends that cannot do it from the host raise NotImplementedError (the verifier then does it with a
+        program inside the sandbox)."""
+        raise NotImplementedError
+
     def seal(self, path: str) -> None:
         """Make the file or tree at `path` (relative to the workspace, or absolute under the workspace or /tmp)
         owned by a uid other than the sandbox user (root; inside a bwrap sandbox that shows as the overflow uid)

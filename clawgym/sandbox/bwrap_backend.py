@@ -386,6 +386,15 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         finally:
             self._leave()
 
+    def scrub(self) -> list[list[str]]:
+        """Sandbox.scrub, from the host on the sandbox's state dir (OSError -> SandboxError is not raised here:
+        an unremovable entry or a replaced workspace path is the agent's doing and propagates as OSError)."""
+        self._enter()
+        try:
+            return self._state.scrub()
+        finally:
+            self._leave()
+
     def _quiesce(self) -> None:
         """Server mode: 1. no process but bwrap and the server (host-side sweep of the cgroup);
         2. from the host, charging nothing to the sandbox (its memory may be full of shared memory): every

@@ -171,6 +171,14 @@ class DockerSandbox(DockerExecMixin, CountedHostFileMixin, Sandbox):
         finally:
             self._leave()
 
+    def scrub(self) -> list[list[str]]:
+        """Sandbox.scrub, from the host on the container's state dir (see BwrapSandbox.scrub)."""
+        self._enter()
+        try:
+            return self._slot.state.scrub()
+        finally:
+            self._leave()
+
     def _recover(self) -> bool:
         try:
             st = self._api.inspect_container(self.container_id)["State"]

@@ -16,9 +16,10 @@ import logging
 import os
 import posixpath
 import secrets
+import stat
 import tempfile
 
-from clawgym.sandbox.fstree import _rmtree, empty_dir
+from clawgym.sandbox.fstree import _O_DIR, _remove_at, _rmtree, empty_dir, iter_tree
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +174,51 @@ class StateDir:
         left = [d for d, _ in ((self.tmp, 0), (self.ws, 0)) + extra if os.listdir(d)]
         if left or (not self.ws_separate and len(os.listdir(self.home)) != 1):
             raise OSError(f"state dirs not empty after the reset: {left or [self.home]}")
+
+    def scrub(self) -> list[list[str]]:
+        """Between the agent and the verifier (nothing of the sandbox may run): /tmp and HOME emptied from the
+        host, except the directories on the way down to the workspace, never following symlinks, any depth.
+        Returns the workspace entries that are neither regular files nor directories, as [rel, kind, target]
+        (kind "symlink" with its target, or "special"). Raises OSError when a directory on the way down to the
+        workspace is no longer a plain directory (replaced by the agent)."""
+        empty_dir(self.tmp)
+        if self.ws_separate:
+            empty_dir(self.home)
+        else:
+            chain = os.path.relpath(self.ws, self.home).split(os.sep)
+            fd = os.open(self.home, _O_DIR)
+            try:
+                for part in chain:
+                    for name in os.listdir(fd):
+                        if name != part:
+                            _remove_at(fd, name)
+                    nfd = os.open(part, _O_DIR, dir_fd=fd)
+                    os.close(fd)
+                    fd = nfd
+            finally:
+                os.close(fd)
+        odd: list[list[str]] = []
+        wfd = os.open(self.ws, _O_DIR)
+        try:
+            for ev, dfd, rel, e in iter_tree(wfd):
+                if ev != "entry" or len(odd) >= 10000:
+                    continue
+                path = "/".join(rel + (e.name,))
+                try:
+                    st = os.stat(e.name, dir_fd=dfd, follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISLNK(st.st_mode):
+                    try:
+                        target = os.readlink(e.name, dir_fd=dfd)
+                    except OSError:
+                        target = ""
+                    odd.append([path, "symlink", target])
+                elif not stat.S_ISREG(st.st_mode):
+                    odd.append([path, "special", ""])
+        finally:
+            os.close(wfd)
+        return odd
 
     def _own(self, p: str) -> None:
         if self.uid is not None and os.geteuid() == 0:

@@ -7,8 +7,9 @@ execute inside the verifier or change what the verifier reads as configuration:
 1. **No agent process, no IPC** — `Sandbox.quiesce()` kills every process of the agent's phase (daemonised,
    setsid, stopped ones included) and removes SysV IPC objects, POSIX mqueues, /dev/shm files and keyrings.
    From here on nothing of the agent runs: it can act only through files.
-2. **Only the workspace survives** — `sandbox_side/prepare.py` (ours, `python3 -I -S`) empties /tmp,
-   /dev/shm and $HOME except the path down to the workspace: user site-packages, `usercustomize.py`, `.pth`
+2. **Only the workspace survives** — `Sandbox.scrub()` (from the host; backends that cannot fall back to
+   `sandbox_side/prepare.py`, ours, run as `python3 -I -S`) empties /tmp, /dev/shm and $HOME except the path
+   down to the workspace: user site-packages, `usercustomize.py`, `.pth`
    files, `~/.gitconfig`, shell rc files and anything a workspace symlink could point at are gone. It also
    reports every workspace entry that is not a plain file or directory.
 3. **Harness-control files the agent added or changed are restored or removed** (`neutralize_controls`):
@@ -18,7 +19,8 @@ execute inside the verifier or change what the verifier reads as configuration:
    filters, diff/merge drivers, includes, ...). Symlinks with a control name are removed. Files the task
    itself shipped unchanged are never touched, so imported tasks score exactly as before.
 4. **A verifier environment the agent never wrote** (`verifier_env`): a fresh $HOME, a clean PATH, no user
-   site (`PYTHONNOUSERSITE`), byte code cached outside the workspace (`PYTHONPYCACHEPREFIX`), git without
+   site (`PYTHONNOUSERSITE`), no byte code written (agent-planted `__pycache__`/`.pyc` files are removed in
+   step 3; a PYTHONPYCACHEPREFIX would also hide the interpreter's own cached stdlib: 2.4x slower), git without
    system/global config and with hooks and fsmonitor forced off, and an import guard on PYTHONPATH
    (`sandbox_side/sitecustomize.py`) that resolves every stdlib / installed top-level module from the
    interpreter's own directories before the workspace (a planted `json.py` or `pytest.py` is never imported).
@@ -228,7 +230,6 @@ def verifier_env(home: str, guard_dir: str, workspace: str) -> dict[str, str]:
     env = {"HOME": home, "PATH": CLEAN_PATH, "USER": "sandbox", "LOGNAME": "sandbox", "LANG": "C.UTF-8",
            "TMPDIR": "/tmp", "TERM": "dumb", "WORKSPACE": workspace, "SHELL": "/bin/bash",
            "PYTHONPATH": guard_dir, "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTHONPYCACHEPREFIX": posixpath.join(home, ".pycache"),
            "PYTHONSTARTUP": "", "PYTHONINSPECT": "", "BASH_ENV": "", "ENV": "", "CDPATH": "",
            "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",
            "GIT_PAGER": "cat", "PAGER": "cat", "GIT_EDITOR": "true", "EDITOR": "true", "VISUAL": "true",
@@ -272,16 +273,12 @@ def prepare_for_verification(task, sandbox: Sandbox) -> Prepared:
     tag = secrets.token_hex(8)
     home, guard_dir = f"/tmp/.clawgym-home-{tag}", f"/tmp/.clawgym-verify-{tag}"
     _quiesce(sandbox)
-    src = (SIDE / "prepare.py").read_text()
-    r = sandbox.exec(["python3", "-I", "-S", "-c", src, SANDBOX_HOME, sandbox.workspace], timeout=60,
-                     workdir="/", env={"HOME": "/nonexistent", "PATH": CLEAN_PATH})
-    if r.timed_out or r.rc != 0:
-        raise SandboxError(f"verifier preparation failed (rc {r.rc}): {r.stderr[-500:]}")
     try:
-        rep = json.loads(r.stdout.strip().splitlines()[-1])
-        odd, errors = list(rep.get("odd") or []), list(rep.get("errors") or [])
-    except (ValueError, IndexError) as e:
-        raise SandboxError(f"verifier preparation printed no report: {e}") from None
+        odd = sandbox.scrub()  # from the host: no process in the sandbox, ~1 ms
+    except NotImplementedError:
+        odd, errors = _scrub_inside(sandbox)
+    except OSError as e:  # the agent replaced a directory on the way to the workspace, or pinned an entry
+        raise UnsafeWorkspace(f"HOME and /tmp could not be emptied: {e}") from e
     actions = neutralize_controls(task, sandbox, odd)
     try:
         sandbox.write_file(f"{home}/.keep", b"", 0o644)
@@ -293,6 +290,20 @@ def prepare_for_verification(task, sandbox: Sandbox) -> Prepared:
         raise UnsafeWorkspace(f"verifier files could not be written: {type(e).__name__}: {e}") from e
     return Prepared(env=verifier_env(home, guard_dir, sandbox.workspace), home=home, guard_dir=guard_dir,
                     actions=actions, odd=odd, errors=errors)
+
+
+def _scrub_inside(sandbox: Sandbox) -> tuple[list, list[str]]:
+    """scrub() for backends that cannot do it from the host: `sandbox_side/prepare.py` as the sandbox user."""
+    src = (SIDE / "prepare.py").read_text()
+    r = sandbox.exec(["python3", "-I", "-S", "-c", src, SANDBOX_HOME, sandbox.workspace], timeout=60,
+                     workdir="/", env={"HOME": "/nonexistent", "PATH": CLEAN_PATH})
+    if r.timed_out or r.rc != 0:
+        raise SandboxError(f"verifier preparation failed (rc {r.rc}): {r.stderr[-500:]}")
+    try:
+        rep = json.loads(r.stdout.strip().splitlines()[-1])
+        return list(rep.get("odd") or []), list(rep.get("errors") or [])
+    except (ValueError, IndexError) as e:
+        raise SandboxError(f"verifier preparation printed no report: {e}") from None
 
 
 def seal_reward(sandbox: Sandbox, path: str) -> None:
