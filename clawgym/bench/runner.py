@@ -27,7 +27,8 @@ def resolve_policy(name: str, *, endpoints_json: str | None = None, checkpoints_
         return reg[name]
     extra = dict(extra or {})
     if name == base_policy_name and base_model_dir:
-        return PolicySpec(name=name, kind="local", model=str(base_model_dir), extra={"model_path": str(base_model_dir), **extra})
+        return PolicySpec(name=name, kind="local", model=str(base_model_dir),
+                          extra={"model_path": str(base_model_dir), **extra})
     if checkpoints_dir:
         p = Path(checkpoints_dir) / name
         if p.is_dir():
@@ -41,7 +42,8 @@ def result_row(ro, *, model: str, suite: str, repeat: int, pass_threshold: float
     score = ro.score
     return {
         "model": model, "suite": suite, "task_id": ro.task_id, "category": ro.category, "repeat": repeat,
-        "score": None if score is None else float(score), "passed": score is not None and score >= pass_threshold - 1e-9,
+        "score": None if score is None else float(score),
+        "passed": score is not None and score >= pass_threshold - 1e-9,
         "failure_class": ro.failure_class, "rollout_id": ro.rollout_id,
         "verification_json": json.dumps(ro.verification, default=str, ensure_ascii=False)
         if ro.verification is not None else None,

@@ -69,8 +69,8 @@ class MiniLM:
         bias = np.where(mask[:, None, None, :] > 0, 0.0, np.finfo(np.float32).min).astype(np.float32)
         for i in range(c["num_hidden_layers"]):
             pre = f"encoder.layer.{i}."
-            lin = lambda t, name: (t.reshape(-1, t.shape[-1]) @ wt[pre + name]  # noqa: E731
-                                   + w[pre + name + ".bias"]).reshape(*t.shape[:-1], -1)
+            lin = lambda t, name, pre=pre: (t.reshape(-1, t.shape[-1]) @ wt[pre + name]  # noqa: E731
+                                            + w[pre + name + ".bias"]).reshape(*t.shape[:-1], -1)
             heads = lambda t, perm: np.ascontiguousarray(t.reshape(n, L, H, D).transpose(*perm))  # noqa: E731
             q = heads(lin(x, "attention.self.query"), (0, 2, 1, 3))
             k = heads(lin(x, "attention.self.key"), (0, 2, 3, 1))

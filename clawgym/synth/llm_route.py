@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from clawgym.tasks.model import CATEGORIES, File, RubricRule, Task, ToolCall, Verifier
+from clawgym.tasks.model import File, RubricRule, Task, ToolCall, Verifier
 
 log = logging.getLogger(__name__)
 

@@ -112,9 +112,11 @@ def expand_personas_llm(client: Any, model: str, base: list[Persona], n: int, ba
             break
         resp = client.chat.completions.create(
             model=model,
-            messages=[{"role": "system", "content": "You invent realistic, diverse users of a personal file-workspace assistant."},
-                      {"role": "user", "content": f"Examples:\n{examples}\n\nInvent {batch} NEW personas with different "
-                                                  "roles and domains. Answer JSON only."}],
+            messages=[{"role": "system",
+                       "content": "You invent realistic, diverse users of a personal file-workspace assistant."},
+                      {"role": "user",
+                       "content": f"Examples:\n{examples}\n\nInvent {batch} NEW personas with different "
+                                  "roles and domains. Answer JSON only."}],
             response_format={"type": "json_schema",
                              "json_schema": {"name": "personas", "schema": PERSONA_SCHEMA, "strict": True}},
         )

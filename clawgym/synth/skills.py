@@ -124,7 +124,8 @@ _TYPES: list[tuple[str, str]] = [
 _NET = r"\b(https?://|curl|wget|web ?search|browse the web|internet|online|api\b|fetch(es)? (a )?url|download)"
 _DEVICE = r"\b(lights?|hue|bluos|bluetooth|speakers?|playback|volume|smart ?home|spectrograms?|audio|camera)\b"
 _GUI = r"\b(gui|screenshot|click|desktop app|browser|applescript|screen|camera|canvas|mouse)\b"
-_ACCOUNT = r"\b(oauth|log ?in|sign ?in|api[ _-]?key|token|account|slack|gmail|notion|spotify|twitter|github|discord|telegram|whatsapp)\b"
+_ACCOUNT = (r"\b(oauth|log ?in|sign ?in|api[ _-]?key|token|account|slack|gmail|notion|spotify|twitter|github|discord|"
+            r"telegram|whatsapp)\b")
 _NET_BINS = {"curl", "wget", "gh", "gog", "himalaya", "spotify_player", "slack", "op"}
 _GUI_BINS = {"peekaboo", "osascript", "imsg", "camsnap"}
 

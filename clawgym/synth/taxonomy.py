@@ -76,7 +76,8 @@ def check_family(category: str, subcategory: str, operations: list[str]) -> list
 
 
 def taxonomy_table() -> list[dict[str, str]]:
-    return [{"category": c, "label": CATEGORY_LABELS[c], "subcategory": s} for c in CATEGORIES for s in SUBCATEGORIES[c]]
+    return [{"category": c, "label": CATEGORY_LABELS[c], "subcategory": s}
+            for c in CATEGORIES for s in SUBCATEGORIES[c]]
 
 
 __all__ = ["SUBCATEGORIES", "OPERATION_CATEGORIES", "ATOMIC_OPERATIONS", "OFFLINE_EXCLUDED", "check_family",

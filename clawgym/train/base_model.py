@@ -77,7 +77,8 @@ def _atomic_dir_write(out: Path, fill) -> None:
         raise
 
 
-def prepare_base_model(out_dir: str | os.PathLike = DEFAULT_BASE_DIR, gguf_file: str | os.PathLike | None = None) -> Path:
+def prepare_base_model(out_dir: str | os.PathLike = DEFAULT_BASE_DIR,
+                       gguf_file: str | os.PathLike | None = None) -> Path:
     """Convert the embedded SmolLM2 GGUF into an HF folder at `out_dir` (idempotent; atomic). Returns the folder."""
     out = Path(out_dir)
     marker = out / "clawgym_base.json"
@@ -104,7 +105,8 @@ def prepare_base_model(out_dir: str | os.PathLike = DEFAULT_BASE_DIR, gguf_file:
         missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
         missing = [k for k in missing if "lm_head" not in k]  # tied embeddings
         if missing or unexpected:
-            raise RuntimeError(f"{gguf}: weights do not match the config (missing {missing[:3]}, unexpected {unexpected[:3]})")
+            raise RuntimeError(f"{gguf}: weights do not match the config (missing {missing[:3]}, "
+                               f"unexpected {unexpected[:3]})")
         model.tie_weights()
         apply_tool_chat_template(tok)
         model.generation_config.eos_token_id = tok.convert_tokens_to_ids("<|im_end|>")
@@ -153,5 +155,5 @@ def make_tiny_model(out_dir: str | os.PathLike, tokenizer_src: str | os.PathLike
     return out
 
 
-__all__ = ["prepare_base_model", "apply_tool_chat_template", "make_tiny_model", "load_base_tokenizer", "smollm2_gguf_path",
-           "DEFAULT_BASE_DIR", "SMOL_IDENTITY"]
+__all__ = ["prepare_base_model", "apply_tool_chat_template", "make_tiny_model", "load_base_tokenizer",
+           "smollm2_gguf_path", "DEFAULT_BASE_DIR", "SMOL_IDENTITY"]

@@ -203,7 +203,8 @@ def task_prompts(tasks: list[Task], system_prompt: str | None = None):
     except Exception:  # pragma: no cover
         SYSTEM_PROMPT = "You are a personal AI assistant working in the user's workspace {workspace}."
     sp = (system_prompt or SYSTEM_PROMPT).replace("{workspace}", DEFAULT_WORKSPACE)
-    return Dataset.from_list([{"prompt": [{"role": "system", "content": sp}, {"role": "user", "content": t.instruction}],
+    return Dataset.from_list([{"prompt": [{"role": "system", "content": sp},
+                                          {"role": "user", "content": t.instruction}],
                                "task_id": t.task_id} for t in tasks])
 
 

@@ -89,7 +89,8 @@ def load_sft_dataset(path: str | os.PathLike):
         rows = []
         for f in files:
             for r in pq.read_table(f).to_pylist():
-                rows.append({**r, "messages": json.loads(r["messages_json"]), "tools": json.loads(r["tools_json"] or "[]"),
+                rows.append({**r, "messages": json.loads(r["messages_json"]),
+                             "tools": json.loads(r["tools_json"] or "[]"),
                              "n_tokens": r.get("n_tokens") or 0})
         from clawgym.trajectories.sft import to_hf_dataset
 

@@ -75,7 +75,8 @@ def is_noise_turn(text: str) -> str | None:
 
 def drop_noise_turns(messages: list[dict]) -> tuple[list[dict], Counter]:
     """Remove heartbeat / cron / internal-context user turns together with the assistant's reply to them
-    (the tool exchange that reply started, up to its first assistant message without tool calls). Reuses the agent's aggregation cleaner first when present."""
+    (the tool exchange that reply started, up to its first assistant message without tool calls). Reuses the
+    agent's aggregation cleaner first when present."""
     try:  # the recording proxy's aggregation helper (heartbeat + internal), same markers as here
         from clawgym.agent.proxy import clean_messages as _agent_clean
     except Exception:  # pragma: no cover - agent package absent
@@ -224,7 +225,8 @@ def contaminated_tasks(tasks: list[Task], bench_tasks: list[Task], threshold: fl
         s = np.where(mask, sims[i], -1.0)
         j = int(s.argmax())
         if s[j] >= threshold:
-            out[t.task_id] = f"near-duplicate of bench task {b_list[j].task_id} (cosine {float(s[j]):.3f}, family {t.family or '-'})"
+            out[t.task_id] = (f"near-duplicate of bench task {b_list[j].task_id} (cosine {float(s[j]):.3f}, "
+                              f"family {t.family or '-'})")
     return out
 
 
@@ -318,7 +320,8 @@ def build_sft_dataset(trajectory_rows: list[dict], tasks: list[Task], bench_task
         st = row_stats(msgs)
         task = task_by_id.get(tid)
         rows.append({
-            "sample_id": h[:16], "task_id": tid, "rollout_id": r.get("rollout_id") or "", "policy": r.get("policy") or "",
+            "sample_id": h[:16], "task_id": tid, "rollout_id": r.get("rollout_id") or "",
+            "policy": r.get("policy") or "",
             "category": r.get("category") or (task.category if task else ""),
             "family": r.get("family") or (task.family if task else ""), "score": float(score),
             "n_turns": st["n_turns"], "n_tool_calls": st["n_tool_calls"], "tool_types": st["tool_types"],

@@ -64,7 +64,7 @@ def _shadowed(dirs, limit=2000):
     tell): a real interpreter could import the program's own module there, so such a run is not served."""
     n = 0
     for top in dirs:
-        for dp, dns, fns in os.walk(top):
+        for _dp, dns, fns in os.walk(top):
             dns[:] = [d for d in dns if d != "__pycache__"]
             n += len(dns) + len(fns)
             if n > limit:
@@ -131,7 +131,11 @@ def _parse(args):
 
 
 def _child(mode, what, rest, env, cwd, fds, timeout, shimdir):
-    import atexit, builtins, runpy, traceback, types
+    import atexit
+    import builtins
+    import runpy
+    import traceback
+    import types
     rc = 0
     try:
         for i, fd in enumerate(fds):
@@ -158,7 +162,7 @@ def _child(mode, what, rest, env, cwd, fds, timeout, shimdir):
                     runpy._get_module_details(what)
                 except ImportError as e:  # as the interpreter reports it
                     print("%s: %s" % (sys.executable, e), file=sys.stderr)
-                    raise SystemExit(1)
+                    raise SystemExit(1) from None
                 runpy.run_module(what, run_name="__main__", alter_sys=True)
             elif mode == "script":
                 sys.argv = [what] + rest
@@ -245,7 +249,8 @@ def _gone(pid):
 def _release(srv, pid, slot):
     """Free answer slot `slot` once its shim `pid` is gone: only then can no reader of the old request be left on
     the slot's FIFO (and this request will never open it again)."""
-    import select, time
+    import select
+    import time
     pfd = _pidfd(pid)
     if pfd is not None and pfd >= 0:
         try:
@@ -304,7 +309,9 @@ def _handle(line, srv, shimdir, timeout):
     try:
         raw = open("/proc/%d/cmdline" % pid, "rb").read().split(b"\0")[:-1]
         args = [os.fsdecode(a) for a in raw[2:]]  # sh <shim> args...
-        env = dict(kv.split("=", 1) for kv in (os.fsdecode(x) for x in open("/proc/%d/environ" % pid, "rb").read().split(b"\0")) if "=" in kv)
+        env = dict(kv.split("=", 1)
+                   for kv in (os.fsdecode(x) for x in open("/proc/%d/environ" % pid, "rb").read().split(b"\0"))
+                   if "=" in kv)
         cwd = os.readlink("/proc/%d/cwd" % pid)
         mode, what, rest = _parse(args)
         if mode is None or _envdiff(env):

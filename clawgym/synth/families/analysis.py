@@ -301,7 +301,7 @@ def budget_variance(ctx: Ctx) -> None:
     for c in centres:
         tgt = budget[c] * rng.uniform(0.7, 1.3)
         parts = rng.randint(2, 4)
-        for k in range(parts):
+        for _k in range(parts):
             amt = r2(tgt / parts * rng.uniform(0.8, 1.2))
             actual[c] += amt
             actual_lines.append([rng.choice(["2026-0%d" % m for m in range(1, 4)]), dirty_text(rng, c),

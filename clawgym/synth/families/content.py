@@ -153,7 +153,7 @@ def release_newsletter(ctx: Ctx) -> None:
     items = [("feature", f) for f in feats] + [("fix", f) for f in fixes] + [("internal", f) for f in internal]
     rng.shuffle(items)
     d1 = dt.date(2026, rng.randint(1, 12), rng.randint(1, 28))
-    log = [f"# Changelog\n", f"## v{cur} ({d1.isoformat()})\n"] + [f"- [{k}] {t}\n" for k, t in items] + [
+    log = ["# Changelog\n", f"## v{cur} ({d1.isoformat()})\n"] + [f"- [{k}] {t}\n" for k, t in items] + [
         f"\n## v{prev} ({(d1 - dt.timedelta(days=rng.randint(20, 60))).isoformat()})\n"] + [
         f"- [feature] {t}\n" for t in old] + ["- [fix] Typo in onboarding email\n"]
     ctx.file("CHANGELOG.md", "".join(log))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import heapq
-import json
 
 from clawgym.synth.families.base import Ctx, csv_text, dirty_text, family, json_text, md_table_text, people
 

@@ -594,7 +594,7 @@ def implement_spec_function(ctx: Ctx) -> None:
         "def _ntests(src):\n"
         "    import ast as _ast\n"
         "    return sum(1 for n in _ast.parse(src).body if isinstance(n, _ast.FunctionDef) and n.name.startswith('test'))\n")
-    ctx.check("function_cases", f"frac(sum(_cases_ok(ws, 'textkit.py', 'textkit', E['fn'], E['cases'])), len(E['cases']))")
+    ctx.check("function_cases", "frac(sum(_cases_ok(ws, 'textkit.py', 'textkit', E['fn'], E['cases'])), len(E['cases']))")
     ctx.check("existing_kept", "E['fn'] in T('textkit.py') and all(_cases_ok(ws, 'textkit.py', 'textkit', 'truncate', "
                                "E['old_cases']) or [False])")
     ctx.check("tests_written", f"_ntests(T({trel!r})) >= 3 and E['fn'] in T({trel!r})")
@@ -788,7 +788,7 @@ def makefile_stats_target(ctx: Ctx) -> None:
         "    return r.stdout if r.returncode == 0 else ''\n")
     ctx.check("stats_totals", f"J({out!r})['total'] == E['total']")
     ctx.check("stats_per_file", f"J({out!r})['files'] == E['files']")
-    ctx.check("stats_target", f"'wordstats.py' in _make_n(ws, 'stats') and all(p in _make_n(ws, 'stats') for p in "
+    ctx.check("stats_target", "'wordstats.py' in _make_n(ws, 'stats') and all(p in _make_n(ws, 'stats') for p in "
                               "E['files'])")
     ctx.check("all_builds_stats", "'output/stats.json' in _make_n(ws, 'all') and 'py_compile' in _make_n(ws, 'all')")
     ctx.check("clean_target", "'rm' in _make_n(ws, 'clean') and 'output' in _make_n(ws, 'clean') and "
