@@ -113,6 +113,7 @@ def plot_png(score_rows: Sequence[Mapping], suite: str | None = None, title: str
 
 
 def png_markdown(png: bytes, alt: str = "plot") -> str:
+    """A markdown image that embeds `png` inline as a base64 data URI."""
     return f"![{alt}](data:image/png;base64,{base64.b64encode(png).decode()})"
 
 

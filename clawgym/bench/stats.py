@@ -41,6 +41,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 @dataclass
 class ScoreRow:
+    """One category's (or overall) bench score for a model × suite: mean with bootstrap CI, pass@1/pass@k
+    and the trust counts (infra / unjudged rollouts are counted, never scored)."""
+
     category: str
     n: int  # tasks in the mean (with at least one scored rollout)
     mean: float | None  # 0–100 over scored tasks; None when no task of the category was scored
@@ -137,6 +140,8 @@ def summarize(results: Iterable[Mapping], *, k: int | None = None, pass_threshol
 
 @dataclass
 class Comparison:
+    """Paired-bootstrap delta (0–100 scale) of a model vs its parent over the tasks both were scored on."""
+
     n_common: int
     delta: float  # mean(current - parent) on the 0–100 scale over common tasks
     ci_low: float

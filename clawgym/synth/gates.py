@@ -58,6 +58,9 @@ from clawgym.tasks.model import Task
 
 @dataclass
 class TaskValidation:
+    """One task's gate results: compiles, no-op / scaffold / oracle (twice) and mutation scores, passed
+    and the reason it failed."""
+
     task_id: str
     compiles: bool = False
     noop_score: float | None = None
@@ -345,6 +348,7 @@ def validate_task(task: Task, factory: Any, judge: Any = None) -> TaskValidation
 
 
 def rejected_from_validations(vals: list[TaskValidation]) -> list[Rejected]:
+    """A `Rejected` (stage "gates") for every validation that did not pass."""
     return [Rejected(v.task_id, "gates", v.reason, v.family, v.category) for v in vals if not v.passed]
 
 

@@ -108,6 +108,8 @@ already contain the expected output), leaked_text (the leaked passage, or "").""
 
 @dataclass
 class ClientConfig:
+    """The OpenAI-compatible endpoint the LLM route talks to (the key is read from env `api_key_env`)."""
+
     base_url: str | None = None
     model: str = "gpt-4o-mini"
     api_key_env: str = "OPENAI_API_KEY"

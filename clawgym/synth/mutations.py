@@ -83,6 +83,8 @@ def _json_bytes(obj: Any) -> bytes:
 
 
 def number_off(path: str, data: bytes) -> bytes | None:
+    """`data` with its first number raised by one (JSON value, CSV cell, markdown table cell or text), or None
+    when it has none."""
     ext, text, obj = _load(path, data)
     if ext == ".json":
         if obj is _INVALID:
@@ -119,6 +121,8 @@ def number_off(path: str, data: bytes) -> bytes | None:
 
 
 def row_dropped(path: str, data: bytes) -> bytes | None:
+    """`data` with its last record removed (JSON list item or key, CSV/TSV/JSONL/text line, table row or bullet),
+    or None when there is nothing to drop."""
     ext, text, obj = _load(path, data)
     if ext == ".json":
         return None if obj is _INVALID or not _json_drop(obj) else _json_bytes(obj)
@@ -161,6 +165,7 @@ def generic_mutations(outputs: list[str], overlay: dict[str, bytes | None],
 
 
 def scaffold_overlay(outputs: list[str]) -> dict[str, bytes | None]:
+    """Placeholder content for each output path (`{}` for JSON, a line of text otherwise)."""
     return {p: (b"{}\n" if p.endswith(".json") else b"placeholder\n") for p in outputs}
 
 
@@ -180,6 +185,8 @@ def task_outputs(task: Task) -> list[str]:
 
 
 def family_mutations(task: Task, overlay: dict[str, bytes | None]) -> dict[str, dict[str, bytes | None]]:
+    """The procedural family's own corruptions of `overlay` for this task's seed, by name (none for
+    LLM-route tasks; a mutation that cannot apply is skipped)."""
     if task.route != "procedural" or not task.source.get("mutations"):
         return {}
     from clawgym.synth.families.base import get_family

@@ -21,6 +21,8 @@ TONES = ("formal", "casual", "terse", "friendly", "urgent")
 
 @dataclass(frozen=True)
 class Persona:
+    """A user the task instructions are written for: role, domain, seniority, goals, tools and tone."""
+
     persona_id: str
     name: str
     role: str
@@ -46,6 +48,7 @@ def _pid(role: str, domain: str, seniority: str, tone: str) -> str:
 
 
 def load_seeds(path: str | Path | None = None) -> dict[str, Any]:
+    """The persona seed YAML (roles and names); TaskError naming the file and field when it is malformed."""
     p = Path(path or DEFAULT_SEEDS)
     try:
         data = yaml.safe_load(p.read_text())
@@ -173,6 +176,7 @@ def voice(persona: Persona | None, core: str, rng: random.Random) -> str:
 
 
 def save_personas(personas: list[Persona], path: str | Path) -> None:
+    """Write the personas as JSON lines to `path` (atomic replace)."""
     import os
     import tempfile
 

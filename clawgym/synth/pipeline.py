@@ -16,6 +16,8 @@ from clawgym.tasks.model import Task
 
 @dataclass
 class SynthResult:
+    """What `synthesize` returns: accepted tasks (split set), every validation, the rejects and timings."""
+
     tasks: list[Task]  # accepted, with split set
     validations: list[TaskValidation]
     rejected: list[Rejected]

@@ -25,6 +25,9 @@ DEFAULT_OPENCLAW_DIR = "/var/lib/clawgym/openclaw"  # where scripts/install_open
 
 @dataclass
 class Skill:
+    """One SKILL.md: its front matter, body, and the taxonomy operations / file types and offline needs
+    derived from them."""
+
     skill_id: str
     name: str
     description: str

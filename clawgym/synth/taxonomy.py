@@ -76,6 +76,7 @@ def check_family(category: str, subcategory: str, operations: list[str]) -> list
 
 
 def taxonomy_table() -> list[dict[str, str]]:
+    """One row (category, label, subcategory) per subcategory of every category."""
     return [{"category": c, "label": CATEGORY_LABELS[c], "subcategory": s}
             for c in CATEGORIES for s in SUBCATEGORIES[c]]
 

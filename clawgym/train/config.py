@@ -69,18 +69,21 @@ def check_fields(cls, values: Mapping[str, Any] | None, where: str, reserved: Ma
 
 
 def sft_config_class():
+    """trl.SFTConfig (imported on first use)."""
     from trl import SFTConfig
 
     return SFTConfig
 
 
 def grpo_config_class():
+    """trl.GRPOConfig (imported on first use)."""
     from trl import GRPOConfig
 
     return GRPOConfig
 
 
 def lora_config_class():
+    """peft.LoraConfig (imported on first use)."""
     from peft import LoraConfig
 
     return LoraConfig

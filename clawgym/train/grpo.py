@@ -45,6 +45,9 @@ _GRPO_RESERVED = {"output_dir": "GRPORunConfig.output_dir; Trainer checkpoints g
 
 @dataclass
 class GRPORunConfig:
+    """One GRPO run: base model, output folder, scoring threads, system prompt and trl.GRPOConfig
+    overrides (checked against GRPOConfig's fields)."""
+
     base_model: str = DEFAULT_BASE_DIR
     output_dir: str = "data/checkpoints/grpo"
     name: str | None = None

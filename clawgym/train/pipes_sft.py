@@ -65,6 +65,8 @@ def _config_from_extras(ctx: PipesContext) -> SFTRunConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one SFT training as a Dagster Pipes external process (config from the Pipes extras or
+    --config), report the checkpoint as a materialization and print its record as JSON; returns 0."""
     ap = argparse.ArgumentParser(prog="python -m clawgym.train.pipes_sft")
     ap.add_argument("--config", help="JSON file with SFTRunConfig fields (stand-alone runs, outside Dagster Pipes)")
     args, _ = ap.parse_known_args(argv)

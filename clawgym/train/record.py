@@ -24,6 +24,9 @@ def _now() -> str:
 
 @dataclass
 class CheckpointRecord:
+    """A trained checkpoint's registry record: where it is, what it started from, data and
+    hyperparameters, loss/reward curves and throughput."""
+
     checkpoint: str  # the checkpoint's name (the `checkpoint` partition / model name)
     path: str  # the servable HF model folder
     base: str  # the model training started from

@@ -33,6 +33,7 @@ from clawgym.sandbox.spawner import popen_die_with_parent
 
 
 def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free when asked."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -35,6 +35,9 @@ _SFT_RESERVED = {"output_dir": "SFTRunConfig.output_dir; Trainer checkpoints go 
 
 @dataclass
 class SFTRunConfig:
+    """One SFT run: base model, dataset, output folder, resume/LoRA switches and trl.SFTConfig /
+    peft.LoraConfig overrides (checked against their fields)."""
+
     base_model: str = DEFAULT_BASE_DIR  # any HF causal-LM folder or (cached) id
     dataset_path: str = "data/sft/hf"  # a load_from_disk folder, or parquet file/folder of the lake's sft table
     output_dir: str = "data/checkpoints/sft"
@@ -102,12 +105,14 @@ def load_sft_dataset(path: str | os.PathLike):
 
 
 def last_trainer_checkpoint(work: Path) -> str | None:
+    """The highest-step Trainer checkpoint-* folder under `work` that has a trainer_state.json, or None."""
     cks = sorted((p for p in work.glob("checkpoint-*") if p.is_dir() and (p / "trainer_state.json").exists()),
                  key=lambda p: int(p.name.split("-")[-1]))
     return str(cks[-1]) if cks else None
 
 
 def plot_loss(curve: list[dict], path: Path, title: str = "SFT loss") -> Path | None:
+    """Plot the loss curve ([{"step", "loss"}]) as a PNG at `path`; returns it, or None for an empty curve."""
     if not curve:
         return None
     import matplotlib

@@ -43,6 +43,9 @@ _CRON = re.compile(r"^\s*\[?cron:[\w.:-]+\]?", re.IGNORECASE)
 
 @dataclass
 class SFTCleanConfig:
+    """How rollouts become SFT rows: minimum score, token limit and tokenizer, contamination
+    threshold/scope/embedder, whether system turns are kept."""
+
     min_score: float = 1.0
     max_tokens: int = 8192
     tokenizer: str = DEFAULT_TOKENIZER  # HF folder/id whose chat template renders the rows
@@ -54,6 +57,8 @@ class SFTCleanConfig:
 
 @dataclass
 class SFTBuildResult:
+    """What `build_sft_dataset` returns: the kept rows, their stats and the rejected rollouts."""
+
     rows: list[dict[str, Any]]
     stats: dict[str, Any]
     rejected: list[dict[str, Any]] = field(default_factory=list)  # {rollout_id, task_id, reason}
@@ -232,6 +237,7 @@ def contaminated_tasks(tasks: list[Task], bench_tasks: list[Task], threshold: fl
 
 # ---- the build -------------------------------------------------------------------------------------------
 def load_tokenizer(path: str):
+    """The HF tokenizer at `path`, given the tool-calling chat template when its own cannot render tool calls."""
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(path)
@@ -243,6 +249,7 @@ def load_tokenizer(path: str):
 
 
 def count_tokens(tok, messages: list[dict], tools: list[dict]) -> int:
+    """Tokens of the conversation rendered by the tokenizer's chat template (with the tool schemas)."""
     ids = tok.apply_chat_template(messages, tools=tools or None, tokenize=True, return_dict=True)["input_ids"]
     return len(ids)
 
@@ -255,6 +262,9 @@ def _loads(v: Any, default):
 
 def build_sft_dataset(trajectory_rows: list[dict], tasks: list[Task], bench_tasks: list[Task],
                       cfg: SFTCleanConfig | None = None, tokenizer=None) -> SFTBuildResult:
+    """Clean trajectory rows into SFT rows: keep `ok` rollouts scoring at least `cfg.min_score` on tasks that
+    are not (close to) bench tasks, drop noise turns, duplicates and over-long rows; every rejected rollout is
+    listed with its reason."""
     cfg = cfg or SFTCleanConfig()
     tok = tokenizer or load_tokenizer(cfg.tokenizer)
     bad = contaminated_tasks(tasks, bench_tasks, cfg.contamination_threshold, cfg.contamination_scope, cfg.embedder)
@@ -338,6 +348,7 @@ def build_sft_dataset(trajectory_rows: list[dict], tasks: list[Task], bench_task
 
 
 def dataset_stats(rows: list[dict]) -> dict[str, Any]:
+    """Row, turn, token and tool-call totals and means, tool type counts and rows per category."""
     n = len(rows)
     types = Counter(t for r in rows for t in r["tool_types"])
 
@@ -392,6 +403,7 @@ def write_sft_parquet(rows: list[dict], root: str | os.PathLike | None = None) -
 
 
 def to_hf_dataset(rows: list[dict]):
+    """A `datasets.Dataset` of the rows (messages, tools, sample_id, task_id, category, n_tokens)."""
     from datasets import Dataset, Features, Json, List, Value
 
     feats = Features({"messages": List(Json()), "tools": List(Json()), "sample_id": Value("string"),

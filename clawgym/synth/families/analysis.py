@@ -16,6 +16,7 @@ CAT = "analysis_reasoning"
 @family("sales_rollup", CAT, "data analysis and calculation", ["read", "transform", "compute", "write"],
         ["csv", "json"], "Clean a messy sales export (dirty numbers, duplicate orders) and aggregate it.")
 def sales_rollup(ctx: Ctx) -> None:
+    """Messy sales export (dirty numbers, duplicate orders) -> aggregated output/summary.json."""
     rng = ctx.rng
     regions = rng.sample(["North", "South", "East", "West", "Central"], rng.randint(3, 4))
     prods = rng.sample(PRODUCTS, 4)
@@ -62,6 +63,7 @@ def sales_rollup(ctx: Ctx) -> None:
 @family("expense_policy_audit", CAT, "transaction and financial analysis", ["read", "filter", "compute", "write"],
         ["csv", "yaml"], "Flag expense lines that break a YAML policy (limits, duplicates, missing receipts).", 3)
 def expense_policy_audit(ctx: Ctx) -> None:
+    """Expense lines checked against a YAML policy -> output/flagged.csv (id, reason)."""
     rng = ctx.rng
     limits = {"meals": rng.choice([40, 50, 60]), "travel": rng.choice([300, 400, 500]),
               "lodging": rng.choice([150, 180, 220]), "supplies": rng.choice([80, 100])}
@@ -119,6 +121,7 @@ def expense_policy_audit(ctx: Ctx) -> None:
 @family("weighted_ranking", CAT, "classification, ranking, and scoring", ["read", "compute", "sort", "write"],
         ["json", "yaml", "csv"], "Rank options with a weighted scoring rubric, normalising scales first.")
 def weighted_ranking(ctx: Ctx) -> None:
+    """Options ranked by a weighted rubric after normalising scales -> output/ranking.csv."""
     rng = ctx.rng
     kind = rng.choice(["vendor", "candidate", "apartment"])
     crits = {"vendor": ["price", "support", "quality", "delivery"],
@@ -163,6 +166,7 @@ def weighted_ranking(ctx: Ctx) -> None:
 @family("metric_trend_alerts", CAT, "trend monitoring and detection", ["read", "compute", "compare", "write"],
         ["csv", "json"], "Compare week-over-week averages of daily metrics and flag the ones that moved too much.")
 def metric_trend_alerts(ctx: Ctx) -> None:
+    """Week-over-week averages of daily metrics -> output/trends.json and output/alerts.txt."""
     rng = ctx.rng
     metrics = rng.sample(["signups", "churned", "tickets", "page_views", "refunds", "orders", "errors"], 4)
     threshold = rng.choice([15, 20, 25])
@@ -213,6 +217,7 @@ def metric_trend_alerts(ctx: Ctx) -> None:
 @family("plan_cost_decision", CAT, "lifestyle decision support", ["read", "compute", "compare", "write"],
         ["json", "md"], "Pick the cheapest plan for a usage profile and justify it with a cost table.")
 def plan_cost_decision(ctx: Ctx) -> None:
+    """Cheapest plan for a year's usage, justified with a cost table -> output/decision.md."""
     rng = ctx.rng
     kind = rng.choice(["mobile", "gym", "electricity", "cloud storage"])
     unit = {"mobile": "GB", "gym": "visit", "electricity": "kWh", "cloud storage": "GB"}[kind]
@@ -254,6 +259,7 @@ def plan_cost_decision(ctx: Ctx) -> None:
 @family("gradebook_finals", CAT, "data analysis and calculation", ["read", "transform", "compute", "write"],
         ["csv", "yaml"], "Compute weighted final grades with dropped-lowest and excused entries, then letter grades.", 3)
 def gradebook_finals(ctx: Ctx) -> None:
+    """Weighted final grades (dropped-lowest, excused entries) and letters -> output/finals.csv."""
     rng = ctx.rng
     hw = [f"hw{i}" for i in range(1, rng.randint(4, 6))]
     w_hw, w_exam = rng.choice([(0.4, 0.6), (0.5, 0.5), (0.3, 0.7)])
@@ -293,6 +299,7 @@ def gradebook_finals(ctx: Ctx) -> None:
 @family("budget_variance", CAT, "transaction and financial analysis", ["read", "join", "compute", "write"],
         ["csv", "md"], "Join budget and actuals by cost centre, compute variances and summarise overruns.")
 def budget_variance(ctx: Ctx) -> None:
+    """Budget vs actuals per cost centre -> output/variance.csv and output/overruns.md."""
     rng = ctx.rng
     centres = rng.sample(["Marketing", "Engineering", "Sales", "Support", "Facilities", "HR", "Legal", "IT"], 6)
     budget = {c: rng.randint(20, 200) * 500 for c in centres}

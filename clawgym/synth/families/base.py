@@ -97,6 +97,7 @@ class GradeCode:
 
 
 def csv_text(header: list[str], rows: list[list[Any]]) -> str:
+    """CSV text: the header row, then `rows` (newline line endings)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(header)
@@ -106,20 +107,24 @@ def csv_text(header: list[str], rows: list[list[Any]]) -> str:
 
 
 def json_text(obj: Any) -> str:
+    """Pretty-printed JSON (indent 2, non-ASCII kept) with a trailing newline."""
     return json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
 
 
 def yaml_text(obj: Any) -> str:
+    """YAML of `obj`, keys in insertion order."""
     return yaml.safe_dump(obj, sort_keys=False, allow_unicode=True)
 
 
 def md_table_text(header: list[str], rows: list[list[Any]]) -> str:
+    """A markdown table of `header` and `rows`."""
     out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(out) + "\n"
 
 
 def r2(x: float) -> float:
+    """`x` as a float rounded to 2 decimals."""
     return round(float(x) + 0.0, 2)
 
 
@@ -146,6 +151,7 @@ DATE_FORMATS = ["%Y-%m-%d", "%d/%m/%Y", "%b %d, %Y", "%Y/%m/%d"]
 
 
 def dirty_date(rng: random.Random, d, p: float = 0.3) -> str:
+    """`d` as ISO (YYYY-MM-DD), or with probability `p` in another common date format."""
     return d.strftime(rng.choice(DATE_FORMATS) if rng.random() < p else "%Y-%m-%d")
 
 
@@ -164,6 +170,7 @@ PRODUCTS = ["Widget", "Gizmo", "Sprocket", "Gadget", "Doohickey", "Flange", "Bra
 
 
 def people(rng: random.Random, n: int) -> list[str]:
+    """n distinct full names (first + last)."""
     names: list[str] = []
     while len(names) < n:
         nm = f"{rng.choice(FIRST)} {rng.choice(LAST)}"
@@ -322,6 +329,9 @@ class Ctx:
 
 @dataclass
 class Family:
+    """A procedural task family: taxonomy placement, operations, file types and the `build(ctx)` that
+    writes one task's workspace, instruction, checks and oracle."""
+
     name: str
     category: str
     subcategory: str
@@ -375,6 +385,7 @@ REGISTRY: dict[str, Family] = {}
 
 
 def register(family: Family) -> Family:
+    """Add a family to REGISTRY (ValueError when another family has the same name); returns it."""
     if family.name in REGISTRY and REGISTRY[family.name] is not family:
         raise ValueError(f"family {family.name!r} registered twice")
     REGISTRY[family.name] = family
@@ -393,12 +404,14 @@ def family(name: str, category: str, subcategory: str, operations: list[str], fi
 
 
 def all_families() -> list[Family]:
+    """Every registered family (all family modules imported), sorted by name."""
     import clawgym.synth.families  # noqa: F401  (registers every family module)
 
     return [REGISTRY[k] for k in sorted(REGISTRY)]
 
 
 def get_family(name: str) -> Family:
+    """The registered family called `name`; KeyError when there is none."""
     all_families()
     if name not in REGISTRY:
         raise KeyError(f"unknown task family {name!r}")

@@ -24,6 +24,7 @@ def _d(s: str) -> dt.date:
 @family("action_item_tracker", CAT, "meeting notes and summaries", ["read", "extract", "sort", "write"],
         ["md", "csv"], "Extract action items written in several styles from meeting notes into a sorted tracker.")
 def action_item_tracker(ctx: Ctx) -> None:
+    """Action items in several styles from meeting notes -> sorted output/action_items.csv."""
     rng = ctx.rng
     team = people(rng, 4)
     first = {p.split()[0]: p for p in team}
@@ -71,6 +72,7 @@ def action_item_tracker(ctx: Ctx) -> None:
 @family("calendar_conflicts", CAT, "meeting coordination and scheduling", ["read", "compare", "compute", "write"],
         ["json"], "Find double-bookings per person across a team calendar export.", 3)
 def calendar_conflicts(ctx: Ctx) -> None:
+    """Double-bookings per person in a team calendar -> output/conflicts.json and a count."""
     rng = ctx.rng
     team = people(rng, 4)
     day = dt.date(2026, rng.randint(1, 12), rng.randint(1, 25))
@@ -126,6 +128,7 @@ def calendar_conflicts(ctx: Ctx) -> None:
 @family("contact_merge", CAT, "table and record handling", ["read", "transform", "dedupe", "write"],
         ["csv"], "Merge two contact exports with different headers, dedupe by normalised email.")
 def contact_merge(ctx: Ctx) -> None:
+    """Two contact exports with different headers, deduped by email -> output/contacts.csv."""
     rng = ctx.rng
     names = people(rng, rng.randint(8, 11))
     recs = {}
@@ -181,6 +184,7 @@ def contact_merge(ctx: Ctx) -> None:
 @family("meeting_slot_finder", CAT, "meeting coordination and scheduling", ["read", "compute", "write"],
         ["yaml", "json", "md"], "Find the earliest common free slot across several busy calendars and draft the invite.", 3)
 def meeting_slot_finder(ctx: Ctx) -> None:
+    """Earliest common free slot across busy calendars -> output/slot.json and output/invite.md."""
     rng = ctx.rng
     team = people(rng, rng.randint(3, 4))
     dur = rng.choice([30, 45, 60])
@@ -211,6 +215,8 @@ def meeting_slot_finder(ctx: Ctx) -> None:
 
 
 def meeting_slot_finder_retry(ctx, team, busy, day, dur, lunch):
+    """meeting_slot_finder on a day made solvable: the slot is the first 15-minute step from 09:00 clear of
+    every busy block and lunch."""
     hm = lambda m: f"{m // 60:02d}:{m % 60:02d}"  # noqa: E731
     allb = sorted([b for bl in busy.values() for b in bl] + [lunch])
     t = 9 * 60
@@ -251,6 +257,7 @@ def _emit_slot(ctx, team, busy, day, dur, lunch, slot, hm):
 @family("task_board_report", CAT, "team collaboration and synchronization", ["read", "filter", "aggregate", "write"],
         ["jsonl", "md"], "Summarise a task-board export per owner and list overdue work as of a date.")
 def task_board_report(ctx: Ctx) -> None:
+    """Task-board export summarised per owner with overdue work as of a date -> output/status.md."""
     rng = ctx.rng
     team = first_names(rng, 4)
     as_of = dt.date(2026, rng.randint(2, 11), rng.randint(1, 28))
@@ -297,6 +304,7 @@ def task_board_report(ctx: Ctx) -> None:
 @family("renewal_reminders", CAT, "notifications, reminders, and follow-up", ["read", "transform", "filter", "write"],
         ["csv"], "Normalise renewal dates in mixed formats and schedule reminders inside a window.")
 def renewal_reminders(ctx: Ctx) -> None:
+    """Renewal dates in mixed formats, reminders inside a window -> output/reminders.csv."""
     rng = ctx.rng
     as_of = dt.date(2026, rng.randint(1, 10), rng.randint(1, 28))
     window = rng.choice([45, 60, 90])
@@ -338,6 +346,7 @@ def renewal_reminders(ctx: Ctx) -> None:
 @family("glossary_rename", CAT, "document writing and editing", ["read", "edit", "count", "write"],
         ["md", "csv", "json"], "Apply a renaming glossary to a handbook (whole words only) and report the changes.")
 def glossary_rename(ctx: Ctx) -> None:
+    """Glossary renames applied to a handbook (whole words) -> output/handbook.md and output/changes.json."""
     rng = ctx.rng
     pairs = rng.sample([("TaskPad", "Planboard"), ("QuickSync", "FlowSync"), ("HelpHub", "SupportCenter"),
                         ("DataVault", "Archive"), ("TeamTalk", "Huddle"), ("BudgetBot", "SpendWise"),

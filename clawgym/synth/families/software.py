@@ -91,6 +91,8 @@ exec(compile(PYRUN, "pyrun", "exec"), _rt)
 
 
 def run_tests(mod_name: str, mod_src: str, test_src: str) -> tuple[int, int]:
+    """(n_tests, n_failed) running test_src's test_* functions against mod_src in this process;
+    sys.modules is restored afterwards."""
     saved = {k: v for k, v in sys.modules.items() if k == mod_name or k == "pytest"}
     try:
         return _rt["_run_tests"](mod_name, mod_src, test_src)

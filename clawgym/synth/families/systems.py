@@ -17,6 +17,7 @@ PATHS = ["/api/orders", "/api/login", "/api/search", "/api/cart", "/api/profile"
 @family("log_error_summary", CAT, "system status inspection", ["read", "search", "aggregate", "write"],
         ["log", "json"], "Summarise ERROR lines across rotated log files (codes, first/last seen, hottest path).")
 def log_error_summary(ctx: Ctx) -> None:
+    """ERROR lines across rotated logs (codes, first/last seen, hottest path) -> output/error_summary.json."""
     rng = ctx.rng
     t = dt.datetime(2026, rng.randint(1, 12), rng.randint(1, 27), rng.randint(0, 20), 0, 0)
     codes = rng.sample(["E1001", "E2040", "E3300", "E4042", "E5000", "E5031"], 4)
@@ -70,6 +71,7 @@ def log_error_summary(ctx: Ctx) -> None:
 @family("ini_to_yaml_migration", CAT, "environment configuration and deployment", ["read", "transform", "write", "verify"],
         ["ini", "md", "yaml"], "Migrate a legacy INI config to the new YAML schema following migration notes.", 3)
 def ini_to_yaml_migration(ctx: Ctx) -> None:
+    """Legacy INI config migrated per docs/MIGRATION.md -> output/app.yaml."""
     rng = ctx.rng
     db_host = rng.choice(["db.internal", "10.0.3.12", "pg-primary.local"])
     port = rng.choice([5432, 5433, 6432])
@@ -114,6 +116,7 @@ def ini_to_yaml_migration(ctx: Ctx) -> None:
 @family("disk_usage_report", CAT, "automated inspection and handling", ["inspect", "compute", "sort", "write"],
         ["csv", "txt"], "Measure file counts and bytes per top-level data folder and list the largest files.")
 def disk_usage_report(ctx: Ctx) -> None:
+    """File counts and bytes per top-level data folder -> output/usage.csv and output/largest.txt."""
     rng = ctx.rng
     dirs = rng.sample(["raw", "processed", "exports", "images", "models", "tmp", "reports"], 4)
     sizes: dict[str, list[tuple[str, int]]] = {}
@@ -154,6 +157,7 @@ _DOW = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
 @family("cron_from_spec", CAT, "scheduled task execution", ["read", "transform", "write"],
         ["yaml", "txt"], "Translate structured job schedules into a crontab with comments.")
 def cron_from_spec(ctx: Ctx) -> None:
+    """Structured job schedules translated into a commented crontab -> output/crontab.txt."""
     rng = ctx.rng
     jobs, lines = [], []
     names = rng.sample(["backup-db", "rotate-logs", "sync-mirror", "send-digest", "prune-cache", "renew-certs",
@@ -200,6 +204,7 @@ def cron_from_spec(ctx: Ctx) -> None:
 @family("host_health_incident", CAT, "incident response and reliability", ["read", "compare", "aggregate", "write"],
         ["json", "yaml", "md"], "Check host health snapshots against thresholds and write an incident summary.", 3)
 def host_health_incident(ctx: Ctx) -> None:
+    """Host snapshots checked against thresholds -> output/incident.json and output/incident.md."""
     rng = ctx.rng
     th = {"cpu_pct": rng.choice([85, 90]), "mem_pct": rng.choice([85, 90, 95]), "disk_pct": rng.choice([80, 90])}
     svcs = ["nginx", "postgres", "redis", "worker"]
@@ -248,6 +253,7 @@ def host_health_incident(ctx: Ctx) -> None:
 @family("env_drift_check", CAT, "DevOps and continuous delivery", ["read", "compare", "write", "redact"],
         ["env", "json"], "Diff staging vs production .env files without leaking secret values.")
 def env_drift_check(ctx: Ctx) -> None:
+    """Staging vs production .env diff without secret values -> output/env_diff.json."""
     rng = ctx.rng
     keys = rng.sample(["DATABASE_URL", "REDIS_URL", "LOG_LEVEL", "FEATURE_CHECKOUT_V2", "API_KEY", "SENTRY_DSN",
                        "MAX_WORKERS", "SMTP_HOST", "JWT_SECRET", "CDN_BASE", "TIMEOUT_MS", "S3_BUCKET"], 9)
@@ -305,6 +311,7 @@ def env_drift_check(ctx: Ctx) -> None:
 @family("backup_retention", CAT, "automated inspection and handling", ["read", "filter", "compute", "write"],
         ["txt", "yaml", "json"], "Apply a backup retention policy per host and list what to delete.", 3)
 def backup_retention(ctx: Ctx) -> None:
+    """Backup retention policy applied per host -> output/delete.txt and output/kept.json."""
     rng = ctx.rng
     hosts = rng.sample(["web01", "db01", "files", "mail", "ci"], 3)
     keep_last = rng.choice([3, 4, 5])
@@ -344,6 +351,7 @@ def backup_retention(ctx: Ctx) -> None:
 @family("junit_failure_digest", CAT, "DevOps and continuous delivery", ["read", "parse", "aggregate", "write"],
         ["xml", "json"], "Parse JUnit XML reports from several CI shards into a failure digest.")
 def junit_failure_digest(ctx: Ctx) -> None:
+    """JUnit XML reports from several CI shards -> output/ci_digest.json failure digest."""
     rng = ctx.rng
     mods = rng.sample(["test_api", "test_models", "test_utils", "test_cli", "test_auth", "test_io"], 3)
     tot = Counter()
