@@ -65,7 +65,7 @@ def sql(query: str = typer.Argument(..., help="SQL over the lake's views, e.g. S
         cols, rows = run(query, db or default_db_path(_data_dir()), root=_lake_dir())
     except Exception as e:  # duckdb errors: show the message, not a traceback
         console.print(f"[red]error:[/red] {e}")
-        raise typer.Exit(1)
+        raise typer.Exit(1) from e
     t = Table(*cols, show_lines=False)
     for r in rows[:limit]:
         t.add_row(*[_fmt(v) for v in r])

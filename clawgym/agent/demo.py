@@ -41,6 +41,8 @@ def grade(transcript, workspace_path):
 
 
 def demo_tasks() -> list[Task]:
+    """The three demo tasks (sum a CSV column, change a config port, sort attendees), each with a reference
+    solution."""
     sales = "region,amount\nnorth,100.5\nsouth,234\neast,400\nwest,500\n"
     return [
         Task(task_id="demo_sum_sales", category="analysis_reasoning", family="demo", route="procedural",

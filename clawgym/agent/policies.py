@@ -80,6 +80,8 @@ class AgentRequestError(RuntimeError):
 
 @dataclass
 class PolicySpec:
+    """A named policy as configured: its kind, where its endpoint is and the sampling settings."""
+
     name: str
     kind: PolicyKind = "openai"
     base_url: str | None = None
@@ -140,6 +142,7 @@ def policy_registry(endpoints_json: str | None = None) -> dict[str, PolicySpec]:
 
 
 def get_policy(policy: str | PolicySpec, endpoints_json: str | None = None) -> PolicySpec:
+    """The PolicySpec named `policy` in the registry (a PolicySpec is returned as is); KeyError if unknown."""
     if isinstance(policy, PolicySpec):
         return policy
     reg = policy_registry(endpoints_json)
@@ -184,6 +187,8 @@ def open_endpoint(spec: PolicySpec, tasks=()) -> Iterator[Endpoint]:
 # ---- the chat client with retries ------------------------------------------------------------------
 @dataclass
 class RetryPolicy:
+    """How the chat client retries a request: tries, exponential backoff bounds and the per-request timeout."""
+
     attempts: int = 4  # tries per request
     backoff_s: float = 1.0
     max_backoff_s: float = 20.0

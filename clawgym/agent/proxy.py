@@ -541,10 +541,12 @@ class RecordingProxy:
 
 # ---- aggregation ------------------------------------------------------------------------------------
 HEARTBEAT_MARKERS = ("HEARTBEAT.md", "HEARTBEAT_OK")
-INTERNAL_MARKERS = ("<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>", "<internal-context>", "[internal]", "Pre-compaction memory flush", "<system-reminder>")
+INTERNAL_MARKERS = ("<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>", "<internal-context>", "[internal]",
+                    "Pre-compaction memory flush", "<system-reminder>")
 
 
 def read_log(path: str) -> list[dict]:
+    """The records of a proxy JSONL log ([] when the file does not exist); lines cut by a crash are skipped."""
     out = []
     if not os.path.exists(path):
         return out

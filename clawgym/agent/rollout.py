@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from clawgym.agent.loop import Limits, LoopResult, count_tool_calls, run_builtin, tool_types
+from clawgym.agent.loop import Limits, count_tool_calls, run_builtin, tool_types
 from clawgym.agent.policies import Endpoint, PolicySpec, RetryPolicy, get_policy, open_endpoint
 from clawgym.agent.secrets import redact, redact_obj
 from clawgym.agent.tools import TOOL_SCHEMAS
@@ -43,6 +43,8 @@ Runtime = Literal["builtin", "openclaw"]
 
 
 class Rollout(BaseModel):
+    """One rollout of a policy on a task: transcript, usage, workspace changes, verification and score."""
+
     rollout_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:16])
     task_id: str
     suite: str = "default"
@@ -118,6 +120,7 @@ def _fsdecode(x: Any) -> str:
 
 
 def workspace_diff(before: dict[str, bytes], after: dict[str, bytes]) -> list[dict]:
+    """The files added, modified or deleted between two workspace snapshots (path -> bytes), sorted by path."""
     out = []
     for p in sorted(set(before) | set(after)):
         if p not in after:
@@ -177,7 +180,8 @@ def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, limit
              retry: RetryPolicy | None, openclaw_opts: dict | None) -> Rollout:
     t0 = time.monotonic()
     ro = Rollout(task_id=task.task_id, suite=task.suite, category=task.category, family=task.family,
-                 route=task.route, policy=getattr(spec, "name", None) or spec.policy, runtime=runtime, tools=TOOL_SCHEMAS)
+                 route=task.route, policy=getattr(spec, "name", None) or spec.policy, runtime=runtime,
+                 tools=TOOL_SCHEMAS)
     if runtime == "openclaw":
         factory = _openclaw_factory(factory, openclaw_opts)
     try:
@@ -282,6 +286,7 @@ def run_rollouts(tasks, policy: str | PolicySpec | Endpoint, factory: SandboxFac
 
 
 def rollout_id_for(task_id: str, policy: str, repeat: int = 0) -> str:
+    """A deterministic 16-hex-digit rollout id for (task, policy, repeat)."""
     return hashlib.sha1(f"{task_id}|{policy}|{repeat}".encode()).hexdigest()[:16]
 
 

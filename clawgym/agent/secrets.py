@@ -23,6 +23,8 @@ def secret_values(extra_env: Iterable[str] = ()) -> list[str]:
 
 
 def redact(text: str, extra_env: Iterable[str] = ()) -> str:
+    """`text` with every secret env value (raw or JSON-escaped), bearer token and sk- key replaced by
+    REDACTED."""
     if not text:
         return text
     for v in secret_values(extra_env):

@@ -93,6 +93,7 @@ class ServerThread:
 
 # ---- chat-completion helpers ---------------------------------------------------------------------
 def approx_tokens(obj: Any) -> int:
+    """A rough token count of a string or JSON-serialisable object (4 characters per token, at least 1)."""
     s = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)
     return max(1, len(s) // 4)
 
@@ -100,6 +101,7 @@ def approx_tokens(obj: Any) -> int:
 
 
 def completion_json(message: dict, model: str, usage: dict) -> dict:
+    """A non-streaming chat.completion response body carrying `message` and `usage`."""
     finish = "tool_calls" if message.get("tool_calls") else "stop"
     return {"id": "chatcmpl-" + uuid.uuid4().hex[:24], "object": "chat.completion", "created": int(time.time()),
             "model": model, "choices": [{"index": 0, "message": message, "finish_reason": finish}],
@@ -107,6 +109,8 @@ def completion_json(message: dict, model: str, usage: dict) -> dict:
 
 
 def sse_chunks(message: dict, model: str, usage: dict, include_usage: bool) -> Iterable[str]:
+    """The streaming form of :func:`completion_json`: server-sent-event lines ending with ``data: [DONE]``
+    (a usage chunk before it when `include_usage`)."""
     cid, created = "chatcmpl-" + uuid.uuid4().hex[:24], int(time.time())
 
     def chunk(delta, finish=None, **extra):

@@ -35,6 +35,8 @@ Infra = tuple[type[BaseException], ...]  # exception classes that propagate (inf
 
 @dataclass
 class ToolResult:
+    """The text a tool call returns to the model, and whether it is an error."""
+
     content: str
     is_error: bool = False
 
@@ -85,6 +87,7 @@ def _decode(b: bytes) -> str:
 
 
 def as_int(v: Any, field: str) -> int | None:
+    """`v` as an int (None for None or ""); ToolArgError naming `field` when it is not a number."""
     if v is None or v == "":
         return None
     try:
@@ -146,7 +149,8 @@ def _read(ws: Workspace, args: dict, infra: Infra = (), max_timeout_s: float | N
             size += len(ln) + 1
         end = offset - 1 + len(kept)
         text = "\n".join(kept)
-        text += f"\n\n[Output truncated at 50KB. Showing lines {offset}-{end} of {total}. Use offset={end + 1} to continue]"
+        text += (f"\n\n[Output truncated at 50KB. Showing lines {offset}-{end} of {total}. "
+                 f"Use offset={end + 1} to continue]")
     elif end < total:
         text += f"\n\n[Showing lines {offset}-{end} of {total}. Use offset={end + 1} to continue]"
     return ToolResult(text)
@@ -249,7 +253,7 @@ def _ls(ws: Workspace, args: dict, infra: Infra = (), max_timeout_s: float | Non
 
 # ---- apply_patch -------------------------------------------------------------------------------
 class PatchError(ValueError):
-    pass
+    """An apply_patch input that cannot be parsed or applied (shown to the model)."""
 
 
 def parse_patch(text: str) -> list[dict]:
@@ -333,6 +337,8 @@ def _find(lines: list[str], seq: list[str], start: int) -> int:
 
 
 def apply_hunks(text: str, hunks: list[list[tuple[str, str]]], path: str) -> str:
+    """`text` with each hunk of an Update File operation applied in order; PatchError when the lines to
+    change are not found."""
     had_nl = text.endswith("\n")
     lines = text.split("\n")
     if had_nl:
@@ -404,6 +410,8 @@ _ALIASES = {"bash": "exec", "shell": "exec", "read_file": "read", "write_file": 
 
 
 def parse_arguments(arguments: dict | str | None) -> dict:
+    """A tool call's arguments (a JSON object or its text) as a dict; ToolArgError when they are not an
+    object or hold text that cannot be encoded as UTF-8."""
     if arguments is None or arguments == "":
         return {}
     if isinstance(arguments, str):

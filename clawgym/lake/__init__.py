@@ -3,8 +3,8 @@
 from clawgym.lake import codec  # noqa: F401
 from clawgym.lake.catalog import default_db_path, query, refresh_catalog, view_sql  # noqa: F401
 from clawgym.lake.io import (  # noqa: F401
-    DEFAULT_DATA_DIR, REPO_ROOT, append_rows, atomic_write_parquet, column_values, data_root, lake_root, list_partitions,
-    partition_dir, read_rows, read_table, table_dir, to_table, write_table,
+    DEFAULT_DATA_DIR, REPO_ROOT, append_rows, atomic_write_parquet, column_values, data_root, lake_root,
+    list_partitions, partition_dir, read_rows, read_table, table_dir, to_table, write_table,
 )
 from clawgym.lake.records import (  # noqa: F401
     BENCH_RESULT_KEY, FINISHED, SCORED_CLASSES, TRAJECTORY_KEY, UNSCORED_CLASSES, effective_rows, finished_keys,

@@ -20,6 +20,8 @@ def _empty_select(name: str) -> str:
 
 
 def view_sql(name: str, root: str | Path | None = None) -> str:
+    """The CREATE OR REPLACE VIEW statement for table `name`: a read_parquet over its files, or an empty
+    typed SELECT while the table has no files."""
     d = table_dir(name, root)
     has_files = d.exists() and any(d.rglob("*.parquet"))
     if not has_files:

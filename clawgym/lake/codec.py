@@ -41,6 +41,7 @@ def _esc(m: re.Match) -> str:
 
 
 def needs_escape(s: str) -> bool:
+    """Whether `s` holds a character that :func:`encode_text` escapes."""
     return not s.isascii() and _ODD.search(s) is not None
 
 

@@ -38,6 +38,7 @@ def lake_root(root: str | Path | None = None) -> Path:
 
 
 def table_dir(name: str, root: str | Path | None = None) -> Path:
+    """Folder of table `name` in the lake (KeyError for an unknown table)."""
     schema(name)  # validates the name
     return lake_root(root) / name
 
@@ -150,6 +151,7 @@ def write_table(name: str, rows, partitions: Mapping[str, Any] | None = None, *,
 
 
 def append_rows(name: str, rows, partitions: Mapping[str, Any] | None = None, root: str | Path | None = None) -> Path:
+    """Add `rows` to table `name` (or one partition of it) as a new part file; returns its path."""
     return write_table(name, rows, partitions, mode="append", root=root)
 
 
@@ -199,6 +201,7 @@ def column_values(name: str, column: str, partitions: Mapping[str, Any] | None =
 
 
 def list_partitions(name: str, root: str | Path | None = None) -> list[dict[str, str]]:
+    """The partitions of table `name` that hold at least one file, as {column: value} dicts."""
     cols = PARTITIONS.get(name, ())
     d = table_dir(name, root)
     if not cols or not d.exists():

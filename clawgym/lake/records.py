@@ -16,6 +16,7 @@ _MIN_TS = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
 
 
 def task_row(task, source: str) -> dict[str, Any]:
+    """The `tasks` lake row of `task` read from `source` (summary columns + the full task JSON)."""
     v = task.verifier
     return {
         "source": source, "task_id": task.task_id, "suite": task.suite, "split": task.split, "route": task.route,
@@ -28,12 +29,14 @@ def task_row(task, source: str) -> dict[str, Any]:
 
 
 def tasks_from_table(table) -> list:
+    """The Tasks stored in the `task_json` column of a lake `tasks` table."""
     from clawgym.tasks.model import Task
 
     return [Task.from_json(s) for s in table.column("task_json").to_pylist()]
 
 
 def verification_row(task, result: Any, kind: str) -> dict[str, Any]:
+    """The `verifications` lake row of one verification `result` (a VerificationResult or dict) of `task`."""
     d = result.to_dict() if hasattr(result, "to_dict") else dict(result)
     return {
         "task_id": task.task_id, "suite": task.suite, "category": task.category, "route": task.route,
@@ -44,6 +47,7 @@ def verification_row(task, result: Any, kind: str) -> dict[str, Any]:
 
 
 def counts(values: Iterable[Any]) -> dict[str, int]:
+    """How often each value occurs (None counted as ""), keys sorted."""
     out: dict[str, int] = {}
     for v in values:
         k = "" if v is None else str(v)
@@ -52,6 +56,7 @@ def counts(values: Iterable[Any]) -> dict[str, int]:
 
 
 def group_mean(rows: Iterable[Mapping], key: str, value: str) -> dict[str, float]:
+    """Mean of `value` per `key` over `rows`, ignoring rows where `value` is None; keys sorted."""
     acc: dict[str, list[float]] = {}
     for r in rows:
         if r.get(value) is not None:

@@ -146,6 +146,7 @@ def bench_source(suite: str) -> str:
 
 
 def schema(name: str) -> pa.Schema:
+    """The Arrow schema of lake table `name`; KeyError listing the known tables otherwise."""
     try:
         return SCHEMAS[name]
     except KeyError:
@@ -167,4 +168,5 @@ _DUCK = {
 
 
 def duckdb_type(t: pa.DataType) -> str:
+    """The DuckDB column type for an Arrow type (VARCHAR for any type not mapped)."""
     return _DUCK.get(t, "VARCHAR")

@@ -1,10 +1,10 @@
 """Sandboxes: one protocol, three backends (docker, bwrap, local).
 
-    from clawgym.sandbox import get_factory, SandboxConfig
-    with get_factory("auto", SandboxConfig(memory_mb=1024)) as factory:   # docker if it answers, else bwrap
-        with factory.open(task.files) as sb:                               # workspace: /root/.openclaw/workspace
-            r = sb.exec("python3 check.py", timeout=30)                    # ExecResult(rc, stdout, stderr, timed_out, ...)
-            files = sb.snapshot()
+  from clawgym.sandbox import get_factory, SandboxConfig
+  with get_factory("auto", SandboxConfig(memory_mb=1024)) as factory:   # docker if it answers, else bwrap
+      with factory.open(task.files) as sb:                              # workspace: /root/.openclaw/workspace
+          r = sb.exec("python3 check.py", timeout=30)                   # ExecResult(rc, stdout, stderr, timed_out, ...)
+          files = sb.snapshot()
 
 Setup: scripts/start_dockerd.sh (an engine), scripts/build_sandbox_image.sh (rootfs + image, offline);
 or from Python clawgym.sandbox.images.ensure_docker()/ensure_rootfs()/ensure_image().

@@ -23,6 +23,8 @@ class SandboxError(RuntimeError):
 
 @dataclass
 class SandboxConfig:
+    """Settings of the sandboxes a factory makes: workspace path, resource limits, network, image and binds."""
+
     workspace: str = DEFAULT_WORKSPACE
     memory_mb: int = 1024
     pids: int = 256
@@ -46,6 +48,8 @@ class SandboxConfig:
 
 @dataclass
 class ExecResult:
+    """Outcome of one Sandbox.exec: exit status, decoded output, timeout and truncation flags."""
+
     rc: int
     stdout: str
     stderr: str
@@ -175,7 +179,7 @@ class SandboxFactory(abc.ABC):
     def open(self, files: Iterable = ()) -> Sandbox:
         """A fresh sandbox whose workspace holds `files` (clawgym.tasks.File)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: a factory that holds nothing has nothing to tear down
         """Tear down pools and anything else the factory holds."""
 
     # ---- pool operations --------------------------------------------------------------------

@@ -30,6 +30,7 @@ def _ms(fn, n: int) -> tuple[float, float]:
 
 
 def measure(backend: str, n: int = 30, **docker_kw) -> dict[str, tuple[float, float]]:
+    """Time the basic sandbox operations of `backend`: {operation: (median ms, p90 ms)}."""
     kw = {"pool_size": 2, **docker_kw} if backend == "docker" else {}
     out = {}
     with get_factory(backend, SandboxConfig(), **kw) as f:
@@ -64,6 +65,7 @@ def measure(backend: str, n: int = 30, **docker_kw) -> dict[str, tuple[float, fl
 
 
 def main(argv=None) -> int:
+    """Command line: print the timings of :func:`measure` for each backend named."""
     ap = argparse.ArgumentParser(prog="python -m clawgym.sandbox.bench")
     ap.add_argument("backends", nargs="*", default=["docker", "bwrap"])
     ap.add_argument("-n", type=int, default=30)

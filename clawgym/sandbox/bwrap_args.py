@@ -30,6 +30,7 @@ def find_rootfs(config: SandboxConfig) -> str | None:
 
 
 def bwrap_path() -> str | None:
+    """Path of the bwrap binary, or None when it is not installed."""
     return shutil.which("bwrap")
 
 

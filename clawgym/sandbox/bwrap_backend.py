@@ -71,6 +71,8 @@ def _spawn(argv: list[str], pass_fds: tuple[int, ...], log_path: str) -> subproc
 
 
 class BwrapSandbox(CountedHostFileMixin, Sandbox):
+    """A sandbox made with bubblewrap: its own namespaces, a cgroup where available and a private state dir."""
+
     backend = "bwrap"
 
     def __init__(self, config: SandboxConfig, rootfs: str | None, server: bool = True):
@@ -96,7 +98,8 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
             self._state._own(self._shm)
             os.chmod(self._shm, 0o1777)
             self._cg = Cgroup.create(self._state.name, config.memory_mb, config.pids, config.cpus)
-            roots = {self._state.workspace: self._state.ws, "/tmp": self._state.tmp}  # host access: workspace + /tmp only
+            # host access: workspace + /tmp only
+            roots = {self._state.workspace: self._state.ws, "/tmp": self._state.tmp}
             self.fs = HostFS(config.workspace, roots, uid, gid, max_read=max(1, int(config.disk_mb)) << 20)
             self._argv_static = self._build_static()
             if server and self._cg is not None and self._privileged:
@@ -294,7 +297,8 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
             raise ValueError("empty command")
         chdir = self.config.workspace
         if workdir:
-            wd = posixpath.normpath(workdir if workdir.startswith("/") else posixpath.join(self.config.workspace, workdir))
+            wd = posixpath.normpath(workdir if workdir.startswith("/")
+                                    else posixpath.join(self.config.workspace, workdir))
             if self._plain_dir(wd):
                 chdir = wd  # bwrap's --chdir: no extra shell in the way
             else:  # missing, or a symlink somewhere: let a shell inside resolve it (rc 126 if it fails)

@@ -43,6 +43,8 @@ def mode() -> str | None:
 
 
 class Cgroup:
+    """The cgroup (v1: one directory per controller, v2: one directory) that limits one sandbox."""
+
     def __init__(self, dirs: list[str], version: str):
         self.dirs = dirs  # one per controller (v1) or a single one (v2)
         self.version = version

@@ -49,6 +49,7 @@ def register(obj) -> None:
 
 
 def unregister(obj) -> None:
+    """Stop tracking `obj` (it was closed)."""
     with _lock:
         _live.discard(obj)
 
@@ -83,6 +84,8 @@ def _install_sigterm() -> None:
 # ---------------------------------------------------------------------------------------------
 @dataclass
 class Leftovers:
+    """Sandbox remains found (or removed) on this machine: containers, mounts, dirs, processes, cgroups."""
+
     containers: list[str] = field(default_factory=list)  # container ids
     mounts: list[str] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
@@ -236,6 +239,7 @@ def remove_leftovers(pid: int | None = None, orphans_only: bool = True,
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line: remove sandbox leftovers (orphans only unless --all) and print what was removed."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m clawgym.sandbox.cleanup", description=__doc__.split("\n\n")[0])

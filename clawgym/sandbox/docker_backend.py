@@ -72,6 +72,8 @@ log = logging.getLogger(__name__)
 
 
 class DockerSandbox(DockerExecMixin, CountedHostFileMixin, Sandbox):
+    """A sandbox backed by one docker container of the factory's pool."""
+
     backend = "docker"
 
     def __init__(self, config: SandboxConfig, factory: "DockerFactory", slot: Slot):

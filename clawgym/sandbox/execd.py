@@ -25,8 +25,8 @@ session, chdir(cwd) (rc 126 + message when missing), default signal dispositions
 exactly as given, stdin/stdout/stderr pipes. The handler relays output as frames and sends the exit
 status. It never kills anything: the host kills leftovers via the sandbox's cgroup, sparing the server.
 
-Protocol (host -> server): 4-byte big-endian length + request (a dict in `marshal` format 4), then (when "stdin" is true) the
-raw stdin bytes until the host shuts down its write side.
+Protocol (host -> server): 4-byte big-endian length + request (a dict in `marshal` format 4), then (when "stdin" is
+true) the raw stdin bytes until the host shuts down its write side.
   {"op": "exec", "argv": [...], "env": {...}, "cwd": "/abs", "stdin": bool, "uid": 1000, "gid": 1000}
   {"op": "reset", "uid": 1000, "gid": 1000}  -> as that user: remove SysV IPC objects and empty
                                                  /dev/shm and /dev/mqueue, then check they are empty
@@ -461,6 +461,8 @@ def serve(path: str | None = None, fd: int | None = None) -> None:
 
 
 def main() -> None:
+    """Entry point: `--reset` runs the reset op once; otherwise serve on a socket path or an inherited
+    fd, and idle forever if serving fails (the container must not stop)."""
     if len(sys.argv) > 1 and sys.argv[1] == "--reset":  # docker exec fallback: as the calling user
         left = _reset_ipc()
         print("\n".join(left))

@@ -22,11 +22,13 @@ OUT, ERR, EXIT, ERROR, STARTED = 1, 2, 3, 4, 5
 
 
 def encode(req: dict) -> bytes:
+    """One request frame: 4-byte big-endian length + the request in `marshal` format 4."""
     body = marshal.dumps(req, 4)  # execd.py reads marshal (cheaper to import than json in each sandbox)
     return struct.pack(">I", len(body)) + body
 
 
 def connect(path: str, timeout: float = 5.0) -> socket.socket:
+    """A socket connected to the exec server at unix socket `path`."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         s.settimeout(timeout)
@@ -52,6 +54,8 @@ def feed_stdin(sock: socket.socket, data: bytes) -> threading.Thread:
 
 @dataclass
 class Pumped:
+    """What :func:`pump` collected from one exec: output, exit status and how the relay ended."""
+
     out: bytes
     err: bytes
     truncated: bool

@@ -90,7 +90,8 @@ class HostFS:
                     if e.errno in (errno.ELOOP, errno.ENOTDIR):
                         st = os.stat(part, dir_fd=fd, follow_symlinks=False)
                         if stat.S_ISLNK(st.st_mode):
-                            raise PermissionError(errno.EPERM, "path goes through a symlink (not followed)", path) from None
+                            raise PermissionError(errno.EPERM, "path goes through a symlink (not followed)",
+                                                  path) from None
                         raise NotADirectoryError(errno.ENOTDIR, "not a directory", path) from None
                     raise
                 os.close(fd)

@@ -61,6 +61,8 @@ def kill_marked(token: str, timeout: float = 5.0, prefix: bool = False) -> None:
 
 
 class LocalSandbox(HostFileMixin, Sandbox):
+    """A "sandbox" that runs commands directly on the host in a temp workspace (no isolation)."""
+
     backend = "local"
     _seal_pin = False
 
@@ -127,6 +129,7 @@ class LocalSandbox(HostFileMixin, Sandbox):
 
 @sandbox_backend("local")  # never chosen by "auto": only by name
 class LocalFactory(SandboxFactory):
+    """Factory of LocalSandbox: only chosen by name, never by "auto"."""
 
     def __init__(self, config: SandboxConfig | None = None):
         super().__init__(config)

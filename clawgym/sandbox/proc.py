@@ -37,6 +37,8 @@ def flood_limit(max_output: int) -> int:
 
 @dataclass
 class Captured:
+    """Result of :func:`run_capture`: exit status, capped raw output, timeout/truncation flags, duration."""
+
     rc: int
     stdout: bytes
     stderr: bytes

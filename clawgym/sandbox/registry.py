@@ -29,6 +29,8 @@ BUILTIN_MODULES = ("clawgym.sandbox.docker_backend", "clawgym.sandbox.bwrap_back
 
 @dataclass(frozen=True)
 class Backend:
+    """A registered sandbox backend: its name, factory class and rank for "auto"."""
+
     name: str
     factory: type[SandboxFactory]
     auto: int | None  # rank for "auto" (lowest first), None: only by name

@@ -48,7 +48,8 @@ def spawn(fn: Callable[[], T]) -> T:
     return fut.result()
 
 
-def die_with_parent() -> None:  # runs in the child before exec: SIGTERM when the parent dies (even by SIGKILL)
+def die_with_parent() -> None:
+    """Runs in the child before exec: SIGTERM when the parent dies (even by SIGKILL)."""
     try:
         import ctypes
 

@@ -42,6 +42,7 @@ def sandbox_env(config, env: dict | None = None) -> dict[str, str]:
 
 
 def tmp_base() -> str:
+    """Where sandbox state directories go: $CLAWGYM_SANDBOX_TMP, else the system temp dir."""
     return os.environ.get("CLAWGYM_SANDBOX_TMP") or tempfile.gettempdir()
 
 
@@ -51,6 +52,7 @@ def new_name() -> str:
 
 
 def owner_pid(name: str) -> int | None:
+    """The pid in a name made by :func:`new_name`, or None when it is not such a name."""
     base = os.path.basename(name.rstrip("/"))
     if not base.startswith(PREFIX):
         return None
@@ -87,6 +89,7 @@ def mount_tmpfs(target: str, size_mb: int, mode: int = 0o755) -> None:
 
 
 def umount(target: str) -> None:
+    """Lazily detach the mount at `target`; not being a mount point (or missing) is no error."""
     if _lib().umount2(target.encode(), MNT_DETACH) != 0:
         e = ctypes.get_errno()
         if e not in (errno.EINVAL, errno.ENOENT):  # EINVAL: not a mount point
@@ -110,6 +113,7 @@ def our_mounts() -> list[str]:
 
 
 def can_mount() -> bool:
+    """Whether state directories can be tmpfs mounts (root, and CLAWGYM_SANDBOX_NO_TMPFS is not 1)."""
     return os.geteuid() == 0 and os.environ.get("CLAWGYM_SANDBOX_NO_TMPFS") != "1"
 
 

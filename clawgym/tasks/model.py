@@ -147,6 +147,9 @@ class Verifier(BaseModel):
 
 
 class Task(BaseModel):
+    """One task: the instruction, the workspace files, the verifier, an optional reference solution and
+    metadata (suite, split, route, family, category, ...)."""
+
     task_id: str
     suite: str = "default"
     split: Split = "train"
@@ -186,6 +189,7 @@ class Task(BaseModel):
 
 
 def task_ids_unique(tasks: list[Task]) -> None:
+    """Raise TaskError on the first task_id that occurs twice in `tasks`."""
     seen: set[str] = set()
     for t in tasks:
         if t.task_id in seen:

@@ -53,6 +53,7 @@ def _files(fs: list[File]) -> list[dict]:
 
 
 def task_to_row(t: Task) -> dict:
+    """One row of TASKS_SCHEMA for `t` (rubric, reference and source as JSON text)."""
     v = t.verifier
     return {
         "task_id": t.task_id, "suite": t.suite, "split": t.split, "route": t.route, "family": t.family,
@@ -69,11 +70,13 @@ def task_to_row(t: Task) -> dict:
 
 
 def tasks_to_table(tasks: Iterable[Task]) -> pa.Table:
+    """An Arrow table of TASKS_SCHEMA with one row per task."""
     rows = [task_to_row(t) for t in tasks]
     return pa.Table.from_pylist(rows, schema=TASKS_SCHEMA)
 
 
 def row_to_task(r: dict, where: str = "tasks") -> Task:
+    """The Task of one TASKS_SCHEMA row; TaskError naming `where` and the field when it does not fit."""
     try:
         rubric = r.get("rubric_json")
         ref = r.get("reference_json")
@@ -103,6 +106,7 @@ def row_to_task(r: dict, where: str = "tasks") -> Task:
 
 
 def table_to_tasks(table: pa.Table, where: str = "tasks") -> list[Task]:
+    """The Tasks of a TASKS_SCHEMA table; TaskError for the first missing column."""
     missing = [n for n in TASKS_SCHEMA.names if n not in table.column_names and n != "fingerprint"]
     if missing:
         raise TaskError(where, missing[0], "missing")
@@ -119,6 +123,8 @@ def write_tasks_parquet(tasks: Iterable[Task], path: str | Path) -> Path:
 
 
 def read_tasks_parquet(path: str | Path) -> list[Task]:
+    """The Tasks of a Parquet file written by :func:`write_tasks_parquet`; TaskError when it is missing or
+    unreadable."""
     p = Path(path)
     try:
         table = pq.read_table(p)

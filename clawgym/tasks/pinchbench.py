@@ -75,6 +75,7 @@ _PATH_HINT = re.compile(r"`([\w.\-/]+\.[A-Za-z0-9]+)`")
 
 
 def split_front_matter(text: str, file: str) -> tuple[str, str]:
+    """(YAML front matter text, body) of a PinchBench task file; TaskError when the '---' lines are missing."""
     if not text.startswith("---"):
         raise TaskError(file, "front matter", "missing (file must start with a '---' line)")
     lines = text.splitlines(keepends=True)
@@ -110,6 +111,7 @@ def _clean(section: str) -> str:
 
 
 def extract_python(section: str) -> str | None:
+    """The first ```python fenced block of `section` (with a trailing newline), or None."""
     m = re.search(r"```(?:python|py)\s*\n(.*?)\n\s*```", section, re.S)
     return m.group(1) + "\n" if m else None
 
@@ -368,6 +370,7 @@ def add_grade_adapter(code: str) -> str:
 
 def parse_pinchbench_text(text: str, file: str, md_path: Path, assets_dir: Path | None = None,
                           suite: str | None = None) -> Task:
+    """The Task of one PinchBench markdown task (`text` of `file`); TaskError naming the field on bad input."""
     fm_text, body = split_front_matter(text, file)
     try:
         fm = yaml.safe_load(fm_text) or {}
@@ -447,6 +450,7 @@ def parse_pinchbench_text(text: str, file: str, md_path: Path, assets_dir: Path 
 
 def import_pinchbench_file(path: str | Path, assets_dir: str | Path | None = None, *,
                            suite: str | None = None) -> Task:
+    """The Task of one PinchBench markdown file (assets from `assets_dir`); TaskError on bad input."""
     p = Path(path)
     file = p.name
     try:
@@ -509,7 +513,8 @@ def render_pinchbench(task: Task) -> str:
                                                        "(export them as ClawGym folders)")
     fm: dict[str, Any] = {"id": task.task_id, "name": task.source.get("name") or task.task_id,
                           "category": task.subcategory or task.category, "grading_type": gt,
-                          "timeout_seconds": int(task.timeout_s) if float(task.timeout_s).is_integer() else task.timeout_s}
+                          "timeout_seconds": (int(task.timeout_s) if float(task.timeout_s).is_integer()
+                                              else task.timeout_s)}
     if gt == "hybrid":
         wc, wr = v.weights()
         fm["grading_weights"] = {"automated": wc, "llm_judge": wr}

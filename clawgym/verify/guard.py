@@ -35,7 +35,6 @@ execute inside the verifier or change what the verifier reads as configuration:
 from __future__ import annotations
 
 import json
-import posixpath
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -307,6 +306,7 @@ def _scrub_inside(sandbox: Sandbox) -> tuple[list, list[str]]:
 
 
 def seal_reward(sandbox: Sandbox, path: str) -> None:
+    """Seal the reward files at `path` against the agent on isolating backends (a no-op on others)."""
     if getattr(sandbox, "backend", "") in ISOLATING:
         _seal(sandbox, path)
 

@@ -29,12 +29,16 @@ def floor_to_scale(x: float) -> float:
 
 @dataclass
 class RuleInput:
+    """One rubric rule to score and the text of the file it judges."""
+
     rule: RubricRule
     content: str | None  # text of rule.file_path; None for whole-run rules (file_path == "")
 
 
 @dataclass
 class RubricContext:
+    """What a judge may see of the run: the task, the agent's transcript and the workspace files."""
+
     task_id: str
     instruction: str
     transcript: list[Any] | None = None
@@ -44,6 +48,8 @@ class RubricContext:
 
 @runtime_checkable
 class Judge(Protocol):
+    """Scores rubric rules: offline proxies or an LLM."""
+
     name: str  # recorded in VerificationResult.judge ("offline", "openai:<model>")
 
     def score_rules(self, ctx: RubricContext, items: list[RuleInput]) -> list[dict[str, Any]]:
@@ -52,7 +58,7 @@ class Judge(Protocol):
 
 
 class JudgeError(RuntimeError):
-    pass
+    """A judge could not score the rules (no proxy offline, a bad reply, requests that kept failing)."""
 
 
 # ---------------------------------------------------------------- offline -----
@@ -145,6 +151,8 @@ JUDGE_SYSTEM = (
 
 
 def build_judge_messages(ctx: RubricContext, items: list[RuleInput], max_chars: int = 20000) -> list[dict]:
+    """The chat messages asking an LLM judge to score `items`: the task prompt, the rules, the files they
+    judge and, for whole-run rules, the agent transcript (each cut at `max_chars`)."""
     rules = [{"name": it.rule.name, "file_path": it.rule.file_path, "scores": it.rule.scores} for it in items]
     parts = [f"## Task prompt\n{ctx.instruction}", "## Rubric rules\n" + json.dumps(rules, indent=2)]
     shown: set[str] = set()
@@ -209,7 +217,8 @@ class OpenAIJudge:
         import openai
 
         self.base_url, self.model, self.api_key_env = base_url, model, api_key_env
-        self.max_retries, self.backoff_s, self.max_chars, self.max_tokens = max_retries, backoff_s, max_chars, max_tokens
+        self.max_retries, self.backoff_s = max_retries, backoff_s
+        self.max_chars, self.max_tokens = max_chars, max_tokens
         self._secret = os.environ.get(api_key_env) or ""
         self._client = openai.OpenAI(base_url=base_url, api_key=self._secret or "EMPTY",
                                      timeout=timeout_s, max_retries=0)

@@ -8,6 +8,8 @@ from typing import Any
 
 @dataclass
 class VerificationResult:
+    """What verifying one task produced (scores, per-check and per-rule detail, errors)."""
+
     task_id: str
     score: float  # final task score in [0, 1] (hybrid: weighted code + rubric)
     code_score: float | None = None  # None when the task has no code checks

@@ -48,6 +48,7 @@ def _tail(s: str) -> str:
 
 
 def parse_last_float(stdout: str) -> float:
+    """The float on the last non-empty line of reward.sh's stdout; ValueError when it is missing or not finite."""
     lines = [ln for ln in stdout.splitlines() if ln.strip()]
     if not lines:
         raise ValueError("reward.sh printed nothing")
