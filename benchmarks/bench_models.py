@@ -151,11 +151,12 @@ def print_table(base: dict, sft: dict | None, cmp: dict | None) -> None:
     b, s = by_cat(base), by_cat(sft)
     cats = [c for c in b if c != "overall"] + ["overall"]
     print(f"\n{'category':30s} {'n':>3s} {'base':>22s} {'sft':>22s}")
+    def cell(d, c):
+        r = d.get(c)
+        return f"{r['mean']:6.1f} [{r['ci_low']:5.1f},{r['ci_high']:5.1f}]" if r else "-"
+
     for c in cats:
-        def cell(d):
-            r = d.get(c)
-            return f"{r['mean']:6.1f} [{r['ci_low']:5.1f},{r['ci_high']:5.1f}]" if r else "-"
-        print(f"{c:30s} {b[c]['n'] if c in b else 0:3d} {cell(b):>22s} {cell(s):>22s}")
+        print(f"{c:30s} {b[c]['n'] if c in b else 0:3d} {cell(b, c):>22s} {cell(s, c):>22s}")
     for res in (base, sft):
         if res:
             cs = res["calls"]
@@ -246,7 +247,8 @@ def main() -> None:
         raise SystemExit(f"no SFT rows survived cleaning: {res.stats}")
     save_hf_dataset(res.rows, data_dir, res.stats)
     walls["sft_dataset"] = time.time() - t
-    log(f"SFT set: {len(res.rows)} rows, tokens_mean {sft_stats.get('tokens_mean')}, rejected {sft_stats.get('rejected')}")
+    log(f"SFT set: {len(res.rows)} rows, tokens_mean {sft_stats.get('tokens_mean')}, "
+        f"rejected {sft_stats.get('rejected')}")
     from clawgym.train.sft import SFTRunConfig, read_registry_row, run_sft
 
     def train_sft() -> dict | None:
@@ -321,7 +323,8 @@ def main() -> None:
         "train_tasks": len(train), "train_families": sorted({x.family for x in train}),
         "oracle_stats": ostats, "clawgym_reference": CLAWGYM, "sft_dataset": sft_stats,
         "sft": {k: v for k, v in (sft_row or {}).items() if not k.endswith("_json")},
-        "serve_args": serve_args, "limits": {"max_turns": a.max_turns, "max_completion_tokens": a.max_tokens, "max_wall_s": a.max_wall_s},
+        "serve_args": serve_args,
+        "limits": {"max_turns": a.max_turns, "max_completion_tokens": a.max_tokens, "max_wall_s": a.max_wall_s},
         "base": {k: v for k, v in base_res.items() if k != "rollouts"},
         "sft_scores": {k: v for k, v in sft_res.items() if k != "rollouts"},
         "paired_delta": cmp, "walls_s": {k: round(v, 1) for k, v in walls.items()},

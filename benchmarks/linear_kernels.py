@@ -6,7 +6,7 @@ with the weight packed once (`clawgym.train.serve.packed_linear_forward`, what M
 For every token-row count (1 = one decoding stream, 16 = sixteen streams in one continuous-batching step) it
 times the decoder stack's projections (every layer's seven, own weights) and the LM head, both kernels interleaved round by round, and prints
 the medians and the ratio MKL / oneDNN (above 1: packed oneDNN is faster).
-"""
+"""  # noqa: E501 -- docstring text kept as written (lint-only pass, no string changes)
 
 from __future__ import annotations
 

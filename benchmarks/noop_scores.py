@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", default="noop", help="noop (default) or oracle (tasks with a reference only)")
     ap.add_argument("--backend", default="auto", choices=["auto", "docker", "bwrap", "local"],
                     help="sandbox backend (default auto: docker when it answers, else bwrap)")
-    ap.add_argument("--judge", default="offline", help="offline (default), auto (CLAWGYM_JUDGE_* env), openai:MODEL@URL")
+    ap.add_argument("--judge", default="offline",
+                    help="offline (default), auto (CLAWGYM_JUDGE_* env), openai:MODEL@URL")
     ap.add_argument("--workers", type=int, default=2, help="rollouts at once (default 2)")
     ap.add_argument("--attempts", type=int, default=2, help="attempts per rollout on infra failures (default 2)")
     ap.add_argument("--limit", type=int, default=0, help="run only the first N tasks (0: all)")

@@ -175,7 +175,8 @@ def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: li
     print(f"serve   end-to-end completion tokens/s (prefill included): ratio {streams} over 1 = {sn / s1:.2f}")
     print(f"serve   decode (streamed, first to last token): 1 stream {dec1:.1f} tokens/s; {streams} concurrent "
           f"{decn:.1f} tokens/s aggregate")
-    print(f"serve   decode ratio {streams} over 1 = {decn / dec1:.2f} (goal >= 6) {'OK' if decn / dec1 >= 6 else 'UNDER'}")
+    print(f"serve   decode ratio {streams} over 1 = {decn / dec1:.2f} (goal >= 6) "
+          f"{'OK' if decn / dec1 >= 6 else 'UNDER'}")
     print(f"serve   steady decode (all {streams} decoding, {hi - lo:.1f} s): {steady:.1f} tokens/s aggregate, "
           f"ratio {steady / dec1:.2f}")
 
@@ -192,7 +193,8 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--plain", action="store_true", help="serve: short chat requests without tools")
-    ap.add_argument("--serve-args", default="", help="extra `transformers serve` flags, e.g. '--cb-max-batch-tokens 4096' "
+    ap.add_argument("--serve-args", default="",
+                    help="extra `transformers serve` flags, e.g. '--cb-max-batch-tokens 4096' "
                     "(any --cb-* flag replaces ModelServer's CPU defaults)")
     ap.add_argument("--stock-attention", action="store_true", help="serve: transformers' own block-diagonal sdpa for "
                     "continuous batching instead of ModelServer's per-sequence attention (for comparison)")

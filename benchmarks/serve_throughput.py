@@ -4,7 +4,7 @@ generated tokens/s for N concurrent OpenAI chat requests with continuous batchin
     python benchmarks/serve_throughput.py [--model data/models/smollm2-135m-instruct] [--concurrency 4] [--max-tokens 32]
 
 Prints one line per mode and the ratio (continuous batching / sequential).
-"""
+"""  # noqa: E501 -- the usage line is one shell command, kept whole
 
 import argparse
 import json

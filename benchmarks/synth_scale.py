@@ -70,11 +70,13 @@ def main() -> None:
         per = 1000 / vs["tasks"]
         host = vs["chunk_s"] - vs.get("replay_s", 0) - vs.get("grade_s", 0)
         print(f"  validate per task, summed over the {a.workers} workers (ms): chunk {vs['chunk_s'] * per:.1f} = "
-              f"replay {vs.get('replay_s', 0) * per:.1f} + grade {vs.get('grade_s', 0) * per:.1f} + host {host * per:.1f}")
+              f"replay {vs.get('replay_s', 0) * per:.1f} + grade {vs.get('grade_s', 0) * per:.1f} "
+              f"+ host {host * per:.1f}")
         for ph in ("replay", "grade"):
             print(f"    {ph:6s}: sandbox open+driver {vs.get(ph + '_driver_s', 0) * per:.1f}, cpu in the sandbox "
                   f"{vs.get(ph + '_sandbox_cpu_s', 0) * per:.1f}, payload JSON/results/close "
-                  f"{vs.get(ph + '_transfer_s', 0) * per:.1f}  ({vs.get(ph + '_payload_mb', 0) / vs['tasks'] * 1000:.1f} kB)")
+                  f"{vs.get(ph + '_transfer_s', 0) * per:.1f}  "
+                  f"({vs.get(ph + '_payload_mb', 0) / vs['tasks'] * 1000:.1f} kB)")
         scpu = vs.get("replay_sandbox_cpu_s", 0) + vs.get("grade_sandbox_cpu_s", 0)
         print(f"  sandbox cpu {scpu * per:.1f} ms per task (load-independent cost; host process below)")
     print(f"passed gates: {passed}/{len(res.validations)}  accepted: {len(res.tasks)}  rejected: {len(res.rejected)}")

@@ -91,7 +91,8 @@ def host_tuning() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--fixtures", default=os.environ.get("CLAWGYM_FIXTURES") or str(REPO.parent / "shared" / "fixtures"))
+    ap.add_argument("--fixtures",
+                    default=os.environ.get("CLAWGYM_FIXTURES") or str(REPO.parent / "shared" / "fixtures"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--backends", default="bwrap,docker")
     ap.add_argument("--workers", type=int, default=2, help="also time the harness with this many concurrent "

@@ -47,7 +47,8 @@ class BenchTasksConfig(dg.Config):
           deps=[verifiers, synthetic_tasks, bench_history],  # rejected_tasks, synthetic tasks, earlier results
           description="Held-out suites: procedural (held-out families that passed validation), clawgym and "
                       "pinchbench (imported from configurable folders).")
-def bench_tasks(context: dg.AssetExecutionContext, config: BenchTasksConfig, lake: LakeResource) -> dg.MaterializeResult:
+def bench_tasks(context: dg.AssetExecutionContext, config: BenchTasksConfig,
+                lake: LakeResource) -> dg.MaterializeResult:
     suite = context.partition_key
     errors = 0
     n_separating = 0
@@ -107,7 +108,8 @@ class BenchScoresConfig(dg.Config):
           deps=[dg.AssetDep(bench_tasks, partition_mapping=dg.AllPartitionMapping()),
                 dg.AssetDep(checkpoints, partition_mapping=dg.AllPartitionMapping())],
           description="Per task, per category and overall scores (0–100, seeded bootstrap 95% CIs, pass@k) of one "
-                      "model / checkpoint / policy on the bench suites; every row traced to its rollout + verification. "
+                      "model / checkpoint / policy on the bench suites; every row traced to its rollout + "
+                      "verification. "
                       "Means and CIs are over scored rollouts (ok, agent_error, limit) only; infra and unjudged "
                       "rollouts are counted (n_infra, n_unjudged, infra_rate) and a model above max_infra_rate is "
                       "flagged (not ranked).")
@@ -195,7 +197,8 @@ class LeaderboardConfig(dg.Config):
           description="All scored models side by side per category, with a plot and the delta vs parent checkpoint "
                       "(over tasks scored for both). Flagged models (infra rate above the bound) are listed, not "
                       "ranked.")
-def leaderboard(context: dg.AssetExecutionContext, config: LeaderboardConfig, lake: LakeResource) -> dg.MaterializeResult:
+def leaderboard(context: dg.AssetExecutionContext, config: LeaderboardConfig,
+                lake: LakeResource) -> dg.MaterializeResult:
     from clawgym.bench.leaderboard import leaderboard_rows, markdown_table, plot_png, png_markdown
 
     rows = lake.bench_scores(suite=config.suite).to_pylist()

@@ -60,8 +60,8 @@ def run_demo(n_tasks: int = 24, sft_steps: int = 2, models: bool = True, checkpo
     _run(instance, ["bench_tasks"], log, partition_key="procedural", resources=res)
     instance.add_dynamic_partitions("policy", ["oracle"])
     for s in range(settings.n_shards):
-        _run(instance, ["trajectories", "steps"], log, partition_key=dg.MultiPartitionKey({"policy": "oracle", "shard": str(s)}),
-             resources=res)
+        _run(instance, ["trajectories", "steps"], log,
+             partition_key=dg.MultiPartitionKey({"policy": "oracle", "shard": str(s)}), resources=res)
     bench_models = ["oracle", "noop"]
     model_cfg = {"ops": {"bench_scores": {"config": {"max_turns": 3, "max_completion_tokens": 192}}}}
     if models and optional("base_model", lambda: _run(instance, ["base_model"], log, resources=res)):
@@ -75,7 +75,8 @@ def run_demo(n_tasks: int = 24, sft_steps: int = 2, models: bool = True, checkpo
             if optional("checkpoints", lambda: _run(instance, ["checkpoints"], log, partition_key=checkpoint,
                                                     resources=tr)):
                 bench_models.append(checkpoint)
-    instance.add_dynamic_partitions("model", [m for m in bench_models if not instance.has_dynamic_partition("model", m)])
+    instance.add_dynamic_partitions(
+        "model", [m for m in bench_models if not instance.has_dynamic_partition("model", m)])
     for m in bench_models:
         if m in ("oracle", "noop"):
             _run(instance, ["bench_scores"], log, partition_key=m, resources=res)

@@ -103,7 +103,8 @@ def _trajectories_asset(partitions: dg.MultiPartitionsDefinition) -> dg.AssetsDe
             if batch:
                 lake.append(Table.TRAJECTORIES, batch, part)
                 written += len(batch)
-        history = lake.trajectories(policy, shard).drop_columns(["messages_json", "diff_json", "tools_json"]).to_pylist()
+        history = (lake.trajectories(policy, shard)
+                   .drop_columns(["messages_json", "diff_json", "tools_json"]).to_pylist())
         rows = effective_rows(history)  # the row that counts per task: latest non-infra, else latest infra
         oc = outcome_counts(rows)
         scored = [r for r in rows if outcome(r) == "scored"]
@@ -123,7 +124,8 @@ def _trajectories_asset(partitions: dg.MultiPartitionsDefinition) -> dg.AssetsDe
 
 
 def _steps_asset(partitions: dg.MultiPartitionsDefinition) -> dg.AssetsDefinition:
-    @dg.asset(name="steps", group_name=GROUP, kinds={"python", "parquet"}, partitions_def=partitions, deps=["trajectories"],
+    @dg.asset(name="steps", group_name=GROUP, kinds={"python", "parquet"}, partitions_def=partitions,
+              deps=["trajectories"],
               description="One row per tool call of every trajectory in the partition (call, arguments, result); "
                           "retried infra attempts included (rows carry their rollout_id).")
     def steps(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:

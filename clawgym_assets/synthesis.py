@@ -117,7 +117,8 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
     import json
 
     ptab = lake.personas()
-    people = [Persona(**{**json.loads(s), "goals": tuple(json.loads(s)["goals"]), "tools": tuple(json.loads(s)["tools"])})
+    people = [Persona(**{**json.loads(s), "goals": tuple(json.loads(s)["goals"]),
+                         "tools": tuple(json.loads(s)["tools"])})
               for s in ptab.column("persona_json").to_pylist()]
     tasks = generate_procedural(config.n, seed=config.seed, families=config.families or None, personas=people or None)
     from clawgym.synth.gates import split_by_family
@@ -208,7 +209,8 @@ def verifiers(context: dg.AssetExecutionContext, config: VerifiersConfig, lake: 
                               "deterministic": (v.oracle_score == v.oracle_score_2) if v.oracle_score_2 is not None
                               else None, "issues_json": [v.reason] if v.reason else []})
                 if not v.passed:
-                    rejected.append({**task_row(t, TaskSource.SYNTHETIC.value), "stage": "verifiers", "reason": v.reason})
+                    rejected.append({**task_row(t, TaskSource.SYNTHETIC.value), "stage": "verifiers",
+                                     "reason": v.reason})
                     context.log.warning(f"rejected {t.task_id}: {v.reason}")
     lake.write(Table.VERIFICATIONS, vrows)
     lake.write(Table.TASK_VALIDATIONS, valid)

@@ -30,7 +30,8 @@ class CheckpointConfig(dg.Config):
     parent: str = ""  # the model this one is compared against on the leaderboard ("" = the base policy)
 
 
-@dg.asset(group_name=GROUP, kinds={"python", "pytorch"}, partitions_def=checkpoint_partitions, deps=[sft_dataset, base_model],
+@dg.asset(group_name=GROUP, kinds={"python", "pytorch"}, partitions_def=checkpoint_partitions,
+          deps=[sft_dataset, base_model],
           description="A trained model folder under data/checkpoints/<checkpoint>/ plus its registry row (base, "
                       "data version, hyper-parameters, loss curve). Registers the bench_scores partition.")
 def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig, lake: LakeResource,

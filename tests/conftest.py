@@ -82,7 +82,7 @@ def sandbox_rootfs():
     except SandboxError as e:
         import warnings
 
-        warnings.warn(f"sandbox rootfs not built, bwrap uses the host's system dirs: {e}")
+        warnings.warn(f"sandbox rootfs not built, bwrap uses the host's system dirs: {e}", stacklevel=1)
         return None
 
 

@@ -132,7 +132,8 @@ MALFORMED = {
 @pytest.mark.parametrize("kind", sorted(MALFORMED) + ["tool_calls_not_a_list"])
 def test_malformed_tool_call_is_answered_and_ends_as_agent_error(server, sb, kind):
     if kind == "tool_calls_not_a_list":
-        raw, msg = MALFORMED["no_function"], {"role": "assistant", "content": "", "tool_calls": MALFORMED["no_function"]}
+        raw, msg = (MALFORMED["no_function"],
+                    {"role": "assistant", "content": "", "tool_calls": MALFORMED["no_function"]})
     else:
         raw = MALFORMED[kind]
         msg = {"role": "assistant", "content": None, "tool_calls": [raw]}
@@ -174,7 +175,7 @@ def test_mixed_turn_runs_the_good_calls_and_records_everything(server, sb):
     assert all(c.startswith("Invalid arguments") for c in contents[4:]), contents[4:]
     ids = [a["tool_call_id"] for a in tool_results(res)]
     assert len(set(ids)) == len(ids) == 7 == len(res.tool_durations)
-    with pytest.raises(Exception):
+    with pytest.raises(FileNotFoundError):
         sb.read_file("x.txt")
 
 
@@ -211,7 +212,7 @@ def test_wall_budget_bounds_a_long_exec_and_skips_the_rest_of_the_turn(server, s
     assert "timed out after" in first["content"] and "time limits" in first["content"]
     assert second["content"].startswith("Not run") and second["tool_call_id"] == "b"
     assert res.turns == 1 and len(res.tool_durations) == 2
-    with pytest.raises(Exception):
+    with pytest.raises(FileNotFoundError):
         sb.read_file("after.txt")
 
 

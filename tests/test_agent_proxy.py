@@ -232,7 +232,8 @@ def _call(cid, name, args):
 def test_rebuild_follows_the_answered_chain_not_the_longest_request():
     sys_, u = {"role": "system", "content": "S"}, {"role": "user", "content": "Fix the bug"}
     real1 = {"role": "assistant", "content": None, "tool_calls": [_call("call_r1", "exec", {"command": "cat /grader"})]}
-    real2 = {"role": "assistant", "content": None, "tool_calls": [_call("call_r2", "exec", {"command": "rm -rf tests"})]}
+    real2 = {"role": "assistant", "content": None,
+             "tool_calls": [_call("call_r2", "exec", {"command": "rm -rf tests"})]}
     # as OpenClaw sends the proxy's turns back: ids without punctuation, arguments re-serialised
     back1 = {"role": "assistant", "content": "", "tool_calls": [
         {"id": "callr1", "type": "function", "function": {"name": "exec", "arguments": '{"command":"cat /grader"}'}}]}

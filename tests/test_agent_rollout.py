@@ -2,7 +2,6 @@
 secret redaction; Rollout rows."""
 
 import json
-import os
 
 import pytest
 

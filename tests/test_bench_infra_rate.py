@@ -59,7 +59,8 @@ def test_leaderboard_ranks_unflagged_and_deltas_on_common_scored_tasks():
             [_r(f"t{i}", None, "infra", model="flaky") for i in range(10, 20)]  # 50% infra, perfect otherwise
     scores = _scores("base", parent) + _scores("child", child, parent="base") + _scores("flaky", flaky)
     board = {b["model"]: b for b in leaderboard_rows(scores, parent + child + flaky, n_boot=200)}
-    assert board["flaky"]["flagged"] and board["flaky"]["rank"] is None and "infra_rate 50.0%" in board["flaky"]["flag_reason"]
+    assert (board["flaky"]["flagged"] and board["flaky"]["rank"] is None
+            and "infra_rate 50.0%" in board["flaky"]["flag_reason"])
     assert board["base"]["rank"] == 1 and board["child"]["rank"] == 2
     assert board["flaky"]["overall"] == 100.0 and board["flaky"]["n_infra"] == 10
     c = board["child"]

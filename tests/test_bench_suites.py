@@ -9,7 +9,8 @@ def _t(tid, cat):
 
 
 def test_balanced_round_robin_over_categories():
-    tasks = [_t(f"a{i}", "analysis_reasoning") for i in range(10)] + [_t(f"s{i}", "systems_automation") for i in range(2)]
+    tasks = ([_t(f"a{i}", "analysis_reasoning") for i in range(10)]
+             + [_t(f"s{i}", "systems_automation") for i in range(2)])
     got = select_balanced(tasks, 6)
     cats = [t.category for t in got]
     assert cats.count("systems_automation") == 2 and cats.count("analysis_reasoning") == 4

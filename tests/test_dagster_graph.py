@@ -65,7 +65,8 @@ def graph(tmp_path_factory):
         r2 = dg.materialize(assets, selection=["bench_tasks"], partition_key="procedural", resources=res,
                             instance=instance)
         instance.add_dynamic_partitions("model", ["oracle", "noop"])
-        r3 = {m: dg.materialize(assets, selection=["bench_scores"], partition_key=m, resources=res, instance=instance, run_config={"ops": {"bench_scores": {"config": {"repeats": 1}}}})
+        r3 = {m: dg.materialize(assets, selection=["bench_scores"], partition_key=m, resources=res, instance=instance,
+                                run_config={"ops": {"bench_scores": {"config": {"repeats": 1}}}})
               for m in ("oracle", "noop")}
         r4 = dg.materialize(assets, selection=["leaderboard"], resources=res, instance=instance)
         yield {"data": data, "instance": instance, "res": res, "assets": assets, "runs": [r1, r2, *r3.values(), r4]}

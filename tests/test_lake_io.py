@@ -73,7 +73,8 @@ def test_hive_partitions_append_and_resume(root):
     f1 = lake.append_rows("trajectories", [{"rollout_id": "r1", "task_id": "a", "score": 1.0,
                                             "messages_json": [{"role": "user", "content": "x"}]}], p)
     lake.append_rows("trajectories", [{"rollout_id": "r2", "task_id": "b", "score": 0.5}], p)
-    lake.append_rows("trajectories", [{"rollout_id": "r3", "task_id": "c", "score": 0.0}], {"policy": "noop", "shard": 1})
+    lake.append_rows("trajectories", [{"rollout_id": "r3", "task_id": "c", "score": 0.0}],
+                     {"policy": "noop", "shard": 1})
     assert f1.parent == root.resolve() / "lake" / "trajectories" / "policy=oracle" / "shard=1"
     assert "policy" not in pq.read_schema(f1).names  # partition columns live in the folder names
     assert lake.column_values("trajectories", "task_id", p) == {"a", "b"}
@@ -82,7 +83,8 @@ def test_hive_partitions_append_and_resume(root):
     assert t.num_rows == 3 and set(t.column("shard").to_pylist()) == {1}
     msgs = dict(zip(t.column("rollout_id").to_pylist(), t.column("messages_json").to_pylist()))
     assert msgs["r1"].startswith('[{"role"') and msgs["r2"] is None
-    assert lake.list_partitions("trajectories") == [{"policy": "noop", "shard": "1"}, {"policy": "oracle", "shard": "1"}]
+    assert lake.list_partitions("trajectories") == [{"policy": "noop", "shard": "1"},
+                                                    {"policy": "oracle", "shard": "1"}]
 
 
 def test_atomic_write_leaves_no_temp_on_failure(root, tmp_path):
@@ -92,7 +94,7 @@ def test_atomic_write_leaves_no_temp_on_failure(root, tmp_path):
     lake.atomic_write_parquet(pa.table({"a": [1]}), target)
     assert pq.read_table(target).column("a").to_pylist() == [1]
 
-    with pytest.raises(Exception):
+    with pytest.raises(AttributeError):  # pq.write_table: a str has no .schema
         lake.atomic_write_parquet("not a table", target)  # type: ignore[arg-type]
     assert sorted(p.name for p in target.parent.iterdir()) == ["f.parquet"]
     assert pq.read_table(target).column("a").to_pylist() == [1]  # old file intact

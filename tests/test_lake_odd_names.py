@@ -42,7 +42,8 @@ def test_codec_round_trips_every_string():
     # raw (non-JSON) text in a *_json column is kept exactly too
     raw = '{"command": "cat \udcff'
     assert codec.decode_text(codec.encode_json_text(raw)) == raw
-    assert codec.dumps({"bytes": b"\xff\x00a"}) and codec.text_bytes(codec.loads(codec.dumps(b"\xff\x00a"))) == b"\xff\x00a"
+    assert (codec.dumps({"bytes": b"\xff\x00a"})
+            and codec.text_bytes(codec.loads(codec.dumps(b"\xff\x00a"))) == b"\xff\x00a")
 
 
 def _odd_rollout():

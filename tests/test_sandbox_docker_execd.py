@@ -67,7 +67,8 @@ CASES = [
     dict(cmd=["sh", "-c", "kill -KILL $$"]),
     dict(cmd="env | sort | grep -v '^_='", env={"EXTRA": "1"}),
     dict(cmd="head -c 50000 /dev/zero | tr '\\0' a; echo done >&2", max_output=1000),
-    dict(cmd="trap '' PIPE; echo $(ulimit -n) $(cat /proc/self/status | grep -E '^(CapEff|NoNewPrivs|Seccomp):' | tr -s '\\t ' ' ')"),
+    dict(cmd="trap '' PIPE; echo $(ulimit -n) "
+             "$(cat /proc/self/status | grep -E '^(CapEff|NoNewPrivs|Seccomp):' | tr -s '\\t ' ' ')"),
 ]
 
 

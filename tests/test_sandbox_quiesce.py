@@ -5,7 +5,6 @@ server the agent's memory use cannot kill, and listings that survive hostile wor
 from __future__ import annotations
 
 import os
-import stat
 import threading
 import time
 import uuid
@@ -14,7 +13,7 @@ import pytest
 
 from clawgym.sandbox.base import SandboxError
 from clawgym.tasks.model import File
-from proc_helpers import host_procs_with, wait_gone
+from proc_helpers import host_procs_with
 
 ALL = ["docker", "bwrap", "bwrap_perexec", "local"]
 ISOLATING = ["docker", "bwrap", "bwrap_perexec"]
@@ -55,7 +54,8 @@ def _leave_processes(m: str) -> str:
             f"sleep {m} {q} & kill -STOP $! ; "
             f"python3 -c \"import os, signal, time\n"
             f"for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT): signal.signal(s, signal.SIG_IGN)\n"
-            f"if os.fork() == 0:\n os.setsid()\n if os.fork() == 0: os.execvp('sleep', ['sleep', '{m}'])\n os._exit(0)\n"
+            f"if os.fork() == 0:\n os.setsid()\n"
+            f" if os.fork() == 0: os.execvp('sleep', ['sleep', '{m}'])\n os._exit(0)\n"
             f"\" {q} ; ")
 
 
@@ -149,7 +149,8 @@ print(buf.raw[:n].decode() if n >= 0 else "unreadable")
 
 
 def test_quiesce_clears_ipc_and_keeps_files(ifactory):
-    with ifactory.open([File(path="keep/a.txt", content=b"A"), File(path="run.sh", content=b"#!/bin/sh\n", mode=0o755)]) as sb:
+    with ifactory.open([File(path="keep/a.txt", content=b"A"),
+                        File(path="run.sh", content=b"#!/bin/sh\n", mode=0o755)]) as sb:
         r = sb.exec("echo h > ~/.home-file; mkdir -p ~/.cache/x && echo c > ~/.cache/x/y; echo t > /tmp/tfile; "
                     "mkdir /tmp/tdir && chmod 700 /tmp/tdir; echo w > made.txt; ln -s keep/a.txt link; "
                     "chmod 600 keep/a.txt")

@@ -51,11 +51,13 @@ def _with_noise(row: dict) -> dict:
     msgs = json.loads(row["messages_json"])
     i = next(k for k, m in enumerate(msgs) if m["role"] == "user") + 1
     noise = [
-        {"role": "user", "content": "Read HEARTBEAT.md if it exists (workspace context). If nothing needs attention, reply HEARTBEAT_OK."},
+        {"role": "user", "content": "Read HEARTBEAT.md if it exists (workspace context). "
+                                    "If nothing needs attention, reply HEARTBEAT_OK."},
         {"role": "assistant", "content": "HEARTBEAT_OK"},
         {"role": "user", "content": "[cron:daily-digest] Post the daily digest to #general."},
-        {"role": "assistant", "content": "", "tool_calls": [{"id": "cx", "type": "function",
-                                                            "function": {"name": "exec", "arguments": "{\"command\": \"echo digest\"}"}}]},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "cx", "type": "function",
+             "function": {"name": "exec", "arguments": "{\"command\": \"echo digest\"}"}}]},
         {"role": "tool", "tool_call_id": "cx", "content": "digest"},
         {"role": "assistant", "content": "Digest posted."},
         {"role": "user", "content": "<internal-context>memory flush: summarise the session so far</internal-context>"},
@@ -96,7 +98,8 @@ def test_cleaning_filters_and_contamination(world, tok):
     # the cleaned conversation is exactly the original oracle one (in HF form)
     orig = json.loads(ra["messages_json"])
     assert [m["role"] for m in row["messages"]] == [m["role"] for m in orig]
-    assert all(isinstance(tc["function"]["arguments"], dict) for m in row["messages"] for tc in m.get("tool_calls") or [])
+    assert all(isinstance(tc["function"]["arguments"], dict)
+               for m in row["messages"] for tc in m.get("tool_calls") or [])
     assert {t["function"]["name"] for t in row["tools"]} >= {"read", "write", "exec"}
     st = res.stats
     assert st["rows"] == 1 and st["n_input"] == 7

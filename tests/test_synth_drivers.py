@@ -51,7 +51,8 @@ def test_bundle_is_a_stdlib_only_package_tree(tmp_path):
     # an isolated interpreter (-I -S: no site-packages, no cwd on the path) imports every driver from the bundle alone
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import clawgym.synth.drivers.replay, "
             "clawgym.synth.drivers.grade, launch; "
-            "extra = {m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) - {'clawgym', 'launch', '__main__'}; "
+            "extra = {m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) "
+            "- {'clawgym', 'launch', '__main__'}; "
             "print(sorted(extra)); print(clawgym.__file__)")
     r = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -70,7 +71,8 @@ def test_replay_driver_applies_references_like_the_agent_tools(tmp_path):
     r = replay_task(str(tmp_path / "w"), _b64(FILES), CALLS)
     got = {p: (base64.b64decode(b) if b is not None else None) for p, b in r["overlay"].items()}
     assert got == {"notes.txt": b"ALPHA\nbeta\nGAMMA\n", "src/app.py": b"def greet():\n    print('Hi')\n\nx = 2\n",
-                   "docs/new.md": b"# New\n", "old.txt": None, "output/data.json": b'{\n  "k": [\n    1,\n    2\n  ]\n}',
+                   "docs/new.md": b"# New\n", "old.txt": None,
+                   "output/data.json": b'{\n  "k": [\n    1,\n    2\n  ]\n}',
                    "output/copy.txt": b"ALPHA\nbeta\nGAMMA\n"}
     assert len(r["errors"]) == 4 and all(e.startswith("reference: ") for e in r["errors"])
     assert "2 occurrences" in r["errors"][0] and "escapes the workspace" in r["errors"][1]
@@ -116,7 +118,8 @@ def test_batched_gates_agree_with_validate_task_on_every_tool_form(any_isolating
     official path (apply_reference + verify_task) give the same scores and the same reference errors."""
     code = ("import os\n"
             "def grade(transcript, workspace_path):\n"
-            "    r = lambda p: open(os.path.join(workspace_path, p)).read() if os.path.exists(os.path.join(workspace_path, p)) else ''\n"
+            "    r = lambda p: open(os.path.join(workspace_path, p)).read() "
+            "if os.path.exists(os.path.join(workspace_path, p)) else ''\n"
             "    return {'notes': r('notes.txt') == 'ALPHA\\nbeta\\nGAMMA\\n', 'patched': 'x = 2' in r('src/app.py'),\n"
             "            'copy': r('output/copy.txt') == r('notes.txt') != ''}\n")
     t = Task(task_id="tool-forms", route="persona", category="analysis_reasoning", instruction="x",

@@ -103,7 +103,8 @@ def _broken_family(name, kind):
         ctx.check("sum", "J('output/sum.json')['sum'] == E['s']")
         ctx.read("input/a.csv")
         ctx.write("output/sum.json", json.dumps({"sum": 4 if kind == "wrong_oracle" else 3}))
-    fam = Family(name, "analysis_reasoning", "data analysis and calculation", ["read", "write"], ["csv"], "broken", build)
+    fam = Family(name, "analysis_reasoning", "data analysis and calculation", ["read", "write"], ["csv"], "broken",
+                 build)
     return fam
 
 

@@ -4,7 +4,6 @@ well-formedness, determinism, persona voicing and the official unbatched gate pa
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
@@ -74,7 +73,8 @@ def test_persona_changes_only_the_instruction():
 def test_in_process_test_runner_counts_failures():
     mod = "def add(a, b):\n    return a + b\n"
     tests = ("import calcx\n\ndef test_ok():\n    assert calcx.add(1, 2) == 3\n\n"
-             "def test_bad():\n    assert calcx.add(1, 1) == 3\n\ndef test_tmp(tmp_path):\n    assert tmp_path.exists()\n")
+             "def test_bad():\n    assert calcx.add(1, 1) == 3\n\n"
+             "def test_tmp(tmp_path):\n    assert tmp_path.exists()\n")
     assert run_tests("calcx", mod, tests) == (3, 1)
     assert run_tests("calcx", "def add(a, b):\n    return a - b\n", tests) == (3, 2)  # test_tmp still passes
     assert run_tests("calcx", "def add(a, b):\n    return a - b\n", tests.replace("tmp_path", "capsys")) == (3, 3)

@@ -117,8 +117,10 @@ def test_grade_keys_must_not_depend_on_the_workspace():
         ctx.grade.helper("_orig_grade = None")
         ctx.read("input/a.txt")
         ctx.write("output/a.txt", "hello\n")
-    t = Family("keys_vary", "analysis_reasoning", "data analysis and calculation", ["read"], ["txt"], "x", build).generate(1)
-    code = t.verifier.code + ("\n_g = grade\ndef grade(transcript, workspace_path):\n    s = _g(transcript, workspace_path)\n"
+    t = Family("keys_vary", "analysis_reasoning", "data analysis and calculation", ["read"], ["txt"], "x",
+               build).generate(1)
+    code = t.verifier.code + ("\n_g = grade\ndef grade(transcript, workspace_path):\n"
+                              "    s = _g(transcript, workspace_path)\n"
                               "    if s['copied']:\n        s['bonus'] = 1.0\n    return s\n")
     t2 = t.model_copy(update={"verifier": t.verifier.model_copy(update={"code": code})})
     ok, bad = validate_many([t, t2], None)
@@ -150,7 +152,8 @@ _FS_CMDS = [
     "X=1 python3 -c \"import os, sys; sys.stdout.write(os.environ['X'])\" >> ../output/rc.txt",
     "python3 -c \"import sys; print('yaml' in sys.modules, 'csv' in sys.modules)\" | cat > ../output/served.txt",
     # several python3 runs at once (a pipeline) and back to back: each gets its own answer slot
-    "for i in 1 2 3 4 5 6; do python3 -c \"print($i)\"; done | python3 -c \"import sys; print(sum(map(int, sys.stdin)))\""
+    "for i in 1 2 3 4 5 6; do python3 -c \"print($i)\"; done "
+    "| python3 -c \"import sys; print(sum(map(int, sys.stdin)))\""
     " | python3 -c \"import sys; print(int(sys.stdin.read()) * 2)\" > ../output/sum.txt",
     # a python3 killed from outside (here by `timeout`) ends there, output pipe closed (not at the exec timeout)
     "timeout 1 python3 -c \"import time; print('x', flush=True); time.sleep(300)\" | cat > ../output/killed.txt;"
@@ -169,7 +172,8 @@ def test_replay_fork_server_matches_real_interpreter(any_isolating_factory):
     calls += [{"name": "exec", "arguments": {"command": c, "workdir": "sub"}} for c in _FS_CMDS]
     # a workspace module named like a pre-imported one must win, as in a real interpreter (not served)
     calls += [{"name": "exec", "arguments": {"workdir": "shadow", "command":
-               "python3 -c \"import statistics, sys; print(statistics.VALUE, 'yaml' in sys.modules)\" > ../output/sh.txt; rm -rf __pycache__"}}]
+               "python3 -c \"import statistics, sys; print(statistics.VALUE, 'yaml' in sys.modules)\" "
+               "> ../output/sh.txt; rm -rf __pycache__"}}]
     # pytest (pre-imported by the fork server) runs the workspace's tests the same way
     calls += [{"name": "exec", "arguments": {"command":
                "python3 -m pytest -q -p no:cacheprovider pt 2>&1 | grep -o '[0-9]* [a-z]*ed' > output/pytest.txt; "

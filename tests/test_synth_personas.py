@@ -51,8 +51,9 @@ def test_llm_expansion_dedupes_with_json_schema(tmp_path):
     base = expand_personas(limit=5)
     dup = base[0]
     replies = [
-        {"personas": [dup.to_dict(), {"name": "Zed", "role": "beekeeper", "domain": "agriculture", "seniority": "senior",
-                                      "goals": ["more honey"], "tools": ["spreadsheets"], "tone": "casual"}]},
+        {"personas": [dup.to_dict(), {"name": "Zed", "role": "beekeeper", "domain": "agriculture",
+                                      "seniority": "senior", "goals": ["more honey"], "tools": ["spreadsheets"],
+                                      "tone": "casual"}]},
         {"personas": [{"name": "Zed2", "role": "beekeeper", "domain": "agriculture", "seniority": "senior",
                        "goals": ["x"], "tools": ["y"], "tone": "casual"},
                       {"name": "Mo", "role": "pilot", "domain": "aviation", "seniority": "lead", "goals": ["safety"],

@@ -49,8 +49,11 @@ def test_malformed_skill_reports_file_and_field_and_rest_parse(tmp_path):
 def test_openclaw_dir_setting_and_gating(tmp_path, monkeypatch):
     root = tmp_path / "oc" / "node_modules" / "openclaw" / "skills"
     _write(root, "notes", "---\nname: notes\ndescription: Organise markdown notes into an index.\n---\n")
-    _write(root, "mac-only", '---\nname: mac-only\ndescription: Control an app.\nmetadata: {"openclaw": {"os": ["darwin"]}}\n---\n')
-    _write(root, "needs-key", '---\nname: needs-key\ndescription: Query a thing.\nmetadata: {"openclaw": {"requires": {"env": ["X_TOKEN"]}}}\n---\n')
+    _write(root, "mac-only",
+           '---\nname: mac-only\ndescription: Control an app.\nmetadata: {"openclaw": {"os": ["darwin"]}}\n---\n')
+    _write(root, "needs-key",
+           '---\nname: needs-key\ndescription: Query a thing.\n'
+           'metadata: {"openclaw": {"requires": {"env": ["X_TOKEN"]}}}\n---\n')
     monkeypatch.setenv("CLAWGYM_OPENCLAW_DIR", "/nonexistent")  # library code never reads the environment
     assert default_skill_dirs()[1] == Path(DEFAULT_OPENCLAW_DIR) / "node_modules" / "openclaw" / "skills"
     skills, errors = load_skills(default_skill_dirs(tmp_path / "oc", [tmp_path / "missing"]))
@@ -63,6 +66,7 @@ def test_openclaw_dir_setting_and_gating(tmp_path, monkeypatch):
 
 
 def test_parse_single_file_json_metadata(tmp_path):
-    p = _write(tmp_path, "x", '---\nname: x\ndescription: Run shell scripts.\nmetadata: {"openclaw": {"requires": {"bins": ["curl"]}}}\n---\nuse it\n')
+    p = _write(tmp_path, "x", '---\nname: x\ndescription: Run shell scripts.\n'
+                              'metadata: {"openclaw": {"requires": {"bins": ["curl"]}}}\n---\nuse it\n')
     s = parse_skill_md(p)
     assert s.requires == {"bins": ["curl"]} and s.needs_network and "run" in s.operations

@@ -24,7 +24,8 @@ def test_part_a_families_fit_the_taxonomy():
 
 def test_check_family_reports_problems():
     errs = check_family("analysis_reasoning", "cooking", ["read", "teleport", "web_search"])
-    assert any("cooking" in e for e in errs) and any("teleport" in e for e in errs) and any("network" in e for e in errs)
+    assert (any("cooking" in e for e in errs) and any("teleport" in e for e in errs)
+            and any("network" in e for e in errs))
     assert check_family("nope", "x", []) == ["unknown category 'nope'"]
 
 

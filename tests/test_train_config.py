@@ -18,7 +18,8 @@ def test_sft_fields_build_trl_sftconfig_with_clawgym_defaults(tmp_path):
     fields = SFTRunConfig().trl_fields()
     args = SFTConfig(output_dir=str(tmp_path), **fields)
     # clawgym's defaults, where TRL's own differ (lr 2e-5, batch 8, max_length 1024, seed 42, linear schedule …)
-    assert (args.learning_rate, args.per_device_train_batch_size, args.max_length, args.max_steps) == (1e-5, 1, 4096, 100)
+    assert ((args.learning_rate, args.per_device_train_batch_size, args.max_length, args.max_steps)
+            == (1e-5, 1, 4096, 100))
     assert (args.seed, args.data_seed, args.lr_scheduler_type.value, args.save_total_limit) == (0, 0, "constant", 1)
     assert args.assistant_only_loss is True and args.activation_checkpointing is False
     assert args.bf16 is False  # no GPU here: bf16 stays off (TRL alone would turn it on)
@@ -44,7 +45,8 @@ def test_unknown_or_reserved_fields_are_one_error_naming_the_field():
     with pytest.raises(TrainConfigError, match=r"grpo_config: unknown field 'batch_size'.*trl\.GRPOConfig"):
         GRPORunConfig(grpo_config={"batch_size": 2})
     # a TRL field at the top level of a serialized run (the Pipes extras) says where it belongs
-    with pytest.raises(TrainConfigError, match=r"unknown field 'max_length' \(a trl\.SFTConfig field: put it in sft_config\)"):
+    with pytest.raises(TrainConfigError,
+                       match=r"unknown field 'max_length' \(a trl\.SFTConfig field: put it in sft_config\)"):
         SFTRunConfig.from_dict({"max_length": 512})
     run = SFTRunConfig(name="a", sft_config={"max_steps": 3}, lora=True, lora_config={"r": 4})
     assert SFTRunConfig.from_dict(json.loads(json.dumps(run.to_dict()))) == run
@@ -99,7 +101,8 @@ def test_trainer_resource_speaks_trl_names():
     run = TrainerResource(max_steps=2, learning_rate=3e-4, sft_config={"warmup_steps": 1}, lora=True,
                           lora_config={"r": 8}).sft_run(name="ck", base_model="b", dataset_path="d", output_dir="o")
     f = run.trl_fields()
-    assert (f["max_steps"], f["learning_rate"], f["warmup_steps"], f["max_length"], f["use_cpu"]) == (2, 3e-4, 1, 2048, True)
+    assert ((f["max_steps"], f["learning_rate"], f["warmup_steps"], f["max_length"], f["use_cpu"])
+            == (2, 3e-4, 1, 2048, True))
     assert run.peft_fields()["r"] == 8 and run.name == "ck" and run.output_dir == "o"
     with pytest.raises(TrainConfigError, match=r"TrainerResource: .*unknown field 'lr'"):
         TrainerResource(sft_config={"lr": 1.0}).sft_run(output_dir="o")

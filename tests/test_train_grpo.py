@@ -54,7 +54,8 @@ def test_grpo_tiny_cpu_run_rewards_from_verifier(tmp_path):
     from clawgym.train.base_model import make_tiny_model
     from clawgym.train.grpo import GRPORunConfig, run_grpo
 
-    tasks = [Task(task_id=f"sum-{i}", instruction=f"Write the sum of the numbers in input/data.txt to output/answer.txt ({i})",
+    tasks = [Task(task_id=f"sum-{i}",
+                  instruction=f"Write the sum of the numbers in input/data.txt to output/answer.txt ({i})",
                   files=[File(path="input/data.txt", content=b"1 2 3\n")], verifier=Verifier(kind="grade", code=GRADE))
              for i in range(2)]
     base = make_tiny_model(tmp_path / "tiny", hidden_size=32, num_layers=1)

@@ -16,7 +16,7 @@ import torch
 
 from clawgym.train import serve
 from clawgym.train.serve import (MALLOC_ENV, ModelServer, cb_sdpa_attention, install_cb_attention,
-                                 install_packed_linear, packed_linear_forward, uninstall_cb_attention,
+                                 install_packed_linear, uninstall_cb_attention,
                                  uninstall_packed_linear)
 
 HEADS, KV_HEADS, DIM = 6, 2, 16
@@ -185,13 +185,14 @@ def test_command_and_environment(tiny, monkeypatch):
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "12345")  # the caller's settings win
     assert cb.environment()["MALLOC_TRIM_THRESHOLD_"] == "12345"
     given = ModelServer(tiny, port=1, device="cpu", env={"MALLOC_TRIM_THRESHOLD_": "7", "A": "b"}).environment()
-    assert given == {"MALLOC_TRIM_THRESHOLD_": "7", "A": "b", "MALLOC_MMAP_THRESHOLD_": MALLOC_ENV["MALLOC_MMAP_THRESHOLD_"],
-                     "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}  # an explicit env, not this process's
+    assert given == {"MALLOC_TRIM_THRESHOLD_": "7", "A": "b",  # an explicit env, not this process's
+                     "MALLOC_MMAP_THRESHOLD_": MALLOC_ENV["MALLOC_MMAP_THRESHOLD_"],
+                     "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
 
 
 def test_launcher_runs_transformers_serve_cli():
-    r = subprocess.run([sys.executable, serve.__file__, "--safe-tool-parsing", "--cb-attention", "--packed-linear", "serve",
-                        "--help"],
+    r = subprocess.run([sys.executable, serve.__file__, "--safe-tool-parsing", "--cb-attention", "--packed-linear",
+                        "serve", "--help"],
                        capture_output=True, text=True,
                        timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode == 0, r.stderr[-2000:]

@@ -16,7 +16,8 @@ PROMPT = "Write hi to out.txt"
 CONV = [
     {"role": "user", "content": PROMPT},
     {"role": "assistant", "content": "", "tool_calls": [
-        {"type": "function", "id": "c1", "function": {"name": "write", "arguments": {"path": "out.txt", "content": "hi"}}}]},
+        {"type": "function", "id": "c1",
+         "function": {"name": "write", "arguments": {"path": "out.txt", "content": "hi"}}}]},
     {"role": "tool", "tool_call_id": "c1", "content": "Wrote 2 bytes to out.txt"},
     {"role": "assistant", "content": "Done."},
 ]
@@ -70,7 +71,8 @@ def test_sft_then_resume_through_pipes_then_serve(setup):
     lake = LakeResource(data_dir=str(data))
     nested = {"lake": lake} if "lake" in ModelEndpointsResource.model_fields else {}
     res = {"lake": lake, "pipes_subprocess_client": dg.PipesSubprocessClient(),
-           "endpoints": ModelEndpointsResource(**nested, checkpoints_dir=str(setup["dir"]), base_model_dir=setup["base"]),
+           "endpoints": ModelEndpointsResource(**nested, checkpoints_dir=str(setup["dir"]),
+                                               base_model_dir=setup["base"]),
            "trainer": TrainerResource(max_steps=45, learning_rate=5e-3, max_length=1024,
                                       sft_config={"save_steps": 15, "logging_steps": 5, "seed": 0})}
     assets = [training.checkpoints, dg.AssetSpec("sft_dataset"), dg.AssetSpec("base_model")]
@@ -100,7 +102,8 @@ def test_sft_then_resume_through_pipes_then_serve(setup):
     assert row["final_loss"] < 0.5, row["loss_curve"]
     # the lake's registry row: the same record (lake schema), parent and run id added by the asset
     (reg,) = lk.read_table("checkpoints", root=data / "lake").to_pylist()
-    assert (reg["checkpoint"], reg["path"], reg["parent"], reg["n_samples"]) == ("ckpt-tiny", str(out), "smollm2-base", 1)
+    assert ((reg["checkpoint"], reg["path"], reg["parent"], reg["n_samples"])
+            == ("ckpt-tiny", str(out), "smollm2-base", 1))
     assert reg["run_id"] == r.run_id and reg["final_loss"] == pytest.approx(row["final_loss"])
     hp = json.loads(reg["hyperparams_json"])
     assert hp["sft_config"]["max_steps"] == 45 and hp["sft_config"]["save_steps"] == 15 and hp["lora"] is False

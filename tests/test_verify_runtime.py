@@ -128,8 +128,12 @@ def reward_task(sh: str, check: str | None = None, timeout_s=120.0) -> Task:
 
 
 def test_reward_dir_last_line_and_agent_reward_dir_replaced():
-    check = "import json, os, sys\nws = sys.argv[1]\nprint(json.dumps({'reward': 0.5, 'a': True, 'b': os.path.exists(os.path.join(ws, 'reward', 'planted.txt'))}))\n"
-    sh = "#!/usr/bin/env bash\nset -euo pipefail\necho noise\npython3 reward/check.py \"$PWD\" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(float(v) for v in d.values())/len(d))'\n"
+    check = ("import json, os, sys\nws = sys.argv[1]\n"
+             "print(json.dumps({'reward': 0.5, 'a': True, "
+             "'b': os.path.exists(os.path.join(ws, 'reward', 'planted.txt'))}))\n")
+    sh = ("#!/usr/bin/env bash\nset -euo pipefail\necho noise\n"
+          "python3 reward/check.py \"$PWD\" | python3 -c 'import json,sys; d=json.load(sys.stdin); "
+          "print(sum(float(v) for v in d.values())/len(d))'\n")
     t = reward_task(sh, check)
     with TmpSandbox(t.files) as sb:
         sb.write_file("reward/planted.txt", b"agent was here")
@@ -194,7 +198,8 @@ def test_hybrid_offline_proxies_and_missing_file():
 def test_offline_proxy_partial_floors_to_scale():
     t = grade_task(GRADE_OK, rubric=RUBRIC[:1])
     with TmpSandbox(t.files) as sb:
-        sb.write_file("output/report.md", b"no heading here, the total\n")  # phrase, >=5 words, <=200 ok; heading missing
+        # phrase, >=5 words, <=200 ok; heading missing
+        sb.write_file("output/report.md", b"no heading here, the total\n")
         r = verify_task(t, sb)
     assert r.rule_scores[0]["score"] == 0.75
     assert "heading" in r.rule_scores[0]["reason"]
