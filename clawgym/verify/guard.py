@@ -7,9 +7,8 @@ execute inside the verifier or change what the verifier reads as configuration:
 1. **No agent process, no IPC** — `Sandbox.quiesce()` kills every process of the agent's phase (daemonised,
    setsid, stopped ones included) and removes SysV IPC objects, POSIX mqueues, /dev/shm files and keyrings.
    From here on nothing of the agent runs: it can act only through files.
-2. **Only the workspace survives** — `Sandbox.scrub()` (from the host; backends that cannot fall back to
-   `sandbox_side/prepare.py`, ours, run as `python3 -I -S`) empties /tmp, /dev/shm and $HOME except the path
-   down to the workspace: user site-packages, `usercustomize.py`, `.pth`
+2. **Only the workspace survives** — `Sandbox.scrub()` (from the host, never following symlinks) empties /tmp
+   and $HOME except the path down to the workspace: user site-packages, `usercustomize.py`, `.pth`
    files, `~/.gitconfig`, shell rc files and anything a workspace symlink could point at are gone. It also
    reports every workspace entry that is not a plain file or directory.
 3. **Harness-control files the agent added or changed are restored or removed** (`neutralize_controls`):
@@ -34,7 +33,6 @@ execute inside the verifier or change what the verifier reads as configuration:
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from dataclasses import dataclass, field
@@ -43,7 +41,6 @@ from pathlib import Path
 from clawgym.sandbox.base import Sandbox, SandboxError
 
 SIDE = Path(__file__).with_name("sandbox_side")
-SANDBOX_HOME = "/root"
 CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # basenames that configure a test runner or the interpreter when they sit in the workspace
@@ -275,7 +272,7 @@ def prepare_for_verification(task, sandbox: Sandbox) -> Prepared:
     try:
         odd = sandbox.scrub()  # from the host: no process in the sandbox, ~1 ms
     except NotImplementedError:
-        odd, errors = _scrub_inside(sandbox)
+        raise SandboxError(f"{type(sandbox).__name__} cannot empty HOME and /tmp from the host (no scrub())") from None
     except OSError as e:  # the agent replaced a directory on the way to the workspace, or pinned an entry
         raise UnsafeWorkspace(f"HOME and /tmp could not be emptied: {e}") from e
     actions = neutralize_controls(task, sandbox, odd)
@@ -289,20 +286,6 @@ def prepare_for_verification(task, sandbox: Sandbox) -> Prepared:
         raise UnsafeWorkspace(f"verifier files could not be written: {type(e).__name__}: {e}") from e
     return Prepared(env=verifier_env(home, guard_dir, sandbox.workspace), home=home, guard_dir=guard_dir,
                     actions=actions, odd=odd, errors=errors)
-
-
-def _scrub_inside(sandbox: Sandbox) -> tuple[list, list[str]]:
-    """scrub() for backends that cannot do it from the host: `sandbox_side/prepare.py` as the sandbox user."""
-    src = (SIDE / "prepare.py").read_text()
-    r = sandbox.exec(["python3", "-I", "-S", "-c", src, SANDBOX_HOME, sandbox.workspace], timeout=60,
-                     workdir="/", env={"HOME": "/nonexistent", "PATH": CLEAN_PATH})
-    if r.timed_out or r.rc != 0:
-        raise SandboxError(f"verifier preparation failed (rc {r.rc}): {r.stderr[-500:]}")
-    try:
-        rep = json.loads(r.stdout.strip().splitlines()[-1])
-        return list(rep.get("odd") or []), list(rep.get("errors") or [])
-    except (ValueError, IndexError) as e:
-        raise SandboxError(f"verifier preparation printed no report: {e}") from None
 
 
 def seal_reward(sandbox: Sandbox, path: str) -> None:
