@@ -137,12 +137,10 @@ class DockerExecMixin:
             poll, next_poll, exited_at = 0.05, time.monotonic() + 0.05, None
             while True:
                 now = time.monotonic()
-                left = deadline - now
-                if left <= 0:
-                    timed_out = True
+                left, stop = execd_client.relay_budget(now, deadline, exited_at)
+                if stop:
+                    timed_out = stop == "timeout"
                     break
-                if exited_at is not None and now - exited_at > 3.0:
-                    break  # exited and still no EOF: stop waiting for stragglers
                 raw.settimeout(max(0.001, min(left, next_poll - now, 5.0)))
                 try:
                     chunk = raw.recv(1 << 16)

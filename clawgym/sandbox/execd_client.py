@@ -52,6 +52,21 @@ def feed_stdin(sock: socket.socket, data: bytes) -> threading.Thread:
     return t
 
 
+STRAGGLER_GRACE_S = 3.0  # how long an exited command's output may stay open before the relay gives up
+
+
+def relay_budget(now: float, deadline: float, exited_at: float | None) -> tuple[float, str | None]:
+    """Seconds left before `deadline`, and why an output relay loop must stop now: "timeout" once the
+    deadline has passed, "stragglers" when the command exited (at `exited_at`) over STRAGGLER_GRACE_S ago
+    and still no EOF came; None to keep reading."""
+    left = deadline - now
+    if left <= 0:
+        return left, "timeout"
+    if exited_at is not None and now - exited_at > STRAGGLER_GRACE_S:
+        return left, "stragglers"  # exited and still no EOF: stop waiting for stragglers
+    return left, None
+
+
 @dataclass
 class Pumped:
     """What :func:`pump` collected from one exec: output, exit status and how the relay ended."""
@@ -83,13 +98,11 @@ def pump(sock: socket.socket, stdin: bytes | None, deadline: float, max_output: 
         swept = False
         while True:
             now = time.monotonic()
-            left = deadline - now
-            if left <= 0:
-                timed_out = True
+            left, stop = relay_budget(now, deadline, exited_at)
+            if stop:
+                timed_out = stop == "timeout"
                 break
             if exited_at is not None:
-                if now - exited_at > 3.0:
-                    break  # exited and still no EOF: stop waiting for stragglers
                 wait = 0.02 if not swept else 0.1
             else:
                 wait = 5.0

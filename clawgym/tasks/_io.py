@@ -9,6 +9,7 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Iterable
 
 from clawgym.tasks.model import File, Task, TaskError
 
@@ -36,6 +37,31 @@ class ImportReport:
         lines = [f"{len(self.tasks)} tasks imported, {len(self.errors)} errors"]
         lines += [f"  {e}" for e in self.errors]
         return "\n".join(lines)
+
+
+def import_entries(root: Path, entries: Callable[[Path], Iterable[Path]], load: Callable[[Path], Task],
+                   dup_file: Callable[[Path], str], dup_field: str) -> ImportReport:
+    """Import each of `entries(root)` with `load` into one report (a folder importer's loop). A TaskError
+    from `load` is reported and the entry skipped; so is a task_id already imported, reported at
+    (`dup_file(entry)`, `dup_field`) naming the first entry. A root that is not a directory is one error."""
+    report = ImportReport()
+    if not root.is_dir():
+        report.errors.append(TaskError(str(root), None, "is not a directory"))
+        return report
+    seen: dict[str, str] = {}
+    for entry in entries(root):
+        try:
+            t = load(entry)
+        except TaskError as e:
+            report.errors.append(e)
+            continue
+        if t.task_id in seen:
+            report.errors.append(TaskError(dup_file(entry), dup_field,
+                                           f"duplicate of {seen[t.task_id]} ({t.task_id!r})"))
+            continue
+        seen[t.task_id] = entry.name
+        report.tasks.append(t)
+    return report
 
 
 def normalise_mode(st_mode: int) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from clawgym import DEFAULT_WORKSPACE
-from clawgym.tasks._io import AtomicDir, ImportReport, read_tree, write_tree
+from clawgym.tasks._io import AtomicDir, ImportReport, import_entries, read_tree, write_tree
 from clawgym.tasks.model import CATEGORY_LABELS, File, RubricRule, Task, TaskError, Verifier
 
 DATA_ENTRY = "data_entry.json"
@@ -151,24 +151,10 @@ def import_clawgym_folder(dir: str | Path, *, suite: str | None = None, split: s
     """Every task folder under dir. Bad tasks are reported (one TaskError each); the rest are imported.
     Plain files beside the task folders (LICENSE, README) and hidden entries are ignored."""
     root = Path(dir)
-    report = ImportReport()
-    if not root.is_dir():
-        report.errors.append(TaskError(str(root), None, "is not a directory"))
-        return report
-    seen: dict[str, str] = {}
-    for d in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        try:
-            t = import_clawgym_task(d, suite=suite or root.name, split=split)
-        except TaskError as e:
-            report.errors.append(e)
-            continue
-        if t.task_id in seen:
-            report.errors.append(TaskError(f"{d.name}/{DATA_ENTRY}", "task_id",
-                                           f"duplicate of {seen[t.task_id]} ({t.task_id!r})"))
-            continue
-        seen[t.task_id] = d.name
-        report.tasks.append(t)
-    return report
+    return import_entries(
+        root, lambda r: sorted(p for p in r.iterdir() if p.is_dir() and not p.name.startswith(".")),
+        lambda d: import_clawgym_task(d, suite=suite or root.name, split=split),
+        lambda d: f"{d.name}/{DATA_ENTRY}", "task_id")
 
 
 def _data_entry_text(task: Task) -> str:

@@ -48,7 +48,7 @@ from typing import Any
 
 import yaml
 
-from clawgym.tasks._io import ImportReport, atomic_write_bytes
+from clawgym.tasks._io import ImportReport, atomic_write_bytes, import_entries
 from clawgym.tasks.model import CATEGORIES, File, RubricRule, Task, TaskError, Verifier
 
 FORMAT = "pinchbench"
@@ -466,25 +466,10 @@ def import_pinchbench_folder(dir: str | Path, assets_dir: str | Path | None = No
                              suite: str | None = None) -> ImportReport:
     """Every *.md task file in dir (README.md and TASK_TEMPLATE.md are skipped). Bad files are reported."""
     root = Path(dir)
-    report = ImportReport()
-    if not root.is_dir():
-        report.errors.append(TaskError(str(root), None, "is not a directory"))
-        return report
-    seen: dict[str, str] = {}
-    for p in sorted(root.glob("*.md")):
-        if p.name.lower() in ("readme.md", "task_template.md"):
-            continue
-        try:
-            t = import_pinchbench_file(p, assets_dir, suite=suite or root.name)
-        except TaskError as e:
-            report.errors.append(e)
-            continue
-        if t.task_id in seen:
-            report.errors.append(TaskError(p.name, "id", f"duplicate of {seen[t.task_id]} ({t.task_id!r})"))
-            continue
-        seen[t.task_id] = p.name
-        report.tasks.append(t)
-    return report
+    return import_entries(
+        root, lambda r: [p for p in sorted(r.glob("*.md")) if p.name.lower() not in ("readme.md", "task_template.md")],
+        lambda p: import_pinchbench_file(p, assets_dir, suite=suite or root.name),
+        lambda p: p.name, "id")
 
 
 # ------------------------------------------------------------------------ export ----

@@ -14,9 +14,9 @@ import copy
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
+
+from clawgym.fsatomic import replace_dir
 
 DEFAULT_BASE_DIR = "data/models/smollm2-135m-instruct"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -63,20 +63,6 @@ def apply_tool_chat_template(tokenizer):
     return tokenizer
 
 
-def _atomic_dir_write(out: Path, fill) -> None:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        fill(tmp)
-        os.chmod(tmp, 0o755)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 def prepare_base_model(out_dir: str | os.PathLike = DEFAULT_BASE_DIR,
                        gguf_file: str | os.PathLike | None = None) -> Path:
     """Convert the embedded SmolLM2 GGUF into an HF folder at `out_dir` (idempotent; atomic). Returns the folder."""
@@ -116,7 +102,7 @@ def prepare_base_model(out_dir: str | os.PathLike = DEFAULT_BASE_DIR,
         (tmp / "clawgym_base.json").write_text(json.dumps({"source": str(gguf.name), "kind": "smollm2-135m-instruct",
                                                              "version": _PREP_VERSION}))
 
-    _atomic_dir_write(out, fill)
+    replace_dir(out, fill, mode=0o755)
     return out
 
 
@@ -151,7 +137,7 @@ def make_tiny_model(out_dir: str | os.PathLike, tokenizer_src: str | os.PathLike
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
 
-    _atomic_dir_write(out, fill)
+    replace_dir(out, fill, mode=0o755)
     return out
 
 

@@ -24,13 +24,12 @@ import hashlib
 import json
 import os
 import re
-import shutil
-import tempfile
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from clawgym.fsatomic import replace_dir
 from clawgym.tasks.model import Task
 from clawgym.agent.messages import text_of
 
@@ -414,18 +413,13 @@ def to_hf_dataset(rows: list[dict]):
 def save_hf_dataset(rows: list[dict], out_dir: str | os.PathLike, stats: dict | None = None) -> Path:
     """Write a folder `datasets.load_from_disk` reads (atomic replace), with stats.json beside the data."""
     out = Path(out_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+
+    def fill(tmp: Path) -> None:
         to_hf_dataset(rows).save_to_disk(str(tmp))
         if stats is not None:
             (tmp / "clawgym_stats.json").write_text(json.dumps(stats, indent=1, default=str))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    replace_dir(out, fill)
     return out
 
 

@@ -73,6 +73,19 @@ def clamp_score(x: float, res: VerificationResult, what: str) -> float:
     return float(x)
 
 
+def _exec_ok(r, res: VerificationResult, what: str, timeout_s: float, failed: str, keep: int) -> bool:
+    """Record the output tails of verifier code's exec `r`; False (with an error naming `what`) when it
+    timed out or exited non-zero (`failed` formats the rc; the last `keep` chars of stderr follow)."""
+    res.stdout_tail, res.stderr_tail = _tail(r.stdout), _tail(r.stderr)
+    if r.timed_out:
+        res.add_error(f"code: {what} timed out after {timeout_s:g} s")
+        return False
+    if r.rc != 0:
+        res.add_error(f"code: {what} {failed.format(rc=r.rc)}: {_tail(r.stderr.strip())[-keep:]}")
+        return False
+    return True
+
+
 def _run_reward_dir(task: Task, sandbox, res: VerificationResult, prep: Prepared) -> float:
     v = task.verifier
     if not any(f.path == "reward.sh" for f in v.reward_files):
@@ -89,12 +102,7 @@ def _run_reward_dir(task: Task, sandbox, res: VerificationResult, prep: Prepared
         sandbox.write_file(f"{REWARD_DIR}/{f.path}", f.content, f.mode)
     seal_reward(sandbox, REWARD_DIR)
     r = sandbox.exec(["bash", f"{REWARD_DIR}/reward.sh"], timeout=v.timeout_s, workdir=ws, env=prep.env)
-    res.stdout_tail, res.stderr_tail = _tail(r.stdout), _tail(r.stderr)
-    if r.timed_out:
-        res.add_error(f"code: reward.sh timed out after {v.timeout_s:g} s")
-        return 0.0
-    if r.rc != 0:
-        res.add_error(f"code: reward.sh exited {r.rc}: {_tail(r.stderr.strip())[-500:]}")
+    if not _exec_ok(r, res, "reward.sh", v.timeout_s, "exited {rc}", 500):
         return 0.0
     try:
         x = parse_last_float(r.stdout)
@@ -116,12 +124,7 @@ def _run_grade(task: Task, sandbox, transcript: list | None, res: VerificationRe
                           "nonce": nonce}, default=str).encode("utf-8", errors="surrogateescape")
     r = sandbox.exec(["python3", "-c", GRADE_DRIVER], timeout=v.timeout_s, workdir=sandbox.workspace,
                      stdin=payload, env=prep.env)
-    res.stdout_tail, res.stderr_tail = _tail(r.stdout), _tail(r.stderr)
-    if r.timed_out:
-        res.add_error(f"code: grade() timed out after {v.timeout_s:g} s")
-        return 0.0
-    if r.rc != 0:
-        res.add_error(f"code: grade() crashed (rc {r.rc}): {_tail(r.stderr.strip())[-800:]}")
+    if not _exec_ok(r, res, "grade()", v.timeout_s, "crashed (rc {rc})", 800):
         return 0.0
     mark = RESULT_MARK + nonce
     line = next((ln for ln in reversed(r.stdout.splitlines()) if ln.startswith(mark)), None)
