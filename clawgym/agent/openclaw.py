@@ -6,27 +6,28 @@ npm package; scripts/install_openclaw.sh) runs one headless turn per task inside
 
 Its only model provider is clawgym's recording proxy (OpenAI-compatible, `api: openai-completions`) in
 front of the policy endpoint; heartbeat is off, `tools.profile = "coding"`, web tools denied. The proxy log
-gives the trajectory back (clawgym.agent.proxy.rebuild_sessions).
+gives the trajectory back (clawgym.agent.proxy_log.rebuild_sessions).
 
 Networking: sandboxes have no network. Each rollout gets its own proxy, and that proxy listens on a unix
 socket of its own: ``<sock dir>/<128 random bits>/p.sock``. The sock dir (:func:`proxy_sock_dir`) is bound
 read-only into OpenClaw sandboxes at /run/clawgym-proxy (SandboxConfig.extra_ro_binds, see
 :func:`openclaw_sandbox_config`; the binds are the factory's, so pooled sandboxes share them) and has mode
 0311: the sandbox user can traverse it but not list it, so a sandbox only knows the path it was given. The
-socket is served by :class:`clawgym.agent.proxy.PeerGate`, pinned to the namespaces of the first process that
-connects -- the forwarder of this rollout's sandbox, which connects once before OpenClaw starts -- so a
+socket is served by :class:`clawgym.agent.proxy_gate.PeerGate`, pinned to the namespaces of the first process
+that connects -- the forwarder of this rollout's sandbox, which connects once before OpenClaw starts -- so a
 process of another sandbox is refused even if it learns the path. A small python forwarder started inside the
-sandbox bridges 127.0.0.1:PORT to that socket. With the `local` backend (no isolation) OpenClaw talks to the
-proxy's TCP port directly.
+sandbox (clawgym.agent.proxy_forwarder, shipped as fwd.py) bridges 127.0.0.1:PORT to that socket. With the
+`local` backend (no isolation) OpenClaw talks to the proxy's TCP port directly.
 
 Every request must also carry the rollout's random client token (OpenClaw's provider apiKey) and the
 rollout's session id (``/s/<session>/v1``); the proxy serves no other session (strict_sessions) and enforces
 turn/token/wall limits over everything it answers. The trajectory is rebuilt from the chain of turns the
-proxy answered (clawgym.agent.proxy, module docstring); what diverged from it is in ``LoopResult.meta``.
+proxy answered (clawgym.agent.proxy_log, module docstring); what diverged from it is in ``LoopResult.meta``.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -38,6 +39,7 @@ import uuid
 from dataclasses import replace
 
 from clawgym import DEFAULT_OPENCLAW_DIR
+from clawgym.agent import proxy_forwarder
 from clawgym.agent.loop import Limits, LoopResult
 from clawgym.agent.policies import Endpoint
 from clawgym.agent.proxy import RecordingProxy, read_log, rebuild_sessions
@@ -51,43 +53,9 @@ SANDBOX_PORT = 18765
 PROVIDER = "clawgym"
 DENY_TOOLS = ["web_search", "web_fetch", "memory_search", "browser"]
 
-FORWARDER = r'''
-import asyncio, sys
-host, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-async def pipe(r, w):
-    try:
-        while True:
-            d = await r.read(65536)
-            if not d:
-                break
-            w.write(d)
-            await w.drain()
-    except Exception:
-        pass
-    finally:
-        try:
-            w.close()
-        except Exception:
-            pass
-async def handle(cr, cw):
-    try:
-        ur, uw = await asyncio.open_unix_connection(path)
-    except Exception:
-        cw.close()
-        return
-    await asyncio.gather(pipe(cr, uw), pipe(ur, cw))
-async def main():
-    # hello: the proxy's socket pins itself to the first connecting process's namespaces (this sandbox)
-    r, w = await asyncio.open_unix_connection(path)
-    w.close()
-    srv = await asyncio.start_server(handle, host, port)
-    open(sys.argv[4], "w").write("ready")
-    async with srv:
-        await srv.serve_forever()
-asyncio.run(main())
-'''
-
-
+# the in-sandbox forwarder (run as `python3 fwd.py HOST PORT SOCKET READY_FILE`): a stdlib-only module whose
+# byte relay is also the host-side socket gate's (clawgym.agent.proxy_gate.PeerGate)
+FORWARDER = inspect.getsource(proxy_forwarder)
 
 
 def openclaw_dir(install_dir: str | None = None) -> str:

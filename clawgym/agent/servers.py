@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Optional, Self
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -173,12 +173,50 @@ def adapt_call(name: str, args: dict, tools: list | None) -> tuple[str, dict]:
     return name, args
 
 
+class AppServer:
+    """An ASGI app (`self.app`, set by the subclass) served by a :class:`ServerThread` from start() to
+    stop(); also a context manager. Subclasses extend start/stop (the recording proxy adds its socket gate)."""
+
+    app: Any
+    _thread: Optional[ServerThread] = None
+
+    def start(self) -> Self:
+        """Serve `self.app` on a free 127.0.0.1 port (no-op when already serving)."""
+        if self._thread is None:
+            self._thread = ServerThread(self.app).start()
+        return self
+
+    @property
+    def port(self) -> int:
+        """The TCP port being served."""
+        assert self._thread is not None, f"{type(self).__name__} not started"
+        return self._thread.port
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL (http://127.0.0.1:<port>/v1)."""
+        assert self._thread is not None, f"{type(self).__name__} not started"
+        return self._thread.base_url
+
+    def stop(self) -> None:
+        """Stop serving (idempotent)."""
+        if self._thread is not None:
+            self._thread.stop()
+            self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
 # ---- the policy server ------------------------------------------------------------------------------
 FINAL_TEXT = "Done: the task is complete."
 NOOP_TEXT = "I will not make any changes."
 
 
-class PolicyServer:
+class PolicyServer(AppServer):
     """Oracle + noop policies behind one OpenAI-compatible server (models: "oracle", "noop",
     "oracle/<task_id>"). Register tasks with :meth:`register` before a rollout."""
 
@@ -188,7 +226,6 @@ class PolicyServer:
         self.requests = 0
         self._lock = threading.Lock()
         self.app = self._make_app()
-        self._thread: Optional[ServerThread] = None
 
     def register(self, task) -> None:
         with self._lock:
@@ -275,27 +312,6 @@ class PolicyServer:
 
         return app
 
-    # -- lifecycle
-    def start(self) -> "PolicyServer":
-        if self._thread is None:
-            self._thread = ServerThread(self.app).start()
-        return self
-
-    @property
-    def base_url(self) -> str:
-        assert self._thread is not None, "PolicyServer not started"
-        return self._thread.base_url
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._thread.stop()
-            self._thread = None
-
-    def __enter__(self) -> "PolicyServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 _SHARED: Optional[PolicyServer] = None
@@ -311,5 +327,5 @@ def shared_policy_server() -> PolicyServer:
         return _SHARED
 
 
-__all__ = ["ServerThread", "PolicyServer", "shared_policy_server", "adapt_call", "text_of", "approx_tokens",
-           "sse_chunks", "completion_json", "FINAL_TEXT", "NOOP_TEXT"]
+__all__ = ["ServerThread", "AppServer", "PolicyServer", "shared_policy_server", "adapt_call", "text_of",
+           "approx_tokens", "sse_chunks", "completion_json", "FINAL_TEXT", "NOOP_TEXT"]

@@ -1,0 +1,243 @@
+"""The trajectory rebuild from a recording proxy's JSONL log (clawgym.agent.proxy.RecordingProxy).
+
+The trajectory rule (:func:`rebuild_sessions`) -- the log is append-only and every request is recorded as
+sent, but the trajectory is never taken from a client's claims about the past ("longest request wins" was
+forgeable). It is the chain of turns the proxy actually answered, in log order:
+
+* assistant turns are only ever the proxy's own responses (as logged from upstream); an assistant message a
+  client sends that the proxy never returned is not in the trajectory;
+* each answered request contributes only its *new* client messages: the messages after the
+  previously-answered conversation it extends (its request messages + the reply the proxy returned, compared
+  canonically: internal-context/heartbeat user turns dropped, text content, tool-call ids without
+  punctuation -- OpenClaw rewrites ``call_ab`` to ``callab`` --, JSON arguments re-serialised, tool results
+  by tool_call_id only). A client message, once recorded, is never replaced by a later request's version;
+* tool results are kept only for tool calls the proxy returned, once each, under the proxy's own call id;
+* a request that extends no answered conversation (history rewritten, assistant turns forged, fake tool
+  calls, a branch off an older turn) is still answered and logged, but only its messages after the longest
+  prefix it shares with an answered conversation (and after its last assistant message) are taken, and the
+  session's ``divergence`` list says what happened (seq, kind, detail); fake assistant turns and tool
+  results are listed there, not kept;
+* requests of another conversation (a different first user message and no assistant turn the proxy
+  returned in the main conversation: summaries, titles) are side requests: counted, not in the trajectory;
+  heartbeat turns, cron sessions and limit answers are dropped as before.
+"""
+
+import json
+import os
+import re
+from typing import Any, Optional
+
+from clawgym.agent.messages import text_of
+
+HEARTBEAT_MARKERS = ("HEARTBEAT.md", "HEARTBEAT_OK")
+INTERNAL_MARKERS = ("<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>", "<internal-context>", "[internal]",
+                    "Pre-compaction memory flush", "<system-reminder>")
+
+
+def read_log(path: str) -> list[dict]:
+    """The records of a proxy JSONL log ([] when the file does not exist); lines cut by a crash are skipped."""
+    out = []
+    if not os.path.exists(path):
+        return out
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line:
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue  # a line cut by a crash
+    return out
+
+
+def _is_heartbeat(text: str) -> bool:
+    return any(m in text for m in HEARTBEAT_MARKERS)
+
+
+def _is_internal(text: str) -> bool:
+    return any(m in text for m in INTERNAL_MARKERS)
+
+
+def _last_user_text(messages: list[dict]) -> str:
+    for m in reversed(messages):
+        if m.get("role") == "user":
+            return text_of(m.get("content"))
+    return ""
+
+
+def _first_user_text(messages: list[dict]) -> str:
+    for m in messages:
+        if m.get("role") == "user" and not _is_heartbeat(text_of(m.get("content"))):
+            return text_of(m.get("content"))
+    return ""
+
+
+def clean_messages(messages: list[dict]) -> list[dict]:
+    """Remove heartbeat prompts with their HEARTBEAT_OK replies and internal-context user turns."""
+    out: list[dict] = []
+    skip_reply = False
+    for m in messages:
+        role, text = m.get("role"), text_of(m.get("content"))
+        if role == "user" and _is_heartbeat(text):
+            skip_reply = True  # the heartbeat's HEARTBEAT_OK answer goes too
+            continue
+        if role == "user" and _is_internal(text):
+            continue
+        if skip_reply and role == "assistant" and not m.get("tool_calls"):
+            skip_reply = False
+            continue
+        skip_reply = False
+        out.append(m)
+    return out
+
+
+def _cid(call_id: Any) -> str:
+    """A tool-call id as clients send it back (OpenClaw strips everything but letters and digits)."""
+    return re.sub(r"[^A-Za-z0-9]", "", str(call_id or ""))
+
+
+def _cargs(args: Any) -> str:
+    if isinstance(args, str):
+        try:
+            return json.dumps(json.loads(args), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        except (ValueError, TypeError):
+            return args.strip()
+    return json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def canonical(m: dict) -> tuple:
+    """What two versions of a message must share to count as the same message (see the module docstring)."""
+    role = m.get("role")
+    if role == "tool":
+        return ("tool", _cid(m.get("tool_call_id")))
+    if role == "assistant":
+        calls = tuple((_cid(tc.get("id")), (tc.get("function") or {}).get("name"),
+                       _cargs((tc.get("function") or {}).get("arguments")))
+                      for tc in (m.get("tool_calls") or []) if isinstance(tc, dict))
+        return ("assistant", text_of(m.get("content")).strip(), calls)
+    return (str(role), text_of(m.get("content")).strip())
+
+
+def _reply_of(e: dict) -> dict:
+    msg = ((e["response"].get("choices") or [{}])[0].get("message") or {})
+    final: dict[str, Any] = {"role": "assistant", "content": msg.get("content")}
+    if msg.get("tool_calls"):
+        final["tool_calls"] = msg["tool_calls"]
+    return final
+
+
+def _lcp(a: list, b: list) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _is_side(msgs: list[dict], main_first: str, main_replies: set) -> bool:
+    if _first_user_text(msgs) == main_first:
+        return False
+    return not any(m.get("role") == "assistant" and canonical(m) in main_replies for m in msgs)
+
+
+def rebuild_sessions(entries: list[dict]) -> dict[str, dict]:
+    """One trajectory per session, built by the rule of the module docstring: {session: {messages, tools,
+    n_requests, prompt_tokens, completion_tokens, dropped, model, divergence, side_requests, refused}}.
+    `divergence` lists the requests that did not extend the conversation the proxy had answered
+    ({seq, kind, detail}); an empty list means the client's view and the proxy's agree."""
+    by_session: dict[str, list[dict]] = {}
+    refused: dict[str, int] = {}
+    for e in entries:
+        if e.get("kind"):  # refusals and other non-request lines
+            if e.get("kind") == "refused":
+                s = str(e.get("session", ""))
+                refused[s] = refused.get(s, 0) + 1
+            continue
+        by_session.setdefault(str(e.get("session", "default")), []).append(e)
+    out: dict[str, dict] = {}
+    for session, es in by_session.items():
+        if session.startswith("cron:") or ":cron:" in session:
+            continue
+        ok = [e for e in es if e.get("status") == 200 and isinstance(e.get("response"), dict)
+              and isinstance(e.get("request"), dict) and not e.get("limit")]
+        dropped = len(es) - len(ok)
+        main_first: Optional[str] = None
+        main_replies: set = set()
+        side = 0
+        kept = []
+        for e in sorted(ok, key=lambda e: e.get("seq", 0)):
+            msgs = [m for m in (e["request"].get("messages") or []) if isinstance(m, dict)]
+            if _is_heartbeat(_last_user_text(msgs)) and not _is_internal(_last_user_text(msgs)):
+                dropped += 1
+                continue
+            if main_first is None:
+                main_first = _first_user_text(msgs)
+            elif _is_side(msgs, main_first, main_replies):  # a side conversation (summary, title …)
+                dropped += 1
+                side += 1
+                continue
+            kept.append((e, msgs))
+            main_replies.add(canonical(_reply_of(e)))
+        if not kept:
+            continue
+        messages: list[dict] = []
+        divergence: list[dict] = []
+        chain: list[tuple] = []  # (seq, canonical request, canonical reply) of each answered turn
+        call_ids: dict[str, str] = {}  # canonical id -> the proxy's id, for every tool call it returned
+        answered: set = set()  # canonical ids whose result is in the trajectory
+        for e, msgs in kept:
+            seq = e.get("seq", 0)
+            req = clean_messages(msgs)
+            creq = [canonical(m) for m in req]
+            reply = _reply_of(e)
+            start, parent = 0, None
+            for t in reversed(chain):
+                exp = t[1] + [t[2]]
+                if creq[:len(exp)] == exp:
+                    parent, start = t, len(exp)
+                    break
+            if parent is not None and parent is not chain[-1]:
+                divergence.append({"seq": seq, "kind": "branch",
+                                   "detail": f"continues the turn of seq {parent[0]}, not the latest ({chain[-1][0]})"})
+            elif parent is None and chain:
+                best = max(_lcp(creq, t[1] + [t[2]]) for t in chain)
+                last_a = max((i for i, m in enumerate(req) if m.get("role") == "assistant"), default=-1)
+                start = max(best, last_a + 1)
+                divergence.append({"seq": seq, "kind": "rewritten_history",
+                                   "detail": f"does not extend an answered conversation (differs at message "
+                                             f"{best}); messages before {start} ignored"})
+            for i, m in enumerate(req[start:], start):
+                role = m.get("role")
+                if role == "assistant":
+                    divergence.append({"seq": seq, "kind": "forged_assistant",
+                                       "detail": f"message {i}: an assistant turn the proxy never returned"})
+                    continue
+                if role == "tool":
+                    cid = _cid(m.get("tool_call_id"))
+                    if cid not in call_ids:
+                        divergence.append({"seq": seq, "kind": "fake_tool_result",
+                                           "detail": f"message {i}: result for a tool call the proxy never "
+                                                     f"returned ({str(m.get('tool_call_id'))[:80]})"})
+                        continue
+                    if cid in answered:
+                        continue
+                    answered.add(cid)
+                    m = {**m, "tool_call_id": call_ids[cid]}
+                messages.append(m)
+            for tc in reply.get("tool_calls") or []:
+                if isinstance(tc, dict) and tc.get("id"):
+                    call_ids.setdefault(_cid(tc["id"]), tc["id"])
+            messages.append(reply)
+            chain.append((seq, creq, canonical(reply)))
+        first = kept[0][0]
+        pt = sum(((e["response"].get("usage") or {}).get("prompt_tokens") or 0) for e, _ in kept)
+        ct = sum(((e["response"].get("usage") or {}).get("completion_tokens") or 0) for e, _ in kept)
+        out[session] = {"messages": clean_messages(messages), "tools": first["request"].get("tools") or [],
+                        "n_requests": len(kept), "prompt_tokens": pt, "completion_tokens": ct,
+                        "dropped": dropped, "model": first["request"].get("model"), "divergence": divergence,
+                        "side_requests": side, "refused": refused.get(session, 0)}
+    return out
+
+
+__all__ = ["read_log", "rebuild_sessions", "clean_messages", "canonical", "HEARTBEAT_MARKERS", "INTERNAL_MARKERS"]
