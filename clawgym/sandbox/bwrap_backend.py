@@ -414,8 +414,8 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
             empty_dir(self._shm)
         except OSError as e:
             raise SandboxError(f"/dev/shm could not be emptied: {e}") from e
-        rc, msg = execd_client.short_request(self._sock, {"op": "reset", "uid": SANDBOX_UID, "gid": SANDBOX_GID},
-                                             timeout=10.0)
+        rc, msg = execd_client.reset_until_ok(self._sock, {"op": "reset", "uid": SANDBOX_UID, "gid": SANDBOX_GID},
+                                              self._sweep)
         if rc != 0:
             raise SandboxError(f"ipc reset rc={rc}: {msg[:200]!r}")
         if not self._server_alive() or not self._sweep():

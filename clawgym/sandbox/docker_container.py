@@ -186,7 +186,8 @@ class Slot:
         why = self.clear_host_side()
         if why:
             log.info("host-side IPC cleanup of %s: %s", self.id[:12], why)
-        rc, msg = self.request({"op": "reset", "uid": SANDBOX_UID, "gid": SANDBOX_GID}, timeout=10.0)
+        rc, msg = execd_client.reset_until_ok(self.sock, {"op": "reset", "uid": SANDBOX_UID, "gid": SANDBOX_GID},
+                                              self.sweep)
         if rc != 0:
             return f"ipc reset rc={rc}: {msg[:200]!r}"
         if not self.sweep():

@@ -154,6 +154,19 @@ def pump(sock: socket.socket, stdin: bytes | None, deadline: float, max_output: 
     return Pumped(bytes(bufs[OUT]), bytes(bufs[ERR]), truncated, timed_out, flooded, rc, started, error)
 
 
+def reset_until_ok(path: str, req: dict, sweep, attempts: int = 3, timeout: float = 10.0) -> tuple[int | None, bytes]:
+    """The server's reset op, retried after a sweep when it did not answer rc 0: a sweep that another thread
+    runs when its exec ends can kill the reset's handler mid-request. -> (rc, stderr) of the last attempt."""
+    rc, msg = None, b""
+    for i in range(max(1, attempts)):
+        rc, msg = short_request(path, req, timeout)
+        if rc == 0:
+            break
+        if i + 1 < attempts:
+            sweep()
+    return rc, msg
+
+
 def short_request(path: str, req: dict, timeout: float = 10.0) -> tuple[int | None, bytes]:
     """A short request to the server (reset, ping): -> (rc or None, stderr + error text)."""
     s = connect(path, timeout)
@@ -170,6 +183,8 @@ def short_request(path: str, req: dict, timeout: float = 10.0) -> tuple[int | No
             if not b:
                 break
             buf += b
+    except OSError as e:  # the handler was killed mid-request (e.g. by a concurrent sweep): caller may retry
+        return None, f"{type(e).__name__}: {e}".encode()
     finally:
         s.close()
     rc, err, pos = None, bytearray(), 0
