@@ -157,8 +157,8 @@ def test_llm_route_end_to_end(server, any_isolating_factory, monkeypatch):
 
     # the 500 was retried by the real client; every call asked for strict JSON-schema output
     assert script.n_500 == 1
-    first, second = script.requests[0], script.requests[1]
-    assert first["messages"] == second["messages"]
+    first = script.requests[0]  # candidates run concurrently: the retry of the 500 is a later identical request
+    assert sum(r["messages"] == first["messages"] for r in script.requests) == 2
     names = [r["response_format"]["json_schema"]["name"] for r in script.requests]
     assert all(r["response_format"]["type"] == "json_schema" and r["response_format"]["json_schema"]["strict"]
                for r in script.requests)

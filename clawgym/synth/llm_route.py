@@ -15,6 +15,10 @@ endpoint, with JSON-schema structured output, then the ClawGym gates:
                   instruction or workspace) plus an LLM audit for factual errors / leaks. No repair.
 
 Public API: ``generate_llm_tasks(personas, skills, taxonomy, client_cfg, n, route, max_repairs, factory)``.
+Candidates run concurrently with at most ``max_in_flight`` (default 32) chat requests overlapping; the openai
+client retries 429 / 5xx / connection errors ``max_retries`` times with exponential backoff. With a ``cache_dir``
+every response is stored content-addressed (clawgym.synth.llm_cache) and a re-run makes no request.
+``return_stats=True`` adds a stats dict (requests, cache hits/misses, tokens and cost per accepted task).
 Secrets: the API key is read from the env var named by ``client_cfg["api_key_env"]`` (never logged).
 """
 
@@ -29,6 +33,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from clawgym.synth.llm_cache import InFlightLimiter, LLMStats, ResponseCache, request_key
 from clawgym.tasks.model import File, RubricRule, Task, ToolCall, Verifier
 
 log = logging.getLogger(__name__)
@@ -119,9 +124,15 @@ class ClientConfig:
     max_retries: int = 2  # transport-level retries done by the openai client (5xx, 429, timeouts)
     review_model: str | None = None  # reviewer/auditor model; defaults to `model`
     extra: dict[str, Any] = field(default_factory=dict)
+    max_in_flight: int = 32  # chat requests overlapping at most
+    cache_dir: str | None = None  # content-addressed response cache (None: no cache)
+    price_per_1k_tokens: float | None = None  # one price for prompt and completion tokens
+    price_per_1k_prompt: float | None = None  # overrides price_per_1k_tokens for prompt tokens
+    price_per_1k_completion: float | None = None  # overrides price_per_1k_tokens for completion tokens
 
     @classmethod
     def coerce(cls, cfg: "ClientConfig | dict[str, Any] | None") -> "ClientConfig":
+        """A ClientConfig from a ClientConfig, a dict (unknown keys ignored) or None (defaults)."""
         if cfg is None:
             return cls()
         if isinstance(cfg, cls):
@@ -132,6 +143,7 @@ class ClientConfig:
         raise TypeError(f"client_cfg must be a ClientConfig or dict, got {type(cfg).__name__}")
 
     def make_client(self):
+        """The openai client for this endpoint (its own retries: `max_retries`, exponential backoff)."""
         import openai
 
         key = os.environ.get(self.api_key_env) or "EMPTY"  # local servers accept any key
@@ -143,8 +155,63 @@ class LLMReplyError(RuntimeError):
     """The endpoint answered, but not with a JSON object matching the schema."""
 
 
-def _chat_json(client, cfg: ClientConfig, system: str, user: str, schema: dict[str, Any], name: str,
-               model: str | None = None) -> dict[str, Any]:
+class _Runtime:
+    """What every chat call of one run shares: client, config, response cache, in-flight limiter, stats."""
+
+    def __init__(self, client, cfg: ClientConfig, cache: ResponseCache | None, limit: int):
+        self.client, self.cfg, self.cache = client, cfg, cache
+        self.limiter = InFlightLimiter(limit)
+        self.stats = LLMStats()
+
+    def complete(self, kwargs: dict[str, Any], usage: dict[str, int] | None) -> str:
+        """The reply text of one chat request: from the cache, or from the endpoint (then cached when it
+        parses as a JSON object)."""
+        key = request_key(kwargs)
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                u = hit.get("usage") or {}
+                pt, ct = int(u.get("prompt_tokens") or 0), int(u.get("completion_tokens") or 0)
+                self.stats.add(cache_hits=1, cached_prompt_tokens=pt, cached_completion_tokens=ct)
+                if usage is not None:
+                    usage["prompt_tokens"] += pt
+                    usage["completion_tokens"] += ct
+                return str(hit.get("content") or "")
+            self.stats.add(cache_misses=1)
+        try:
+            with self.limiter:
+                resp = self.client.chat.completions.create(**kwargs)
+        except Exception:
+            self.stats.add(errors=1)
+            raise
+        u = getattr(resp, "usage", None)
+        pt = int(getattr(u, "prompt_tokens", 0) or 0)
+        ct = int(getattr(u, "completion_tokens", 0) or 0)
+        self.stats.add(requests=1, prompt_tokens=pt, completion_tokens=ct)
+        if usage is not None:
+            usage["prompt_tokens"] += pt
+            usage["completion_tokens"] += ct
+            usage["requests"] += 1
+        text = (resp.choices[0].message.content or "") if resp.choices else ""
+        if self.cache is not None and _parse_json_obj(text) is not None:
+            self.cache.put(key, {"model": kwargs.get("model"), "content": text,
+                                 "usage": {"prompt_tokens": pt, "completion_tokens": ct},
+                                 "id": getattr(resp, "id", None)})
+        return text
+
+
+def _parse_json_obj(text: str) -> dict[str, Any] | None:
+    text = re.sub(r"^```(?:json)?\s*|\s*```$", "", (text or "").strip())  # tolerate fenced replies
+    try:
+        data = json.loads(text)
+    except Exception:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _chat_json(rt: _Runtime, system: str, user: str, schema: dict[str, Any], name: str,
+               model: str | None = None, usage: dict[str, int] | None = None) -> dict[str, Any]:
+    cfg = rt.cfg
     kwargs: dict[str, Any] = dict(
         model=model or cfg.model,
         messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
@@ -154,15 +221,10 @@ def _chat_json(client, cfg: ClientConfig, system: str, user: str, schema: dict[s
     if cfg.max_tokens:
         kwargs["max_tokens"] = cfg.max_tokens
     kwargs.update(cfg.extra)
-    resp = client.chat.completions.create(**kwargs)
-    text = (resp.choices[0].message.content or "").strip() if resp.choices else ""
-    text = re.sub(r"^```(?:json)?\s*|\s*```$", "", text)  # tolerate fenced replies from weaker servers
-    try:
-        data = json.loads(text)
-    except Exception as e:
-        raise LLMReplyError(f"{name}: reply is not JSON ({e}): {text[:200]!r}") from None
-    if not isinstance(data, dict):
-        raise LLMReplyError(f"{name}: reply is not a JSON object")
+    text = rt.complete(kwargs, usage)
+    data = _parse_json_obj(text)
+    if data is None:
+        raise LLMReplyError(f"{name}: reply is not a JSON object: {text.strip()[:200]!r}")
     missing = [k for k in schema.get("required", []) if k not in data]
     if missing:
         raise LLMReplyError(f"{name}: reply lacks {missing}")
@@ -410,34 +472,63 @@ def generate_llm_tasks(
     seed: int = 0,
     client=None,
     score_fn: ScoreFn | None = None,
-    workers: int = 1,
-) -> tuple[list[Task], list[dict[str, Any]]]:
+    workers: int | None = None,
+    max_in_flight: int | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    return_stats: bool = False,
+) -> tuple[list[Task], list[dict[str, Any]]] | tuple[list[Task], list[dict[str, Any]], dict[str, Any]]:
     """Generate `n` candidate tasks through the LLM route and gate them.
 
-    Returns (accepted tasks, rejected records). Every rejected record has ``reason`` (the gate:
-    schema|llm_error|compile|noop|scaffold|oracle|review|audit), ``detail``, ``index``, ``rounds``.
+    Returns (accepted tasks, rejected records), plus a stats dict when `return_stats`. Every rejected record
+    has ``reason`` (the gate: schema|llm_error|compile|noop|scaffold|oracle|review|audit), ``detail``,
+    ``index``, ``rounds``.
     `factory` is the SandboxFactory in which verifiers run (default: clawgym.sandbox.get_factory("auto")).
-    `workers` > 1 processes candidates concurrently (threads; the openai client and factories are thread-safe).
+    Candidates run in threads (`workers`; default 2 x `max_in_flight`, so that gates of some candidates overlap
+    the requests of others; 1 = sequential) while at most `max_in_flight` chat requests overlap (default:
+    ``client_cfg.max_in_flight``, 32). `cache_dir` (default ``client_cfg.cache_dir``) holds the
+    content-addressed response cache: a request seen before is answered from it without a call.
+    Stats: requests, cache_hits/misses, prompt/completion tokens (total and per accepted task), cost and
+    cost per accepted task when a price per 1K tokens is configured, peak_in_flight, wall_s, candidates_per_s.
     Results are in candidate order and deterministic in `seed` for a deterministic endpoint.
     """
+    import time
+
     if route not in ("persona", "skill"):
         raise ValueError(f"route must be 'persona' or 'skill', got {route!r}")
     cfg = ClientConfig.coerce(client_cfg)
     client = client or cfg.make_client()
+    limit = int(max_in_flight or cfg.max_in_flight or 1)
+    cdir = cache_dir if cache_dir is not None else cfg.cache_dir
+    rt = _Runtime(client, cfg, ResponseCache(cdir) if cdir else None, limit)
+    if workers is None:
+        workers = 2 * limit
     own_factory = None
     if score_fn is None and factory is None:
         from clawgym.sandbox import get_factory
 
         factory = own_factory = get_factory("auto")
+    t0 = time.perf_counter()
     try:
-        return _generate(personas, skills, taxonomy, cfg, client, n, route, max_repairs,
-                         score_fn or make_score_fn(factory), seed, workers)
+        accepted, rejected = _generate(personas, skills, taxonomy, rt, n, route, max_repairs,
+                                       score_fn or make_score_fn(factory), seed, workers)
     finally:
         if own_factory is not None:
             own_factory.close()
+    if not return_stats:
+        return accepted, rejected
+    rt.stats.peak_in_flight = rt.limiter.peak
+    pp = cfg.price_per_1k_prompt if cfg.price_per_1k_prompt is not None else cfg.price_per_1k_tokens
+    pc = cfg.price_per_1k_completion if cfg.price_per_1k_completion is not None else cfg.price_per_1k_tokens
+    stats = rt.stats.summary(len(accepted), n, price_per_1k_prompt=pp, price_per_1k_completion=pc,
+                             wall_s=time.perf_counter() - t0)
+    stats["max_in_flight"] = limit
+    stats["rejected_by_reason"] = {}
+    for r in rejected:
+        stats["rejected_by_reason"][r["reason"]] = stats["rejected_by_reason"].get(r["reason"], 0) + 1
+    return accepted, rejected, stats
 
 
-def _generate(personas, skills, taxonomy, cfg: ClientConfig, client, n: int, route: str, max_repairs: int,
+def _generate(personas, skills, taxonomy, rt: _Runtime, n: int, route: str, max_repairs: int,
               score: ScoreFn, seed: int, workers: int = 1) -> tuple[list[Task], list[dict[str, Any]]]:
     seeds = [_as_dict(p) for p in (personas if route == "persona" else skills)]
     if not seeds:
@@ -445,23 +536,26 @@ def _generate(personas, skills, taxonomy, cfg: ClientConfig, client, n: int, rou
     slots = _taxonomy_slots(taxonomy)
 
     def one(i: int) -> tuple[Task | None, dict[str, Any] | None]:
-        return _one_task(i, seeds[i % len(seeds)], slots, cfg, client, route, max_repairs, score, seed)
+        return _one_task(i, seeds[i % len(seeds)], slots, rt, route, max_repairs, score, seed)
 
+    workers = max(1, min(int(workers), n))
     if workers <= 1:
         results = [one(i) for i in range(n)]
     else:
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(workers) as ex:
-            results = list(ex.map(one, range(n)))
+        with ThreadPoolExecutor(workers, thread_name_prefix="llm-cand") as ex:
+            results = list(ex.map(one, range(n)))  # map keeps candidate order
     accepted = [t for t, _ in results if t is not None]
     rejected = [r for _, r in results if r is not None]
     return accepted, rejected
 
 
-def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], cfg: ClientConfig, client, route: str,
+def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], rt: _Runtime, route: str,
               max_repairs: int, score: ScoreFn, seed: int) -> tuple[Task | None, dict[str, Any] | None]:
     """Generate, gate, repair and audit candidate `i`. Returns (task, None) or (None, rejection record)."""
+    cfg = rt.cfg
+    usage = {"prompt_tokens": 0, "completion_tokens": 0, "requests": 0}
     rnd = random.Random(f"{seed}:{i}")
     category, subcategory = slots[(i + rnd.randrange(len(slots))) % len(slots)] if slots else ("", "")
     if route == "persona":
@@ -478,11 +572,12 @@ def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], cfg: Cl
     history: list[dict[str, Any]] = []
 
     def reject(reason: str, detail: str) -> tuple[None, dict[str, Any]]:
-        return None, {**base, "reason": reason, "detail": detail[:1000], "rounds": len(history), "history": history}
+        return None, {**base, "reason": reason, "detail": detail[:1000], "rounds": len(history), "history": history,
+                      "usage": {k: usage[k] for k in ("prompt_tokens", "completion_tokens")}}
 
     try:
-        spec = _chat_json(client, cfg, SYSTEM_GEN, _gen_prompt(route, seed_text, category, subcategory, rnd),
-                          TASK_SCHEMA, "task_spec")
+        spec = _chat_json(rt, SYSTEM_GEN, _gen_prompt(route, seed_text, category, subcategory, rnd),
+                          TASK_SCHEMA, "task_spec", usage=usage)
     except Exception as e:
         return reject("llm_error", _err(e))
 
@@ -495,8 +590,8 @@ def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], cfg: Cl
             gate, problem, scores = run_code_gates(task, score)
             guidance = problem
             if gate is None:
-                review = _chat_json(client, cfg, SYSTEM_REVIEW, _task_view(task, with_reference=True),
-                                    REVIEW_SCHEMA, "task_review", model=cfg.review_model)
+                review = _chat_json(rt, SYSTEM_REVIEW, _task_view(task, with_reference=True),
+                                    REVIEW_SCHEMA, "task_review", model=cfg.review_model, usage=usage)
                 if review.get("pass") and review.get("coverage_pass"):
                     task.source["llm"]["review"] = review
                     task.source["llm"]["gate_scores"] = scores
@@ -520,8 +615,8 @@ def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], cfg: Cl
         if rnd_no == max_repairs:
             break
         try:
-            spec = _chat_json(client, cfg, SYSTEM_GEN, _repair_prompt(spec, problem, guidance), TASK_SCHEMA,
-                              "task_spec")
+            spec = _chat_json(rt, SYSTEM_GEN, _repair_prompt(spec, problem, guidance), TASK_SCHEMA,
+                              "task_spec", usage=usage)
         except Exception as e:
             verdict = ("llm_error", _err(e))
             break
@@ -532,8 +627,8 @@ def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], cfg: Cl
     if leaked:
         return reject("audit", f"answer leak: {leaked!r}")
     try:
-        audit = _chat_json(client, cfg, SYSTEM_AUDIT, _task_view(task, with_reference=True), AUDIT_SCHEMA,
-                           "task_audit", model=cfg.review_model)
+        audit = _chat_json(rt, SYSTEM_AUDIT, _task_view(task, with_reference=True), AUDIT_SCHEMA,
+                           "task_audit", model=cfg.review_model, usage=usage)
     except Exception as e:
         return reject("llm_error", _err(e))
     if not audit.get("pass") or audit.get("answer_leak") or audit.get("factual_errors"):
@@ -542,6 +637,7 @@ def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], cfg: Cl
         return reject("audit", "; ".join(what) or "audit failed")
     task.source["llm"]["audit"] = audit
     task.source["llm"]["repair_rounds"] = len(history)
+    task.source["llm"]["usage"] = {k: usage[k] for k in ("prompt_tokens", "completion_tokens")}
     return task, None
 
 
