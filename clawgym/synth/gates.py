@@ -8,6 +8,16 @@ Per task:
   oracle_2      a second grading of the oracle workspace scores the same (determinism)
   mutations     corrupted oracle outputs (missing file, wrong path, a row dropped, a number off, plus any
                 family-specific corruption; clawgym.synth.mutations) each score strictly less than the oracle
+  hacker        cheap exploits (placeholder / echo / copy_inputs / empty_outputs outputs; clawgym.synth.exploits)
+                each score below HACK_BOUND (0.2); a task one reaches is rejected `hackable:<exploit>`
+                with `hacker="reject"`; "report" (DEFAULT_HACKER, until the families below are fixed) only
+                records TaskValidation.exploit_scores/.hackable; "off" skips them. Report-only by default because
+                at bound 0.2 five procedural families leak partial credit to exploits on every seed
+                (benchmarks/hacker_rate.py): expense_policy_audit and glossary_rename (echo, copy_inputs:
+                `inputs_untouched`), gradebook_finals (copy_inputs: `order`), invoice_payment_match
+                (copy_inputs: `row_order`), support_reply_drafts (copy_inputs: `reply_facts`). Prose
+                claims and "run the tests and stop" leave the workspace unchanged: that is the no-op gate.
+                Both paths build the exploits with clawgym.synth.exploits.exploits.
 Then `dedupe` and `split_by_family` (clawgym.synth.dedupe, re-exported here).
 
 Two ways to run the gates:
@@ -45,6 +55,7 @@ from typing import Any, Iterable
 
 from clawgym.synth.dedupe import Rejected, dedupe, split_by_family, workspace_fingerprint  # noqa: F401
 from clawgym.synth.drivers import DRIVERS, LAUNCHER, bundle
+from clawgym.synth.exploits import DEFAULT_HACKER, HACK_BOUND, HACKER_MODES, exploits, hackable
 from clawgym.synth.mutations import (  # noqa: F401
     family_mutations, generic_mutations, number_off, row_dropped, scaffold_overlay, task_outputs,
 )
@@ -76,12 +87,30 @@ class TaskValidation:
     duration_s: float = 0.0
     oracle_checks: dict[str, float] = field(default_factory=dict)  # the oracle's per-check scores
     same_keys: bool = True  # grade() returned the same sub-score keys on no-op, scaffold and oracle
+    exploit_scores: dict[str, float] = field(default_factory=dict)  # hacker gate: exploit -> score (those run)
+    hackable: list[str] = field(default_factory=list)  # exploits scoring >= the bound (HACK_BOUND)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _judge(v: TaskValidation, n_mutations_expected: int = 1, has_reference: bool = True) -> TaskValidation:
+def _judge(v: TaskValidation, n_mutations_expected: int = 1, has_reference: bool = True,
+           hacker: str = DEFAULT_HACKER, bound: float = HACK_BOUND) -> TaskValidation:
+    v.hackable = hackable(v.exploit_scores, bound)
+    _judge_base(v, n_mutations_expected, has_reference)
+    if hacker == "reject" and v.hackable:
+        hack = "; ".join(f"hackable:{n}" for n in v.hackable)
+        v.reason = f"{hack}; {v.reason}" if (not v.passed and v.reason) else hack
+        v.passed = False
+    return v
+
+
+def _check_hacker(hacker: str) -> None:
+    if hacker not in HACKER_MODES:
+        raise ValueError(f"hacker={hacker!r}: one of {HACKER_MODES}")
+
+
+def _judge_base(v: TaskValidation, n_mutations_expected: int = 1, has_reference: bool = True) -> TaskValidation:
     why = []
     if not has_reference:  # e.g. LLM-route tasks: only the verifier gates apply (no oracle to replay)
         if not v.compiles:
@@ -201,7 +230,8 @@ def _b64(d: dict[str, bytes | None]) -> dict[str, str | None]:
 
 
 def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver: bool = True,
-                    stats: _Stats | None = None) -> list[TaskValidation]:
+                    stats: _Stats | None = None, hacker: str = DEFAULT_HACKER,
+                    bound: float = HACK_BOUND) -> list[TaskValidation]:
     t0 = time.perf_counter()
     vals = [TaskValidation(task_id=t.task_id, family=t.family, category=t.category) for t in tasks]
     for v, t in zip(vals, tasks):
@@ -224,6 +254,9 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver:
             "noop": {}, "scaffold": scaffold_overlay(outs), "oracle": overlay, "oracle_2": dict(overlay)}
         for name, mv in {**generic_mutations(outs, overlay, t.file_map()), **family_mutations(t, overlay)}.items():
             variants["mut:" + name] = mv
+        if hacker != "off":
+            for name, ev in exploits(t, overlay if t.reference else None).items():
+                variants["hack:" + name] = ev
         jobs.append({"code": t.verifier.code or "", "timeout": int(t.verifier.timeout_s),
                      "files": _b64(t.file_map()), "variants": {k: _b64(x) for k, x in variants.items()}})
     # phase 3: grade everything
@@ -241,11 +274,12 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver:
         keysets = [set(g[k].get("subs") or {}) for k in ("noop", "scaffold", "oracle")]
         v.same_keys = keysets[0] == keysets[1] == keysets[2] or not t.reference and keysets[0] == keysets[1]
         v.mutation_scores = {k[4:]: r["score"] for k, r in g.items() if k.startswith("mut:")}
+        v.exploit_scores = {k[5:]: r["score"] for k, r in g.items() if k.startswith("hack:")}
         v.duration_s = dt
         if not t.reference:
             v.oracle_score = v.oracle_score_2 = None
             v.mutation_scores, v.oracle_checks = {}, {}
-        _judge(v, has_reference=bool(t.reference))
+        _judge(v, has_reference=bool(t.reference), hacker=hacker, bound=bound)
         if not v.compiles:
             v.passed, v.reason = False, v.reason or "verifier does not compile"
         if v.errors and not v.passed:
@@ -257,7 +291,8 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver:
 
 def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, chunk: int = 100,
                   timeout: float = 600.0, forkserver: bool = True,
-                  stats: dict[str, float] | None = None) -> list[TaskValidation]:
+                  stats: dict[str, float] | None = None, hacker: str = DEFAULT_HACKER,
+                  bound: float = HACK_BOUND) -> list[TaskValidation]:
     """Batched gates: chunks of `chunk` tasks, each chunk in ONE sandbox (two driver runs). `workers`
     chunks run at once. Results keep the input order. `forkserver` (default on)
     serves the references' `python3` runs, and grade code's `sys.executable` runs, by forking a pre-imported
@@ -265,14 +300,15 @@ def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, 
     seconds: chunk_s, replay_s / grade_s (a driver run, end to end), replay_driver_s / grade_driver_s (sandbox
     open + driver wall), replay_sandbox_cpu_s / grade_sandbox_cpu_s (cpu inside the sandbox),
     replay_transfer_s / grade_transfer_s (payload JSON, reading results, closing), *_payload_mb; host work is
-    chunk_s - replay_s - grade_s."""
+    chunk_s - replay_s - grade_s. `hacker` / `bound`: the hacker gate (module docstring)."""
+    _check_hacker(hacker)
     tasks = list(tasks)
     chunks = [tasks[i:i + chunk] for i in range(0, len(tasks), chunk)]
     st = _Stats(stats) if stats is not None else None
 
     def run(c: list[Task]) -> list[TaskValidation]:
         try:
-            return _validate_chunk(c, factory, timeout, forkserver=forkserver, stats=st)
+            return _validate_chunk(c, factory, timeout, forkserver=forkserver, stats=st, hacker=hacker, bound=bound)
         except Exception as e:
             if len(c) > 1:  # one hostile task (os._exit in grade, a huge output...) must not sink the chunk
                 h = len(c) // 2
@@ -288,10 +324,13 @@ def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, 
     return [v for r in res for v in r]
 
 
-def validate_task(task: Task, factory: Any, judge: Any = None) -> TaskValidation:
+def validate_task(task: Task, factory: Any, judge: Any = None, hacker: str = DEFAULT_HACKER,
+                  bound: float = HACK_BOUND) -> TaskValidation:
     """The official (unbatched) path: every variant in its own sandbox of `factory`, reference replayed with
     clawgym.agent.tools.apply_reference, scored by clawgym.verify.verify_task. Gates use the code score
-    (rubric scores depend on the judge and are not gated)."""
+    (rubric scores depend on the judge and are not gated). `hacker` / `bound`: the hacker gate (module
+    docstring); exploits are scored the same way, each in its own sandbox."""
+    _check_hacker(hacker)
     from clawgym.agent.toolcore import replay_errors
     from clawgym.agent.tools import apply_reference
     from clawgym.verify import verify_task
@@ -326,8 +365,10 @@ def validate_task(task: Task, factory: Any, judge: Any = None) -> TaskValidation
         v.noop_score = score({})
         v.scaffold_score = score(scaffold_overlay(outs))
         v.same_keys = keys[0] == keys[1]
+        if hacker != "off":
+            v.exploit_scores = {n: score(ev) for n, ev in exploits(task, None).items()}
         v.duration_s = time.perf_counter() - t0
-        return _judge(v, has_reference=False)
+        return _judge(v, has_reference=False, hacker=hacker, bound=bound)
     with factory.open(task.files) as sb:
         v.errors += replay_errors(apply_reference(sb, task.reference or []))
         after = sb.snapshot()
@@ -343,8 +384,10 @@ def validate_task(task: Task, factory: Any, judge: Any = None) -> TaskValidation
     v.same_keys = keys[0] == keys[1] == keys[2]
     for name, mv in {**generic_mutations(outs, overlay, inputs), **family_mutations(task, overlay)}.items():
         v.mutation_scores[name] = score(mv)
+    if hacker != "off":
+        v.exploit_scores = {n: score(ev) for n, ev in exploits(task, overlay).items()}
     v.duration_s = time.perf_counter() - t0
-    return _judge(v, has_reference=bool(task.reference))
+    return _judge(v, has_reference=bool(task.reference), hacker=hacker, bound=bound)
 
 
 def rejected_from_validations(vals: list[TaskValidation]) -> list[Rejected]:

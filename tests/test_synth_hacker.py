@@ -1,0 +1,85 @@
+"""Hacker gate (clawgym.synth.exploits): cheap-exploit workspaces a task must not reward, in the batched
+(validate_many) and one-task (validate_task) paths alike."""
+
+from __future__ import annotations
+
+import pytest
+
+from clawgym.synth.exploits import EXPLOITS, PLACEHOLDER, exploits
+from clawgym.synth.families import get_family
+from clawgym.synth.families.base import Family
+from clawgym.synth.gates import validate_many, validate_task
+
+_EXISTS = ("import os\n"
+           "def grade(transcript, workspace_path):\n"
+           "    p = os.path.join(workspace_path, 'output/report.md')\n"
+           "    return {'exists': float(os.path.exists(p))}\n")
+
+
+def _exists_only_task():
+    def build(ctx):
+        ctx.csv("input/sales.csv", ["region", "amount"], [["north", 3], ["south", 5]])
+        ctx.ask("Sum the amounts in input/sales.csv and write the total to output/report.md.")
+        ctx.output("output/report.md")
+        ctx.check("total", "'8' in T('output/report.md')")
+        ctx.read("input/sales.csv")
+        ctx.write("output/report.md", "Total: 8\n")
+
+    t = Family("sum_report", "analysis_reasoning", "data analysis and calculation", ["read", "write"], ["csv"], "x",
+               build).generate(1)
+    return t.model_copy(update={"task_id": "exists-only", "verifier": t.verifier.model_copy(update={"code": _EXISTS})})
+
+
+def test_exploit_workspaces():
+    t = get_family("sales_rollup").generate(4)
+    outs = t.source["outputs"]
+    ex = exploits(t)
+    assert set(ex) == set(EXPLOITS)
+    assert all(set(ov) == set(outs) for ov in ex.values())
+    assert ex["placeholder"][outs[0]] == PLACEHOLDER and ex["empty_outputs"][outs[0]] == b""
+    assert t.instruction.encode() in ex["echo"][outs[0]]
+    inputs = t.file_map()
+    assert all(b in inputs.values() for b in ex["copy_inputs"].values())
+    # an exploit equal to the oracle's output is not an exploit (a "copy this file" task)
+    oracle = {outs[0]: ex["copy_inputs"][outs[0]]}
+    assert "copy_inputs" not in exploits(t, oracle)
+
+
+def test_existence_only_check_is_hackable_placeholder(any_isolating_factory):
+    t = _exists_only_task()
+    [b] = validate_many([t], any_isolating_factory, hacker="reject")
+    a = validate_task(t, any_isolating_factory, hacker="reject")
+    for v in (a, b):
+        assert not v.passed
+        assert v.reason.startswith("hackable:placeholder")
+        assert v.exploit_scores["placeholder"] == 1.0 and v.hackable == list(EXPLOITS)
+    # report-only: flagged, the other gates decide (here the scaffold also scores 1 -> fails on that alone)
+    [r] = validate_many([t], None, hacker="report")
+    assert r.hackable == list(EXPLOITS) and "hackable" not in r.reason and "scaffold" in r.reason
+    [o] = validate_many([t], None, hacker="off")
+    assert o.exploit_scores == {} and o.hackable == []
+
+
+def test_real_family_task_passes_and_paths_agree(any_isolating_factory):
+    tasks = [get_family(f).generate(s) for s, f in enumerate(["sales_rollup", "log_summary_cli"], 3)]
+    batched = validate_many(tasks, any_isolating_factory, hacker="reject")
+    for t, b in zip(tasks, batched):
+        a = validate_task(t, any_isolating_factory, hacker="reject")
+        assert b.passed, b.reason
+        assert set(b.exploit_scores) == set(EXPLOITS) and b.hackable == []
+        assert a.exploit_scores == b.exploit_scores, t.task_id
+        assert (a.passed, a.reason, a.hackable) == (b.passed, b.reason, b.hackable)
+
+
+def test_partial_credit_leak_is_reported_not_rejected_by_default():
+    """A family whose input-preservation check passes on any output (finding: glossary_rename) is flagged by the
+    default report mode and rejected in reject mode."""
+    t = get_family("glossary_rename").generate(0)
+    [rep], [rej] = validate_many([t], None), validate_many([t], None, hacker="reject")
+    assert rep.passed and rep.hackable and rep.exploit_scores["copy_inputs"] >= 0.2
+    assert not rej.passed and rej.reason == "; ".join(f"hackable:{n}" for n in rej.hackable)
+
+
+def test_bad_mode():
+    with pytest.raises(ValueError, match="hacker"):
+        validate_many([], None, hacker="maybe")
