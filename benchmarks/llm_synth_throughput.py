@@ -1,0 +1,166 @@
+"""Throughput of the LLM synthesis route against a slow OpenAI-compatible endpoint.
+
+    python benchmarks/llm_synth_throughput.py [--n 160] [--latency 2] [--in-flight 32] [--backend local|bwrap|docker]
+                                              [--cache-rerun]
+
+A local stub (FastAPI in a thread) answers every chat request after `--latency` seconds with a valid,
+gate-passing task spec (the shape of tests/test_synth_llm.py's scripted replies, unique per candidate) and
+accepting review / audit replies. The real route runs: the real openai client, `max_in_flight` overlapping
+requests, and the real gates (noop / scaffold / oracle verifier runs in the sandbox factory).
+
+Prints candidate tasks/s, requests/s against the ideal (in-flight / latency), their ratio and the most requests
+the stub saw at once. Every candidate costs 3 sequential requests (generate, review, audit), so the ideal in
+candidates/s is (in-flight / latency) / 3. `--cache-rerun` repeats the run over the response cache (0 requests).
+No ``from __future__ import annotations`` here: FastAPI reads the endpoint annotations.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+GOOD_CODE = '''import json, os
+
+def grade(transcript, workspace_path):
+    try:
+        data = json.load(open(os.path.join(workspace_path, "output/total.json")))
+        v = data["total"]
+    except Exception:
+        return {"total": 0.0, "is_int": 0.0}
+    return {"total": 1.0 if v == 42 else 0.0, "is_int": 1.0 if isinstance(v, int) and v == 42 else 0.0}
+'''
+
+
+def good_spec(token: str) -> dict:
+    """A gate-passing spec (noop 0, scaffold 0, oracle 1, no leak), unique through `token`."""
+    return {
+        "instruction": f"Add up the numbers in input/nums.csv and write output/total.json as {{\"total\": <sum>}}. "
+                       f"[batch {token}]",
+        "subcategory": "data analysis and calculation",
+        "difficulty": 2,
+        "workspace_files": [{"path": "input/nums.csv", "content": "n\n10\n12\n20\n"},
+                            {"path": "notes/old.txt", "content": "stale numbers: 1 2 3\n"}],
+        "output_paths": ["output/total.json"],
+        "verifier_code": GOOD_CODE,
+        "rubric": [],
+        "reference_outputs": [{"path": "output/total.json", "content": "{\"total\": 42}\n"}],
+    }
+
+
+class SlowStub:
+    """Chat-completions stub with a fixed latency; counts requests and the peak of concurrent requests."""
+
+    def __init__(self, latency: float):
+        self.latency = latency
+        self.requests = 0
+        self.current = 0
+        self.peak = 0
+
+    def app(self):
+        """The FastAPI app."""
+        from fastapi import FastAPI, Request
+        from fastapi.responses import JSONResponse
+
+        app = FastAPI()
+
+        async def chat(request: Request):
+            body = await request.json()
+            self.requests += 1
+            self.current += 1
+            self.peak = max(self.peak, self.current)
+            try:
+                await asyncio.sleep(self.latency)
+                return JSONResponse(self.reply(body))
+            finally:
+                self.current -= 1
+
+        app.add_api_route("/v1/chat/completions", chat, methods=["POST"])
+        return app
+
+    @staticmethod
+    def reply(body: dict) -> dict:
+        """Accepting replies for task_spec / task_review / task_audit."""
+        name = body["response_format"]["json_schema"]["name"]
+        if name == "task_spec":
+            m = re.search(r"Variation token: (\d+)", body["messages"][-1]["content"])
+            out = good_spec(m.group(1) if m else "0")
+        elif name == "task_review":
+            out = {"pass": True, "coverage_pass": True, "issues": [], "missing_task_requirements": [],
+                   "weak_or_incorrect_checks": [], "repair_guidance": ""}
+        else:
+            out = {"pass": True, "factual_errors": [], "answer_leak": False, "leaked_text": ""}
+        content = json.dumps(out)
+        prompt = sum(len(m["content"]) for m in body["messages"]) // 4
+        return {"id": "cmpl-stub", "object": "chat.completion", "created": int(time.time()),
+                "model": body.get("model", "stub"),
+                "choices": [{"index": 0, "finish_reason": "stop",
+                             "message": {"role": "assistant", "content": content}}],
+                "usage": {"prompt_tokens": prompt, "completion_tokens": len(content) // 4,
+                          "total_tokens": prompt + len(content) // 4}}
+
+
+def main() -> None:
+    """Run the benchmark and print the throughput report."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=160, help="candidate tasks")
+    ap.add_argument("--latency", type=float, default=2.0, help="stub latency per request (s)")
+    ap.add_argument("--in-flight", type=int, default=32)
+    ap.add_argument("--backend", default="local", choices=["local", "bwrap", "docker", "auto"])
+    ap.add_argument("--cache-rerun", action="store_true", help="run twice over a fresh response cache")
+    a = ap.parse_args()
+
+    from clawgym.agent.servers import ServerThread
+    from clawgym.sandbox import get_factory
+    from clawgym.sandbox.base import SandboxConfig
+    from clawgym.synth.llm_route import generate_llm_tasks
+
+    personas = [{"persona_id": f"bench-{i}", "name": f"persona {i}", "role": "analyst", "domain": "retail"}
+                for i in range(16)]
+    taxonomy = [("analysis_reasoning", "data analysis and calculation")]
+    stub = SlowStub(a.latency)
+    factory = get_factory(a.backend, SandboxConfig())
+    with ServerThread(stub.app()) as srv, tempfile.TemporaryDirectory(prefix="llm_cache_") as cache:
+        cfg = {"base_url": srv.base_url, "model": "stub", "max_retries": 2, "timeout_s": 60,
+               "price_per_1k_tokens": 0.001}
+        runs = 2 if a.cache_rerun else 1
+        for r in range(runs):
+            stub.peak, before = 0, stub.requests
+            t0 = time.perf_counter()
+            acc, rej, st = generate_llm_tasks(personas, [], taxonomy, cfg, n=a.n, route="persona", max_repairs=1,
+                                              factory=factory, max_in_flight=a.in_flight, return_stats=True,
+                                              cache_dir=cache if a.cache_rerun else None)
+            wall = time.perf_counter() - t0
+            if rej:
+                print(f"  first rejection: {rej[0]['reason']}: {rej[0]['detail'][:300]}")
+            reqs = stub.requests - before
+            ideal_req = a.in_flight / a.latency
+            per_cand = (reqs / a.n) if reqs else 3.0
+            ideal_cand = ideal_req / per_cand
+            cps = a.n / wall
+            label = "cached re-run" if r == 1 else f"backend={a.backend}"
+            print(f"[{label}] {a.n} candidates, {len(acc)} accepted, {len(rej)} rejected "
+                  f"{st['rejected_by_reason'] or ''} in {wall:.1f}s")
+            print(f"  candidate tasks/s       : {cps:.2f}")
+            if reqs:
+                print(f"  requests/s              : {reqs / wall:.2f}  (ideal in-flight/latency = {a.in_flight}/"
+                      f"{a.latency:g}s = {ideal_req:.1f}/s; ratio {reqs / wall / ideal_req:.2f})")
+                print(f"  requests per candidate  : {per_cand:.2f}  -> ideal candidate tasks/s = {ideal_cand:.2f}; "
+                      f"ratio {cps / ideal_cand:.2f}")
+            else:
+                print("  requests                : 0 (every reply from the response cache; time = gates only)")
+            print(f"  max concurrent at stub  : {stub.peak}  (route peak_in_flight {st['peak_in_flight']})")
+            print(f"  requests {st['requests']}, cache hits {st['cache_hits']}, misses {st['cache_misses']}; "
+                  f"tokens/accepted task {st['tokens_per_accepted_task'] or 0:.0f}, "
+                  f"cost/accepted task {st.get('cost_per_accepted_task') or 0:.6f}")
+    factory.close()
+
+
+if __name__ == "__main__":
+    main()
