@@ -10,7 +10,8 @@ import dagster as dg
 from clawgym.lake import TRAIN_SOURCES, Table, TaskSource
 from clawgym.lake.records import counts, group_mean, task_row, verification_row
 from clawgym_assets._util import md_counts, md_histogram, md_table
-from clawgym_resources import JudgeResource, LakeResource, OpenClawResource, SandboxResource
+from clawgym_resources import (JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource,
+                               SandboxResource)
 
 GROUP = "synthesis"
 
@@ -98,44 +99,128 @@ def imported_tasks(context: dg.AssetExecutionContext, config: ImportedTasksConfi
 
 
 class SyntheticTasksConfig(dg.Config):
-    route: str = "procedural"  # procedural (offline default) | llm (needs an endpoint)
-    n: int = 24
+    route: str = "procedural"  # procedural (offline default) | llm | both (llm needs named endpoints)
+    n: int = 24  # procedural tasks (route procedural | both)
     seed: int = 0
     families: List[str] = []  # [] = all registered families
     heldout_per_category: int = 1  # whole families per category kept out of training (procedural bench)
+    gates: bool = True  # run the procedural tasks through the synthesis gates here (in the sandbox)
+    dedupe_threshold: float = 0.90  # MiniLM cosine at or above which a task is a near-duplicate
+    workers: int = 1  # gate workers (sandboxes) for the procedural tasks
+    # LLM route (route llm | both): endpoints registered by name in ModelEndpointsResource
+    n_llm: int = 8  # LLM candidates (persona-driven + skill-grounded)
+    skill_fraction: float = 0.25  # share of the LLM candidates grounded in a skill (the rest: a persona)
+    categories: List[str] = []  # [] = the whole category taxonomy
+    generator: str = "generator"  # endpoint name of the task generator
+    reviewer: str = ""  # endpoint name of the reviewer ("" = the generator's)
+    auditor: str = ""  # endpoint name of the auditor ("" = the reviewer's)
+    max_repairs: int = 3
+    llm_workers: int = 1  # LLM candidates in flight at once
+
+
+ROUTES = ("procedural", "llm", "both")
+
+
+def _client_cfg(endpoints: ModelEndpointsResource, name: str, role: str) -> dict:
+    """llm_route.ClientConfig fields of the endpoint registered as `name` (dg.Failure naming it otherwise)."""
+    try:
+        spec = endpoints.policy(name)
+    except KeyError as e:
+        raise dg.Failure(f"synthetic_tasks.config.{role}: {e.args[0] if e.args else e}") from None
+    if spec.kind != "openai" or not spec.base_url:
+        raise dg.Failure(f"synthetic_tasks.config.{role}: endpoint {name!r} is not an OpenAI-compatible endpoint "
+                         f"with a base_url (kind {spec.kind!r})")
+    cfg = {"base_url": spec.base_url, "model": spec.model or name, "extra": dict(spec.extra or {})}
+    if spec.api_key_env:
+        cfg["api_key_env"] = spec.api_key_env
+    return cfg
+
+
+def _gate_table(counts_: dict) -> str:
+    from clawgym.synth.pipeline import GATE_ORDER
+
+    gates = [g for g in GATE_ORDER if any(g in d["passed"] for cats in counts_.values() for d in cats.values())]
+    rows = [[route, cat, d["candidates"], *[d["passed"].get(g, "") for g in gates], d["accepted"]]
+            for route, cats in sorted(counts_.items()) for cat, d in sorted(cats.items())]
+    return md_table(["route", "category", "candidates", *[f"passed {g}" for g in gates], "accepted"], rows)
 
 
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"}, deps=[personas, skills],
-          description="Task specs from the procedural route (default) — split by family into train and held-out bench.")
-def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksConfig,
-                    lake: LakeResource) -> dg.MaterializeResult:
-    from clawgym.synth.families import generate_procedural
-    from clawgym.synth.personas import Persona
-
-    if config.route != "procedural":
-        raise dg.Failure(f"route {config.route!r} is not available offline; use route=procedural")
+          description="Task specs from clawgym.synth.pipeline.synthesize: the procedural route (default), the LLM "
+                      "route (persona-driven and skill-grounded, via named endpoints) or both -> gates -> dedupe -> "
+                      "split by held-out family into train and bench. Every rejection (gate, reason) goes to "
+                      "rejected_tasks.")
+def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksConfig, lake: LakeResource,
+                    sandbox: SandboxResource, endpoints: ModelEndpointsResource) -> dg.MaterializeResult:
     import json
 
-    ptab = lake.personas()
-    people = [Persona(**{**json.loads(s), "goals": tuple(json.loads(s)["goals"]),
-                         "tools": tuple(json.loads(s)["tools"])})
-              for s in ptab.column("persona_json").to_pylist()]
-    tasks = generate_procedural(config.n, seed=config.seed, families=config.families or None, personas=people or None)
-    from clawgym.synth.gates import split_by_family
+    from clawgym.synth.embed import minilm_embedder
+    from clawgym.synth.personas import Persona
+    from clawgym.synth.pipeline import LLMPlan, synthesize
 
-    tasks = split_by_family(tasks, held_out_per_category=config.heldout_per_category, seed=config.seed)
+    if config.route not in ROUTES:
+        raise dg.Failure(f"synthetic_tasks.config.route: {config.route!r} is not one of {', '.join(ROUTES)}")
+    pdicts = [json.loads(s) for s in lake.personas().column("persona_json").to_pylist()]
+    people = [Persona(**{**d, "goals": tuple(d["goals"]), "tools": tuple(d["tools"])}) for d in pdicts]
+    plan = None
+    if config.route in ("llm", "both"):
+        from clawgym.synth.taxonomy import SUBCATEGORIES
+
+        unknown = sorted(set(config.categories) - set(SUBCATEGORIES))
+        if unknown:
+            raise dg.Failure(f"synthetic_tasks.config.categories: unknown {unknown}; known: {sorted(SUBCATEGORIES)}")
+        gen = _client_cfg(endpoints, config.generator, "generator")
+        rev = _client_cfg(endpoints, config.reviewer, "reviewer") if config.reviewer else gen
+        aud = _client_cfg(endpoints, config.auditor, "auditor") if config.auditor else rev
+        sks = [json.loads(s) for s in lake.skills().column("skill_json").to_pylist()]
+        sks = [s for s in sks if s.get("usable_offline", True)]
+        plan = LLMPlan(generator=gen, reviewer=rev, auditor=aud, n=config.n_llm, personas=pdicts, skills=sks,
+                       skill_fraction=config.skill_fraction, max_repairs=config.max_repairs,
+                       taxonomy={c: SUBCATEGORIES[c] for c in (config.categories or SUBCATEGORIES)},
+                       workers=config.llm_workers, cache_dir=str(lake.path("cache", "llm")))
+    n_proc = config.n if config.route in ("procedural", "both") else 0
+    with sandbox.factory() as factory:
+        res = synthesize(n_proc, seed=config.seed, factory=factory, families=config.families or None,
+                         personas=people or None, workers=config.workers,
+                         held_out_per_category=config.heldout_per_category, dedupe_threshold=config.dedupe_threshold,
+                         embed=minilm_embedder(str(lake.path("cache", "minilm_embeddings.npz"))),
+                         validate=config.gates, llm=plan)
+    tasks = res.tasks
     for t in tasks:
-        t.suite = "procedural"
-    bench_fams = {t.family for t in tasks if t.split == "bench"}
+        t.suite = "procedural" if t.route == "procedural" else "llm"
     lake.write(Table.TASKS, [task_row(t, TaskSource.SYNTHETIC.value) for t in tasks], {"source": TaskSource.SYNTHETIC})
+    # rejected_tasks: this asset's rejections (stage = the gate) replace the previous ones; the verifiers' stay
+    keep = [r for r in _rejection_rows(lake) if r.get("stage") == VERIFIERS_STAGE]
+    lake.write(Table.REJECTED_TASKS, keep + res.rejections)
+    for r in res.rejections:
+        context.log.info(f"rejected {r['task_id']} ({r['route']}, {r['category']}) at {r['stage']}: "
+                         f"{r['reason'][:200]}")
+    gc = res.gate_counts()
+    bench_fams = {t.family for t in tasks if t.split == "bench"}
     return dg.MaterializeResult(metadata={
+        "route": config.route,
         "n": len(tasks), "n_train": sum(t.split == "train" for t in tasks),
         "n_bench": sum(t.split == "bench" for t in tasks),
+        "n_candidates": len(res.candidates), "n_rejected": len(res.rejections),
         "heldout_families": dg.MetadataValue.json(sorted(bench_fams)),
         "by_category": md_counts("category", counts(t.category for t in tasks)),
         "by_family": md_counts("family", counts(t.family for t in tasks)),
         "by_route": md_counts("route", counts(t.route for t in tasks)),
+        "gates": _gate_table(gc),
+        "gate_counts": dg.MetadataValue.json(gc),
+        "rejected_by_gate": md_counts("gate", counts(r["stage"] for r in res.rejections)),
+        "timings_s": dg.MetadataValue.json({k: round(v, 3) for k, v in res.timings.items()}),
     })
+
+
+VERIFIERS_STAGE = "verifiers"
+
+
+def _rejection_rows(lake: LakeResource) -> list:
+    """rejected_tasks rows, decoded (safe to write back)."""
+    from clawgym.lake import read_rows
+
+    return read_rows(Table.REJECTED_TASKS, root=lake.lake_dir)
 
 
 def _all_tasks(lake: LakeResource, sources=TRAIN_SOURCES):
@@ -209,12 +294,14 @@ def verifiers(context: dg.AssetExecutionContext, config: VerifiersConfig, lake: 
                               "deterministic": (v.oracle_score == v.oracle_score_2) if v.oracle_score_2 is not None
                               else None, "issues_json": [v.reason] if v.reason else []})
                 if not v.passed:
-                    rejected.append({**task_row(t, TaskSource.SYNTHETIC.value), "stage": "verifiers",
+                    rejected.append({**task_row(t, TaskSource.SYNTHETIC.value), "stage": VERIFIERS_STAGE,
                                      "reason": v.reason})
                     context.log.warning(f"rejected {t.task_id}: {v.reason}")
     lake.write(Table.VERIFICATIONS, vrows)
     lake.write(Table.TASK_VALIDATIONS, valid)
-    lake.write(Table.REJECTED_TASKS, rejected)
+    # keep synthetic_tasks' own rejections (stage = the synthesis gate); replace earlier verifier rejections
+    synth_rej = [r for r in _rejection_rows(lake) if r.get("stage") != VERIFIERS_STAGE]
+    lake.write(Table.REJECTED_TASKS, synth_rej + rejected)
     noops = [r for r in vrows if r["kind"] == "noop"]
     return dg.MaterializeResult(metadata={
         "n_tasks": len(tasks), "n_validated": len(valid), "n_rejected": len(rejected),

@@ -1,8 +1,19 @@
-"""The procedural synthesis pipeline: generate -> validate (gates) -> dedupe -> split, keeping every rejected
-task in a table with its reason. Library code (no Dagster); the synthetic_tasks asset calls `synthesize`."""
+"""The one synthesis pipeline — used by the `synthetic_tasks` asset, the CLI (through the asset) and the
+benchmarks: generate (procedural families + optionally the LLM route) -> gates -> dedupe -> split, keeping every
+rejected candidate with the gate that dropped it and why. Library code (no Dagster).
+
+Gates: procedural tasks (and `extra_tasks`) go through `validate_many` (compile, no-op, scaffold, oracle twice,
+mutations, hacker); LLM-route candidates are gated inside `generate_llm_tasks` (schema, compile, no-op,
+scaffold, oracle, reviewer, auditor, with repairs) and are not validated a second time. Dedupe runs over all
+accepted tasks together (workspace fingerprint for procedural tasks; MiniLM cosine >= `dedupe_threshold` within a
+category across LLM tasks and one representative per procedural family). Split: held-out procedural families
+are the bench split (`split_by_family`, over the procedural tasks only, so adding LLM tasks never changes the
+procedural split); other tasks are train."""
 
 from __future__ import annotations
 
+import inspect
+import json
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -12,6 +23,33 @@ from clawgym.synth.gates import (
     Rejected, TaskValidation, dedupe, rejected_from_validations, split_by_family, validate_many,
 )
 from clawgym.tasks.model import Task
+
+# gate names in the order a candidate meets them (rejection `stage` values); "gates" = an unclassified gate
+PROCEDURAL_GATES = ("infra", "compile", "noop", "scaffold", "oracle", "determinism", "mutation", "keys", "hacker",
+                    "gates")
+LLM_GATES = ("llm_error", "schema", "compile", "noop", "scaffold", "oracle", "review", "audit")
+GATE_ORDER = tuple(dict.fromkeys(("llm_error", "schema", *PROCEDURAL_GATES, "review", "audit", "dedupe")))
+
+
+@dataclass
+class LLMPlan:
+    """What the LLM route generates inside `synthesize`: `n` candidates, `skill_fraction` of them skill-grounded
+    (route "skill", from `skills`), the rest persona-driven (route "persona", from `personas`), over `taxonomy`
+    ({category: [subcategory, ...]}; None = clawgym.synth.taxonomy). `generator`, `reviewer`, `auditor` are
+    llm_route.ClientConfig (or dicts of its fields); reviewer/auditor default to the generator. `cache_dir` is
+    passed to generate_llm_tasks when it takes one."""
+
+    generator: Any
+    n: int
+    personas: list[Any] = field(default_factory=list)
+    skills: list[Any] = field(default_factory=list)
+    skill_fraction: float = 0.0
+    taxonomy: Any = None
+    reviewer: Any = None
+    auditor: Any = None
+    max_repairs: int = 3
+    workers: int = 1
+    cache_dir: str | None = None
 
 
 @dataclass
@@ -23,6 +61,8 @@ class SynthResult:
     rejected: list[Rejected]
     timings: dict[str, float] = field(default_factory=dict)
     validate_stats: dict[str, float] = field(default_factory=dict)  # validate_many's `stats` (summed over workers)
+    rejections: list[dict[str, Any]] = field(default_factory=list)  # every reject: route, gate, reason, task_json
+    candidates: list[dict[str, str]] = field(default_factory=list)  # every candidate: task_id, route, category
 
     def rejected_table(self) -> list[dict[str, Any]]:
         return [asdict(r) for r in self.rejected]
@@ -30,34 +70,179 @@ class SynthResult:
     def validation_table(self) -> list[dict[str, Any]]:
         return [v.to_dict() for v in self.validations]
 
+    def gate_counts(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """route -> category -> {candidates, rejected: {gate: n}, passed: {gate: n still in after it},
+        accepted}; gates in GATE_ORDER (only those that apply to the route)."""
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for c in self.candidates:
+            d = out.setdefault(c["route"], {}).setdefault(c["category"], {"candidates": 0, "rejected": {}})
+            d["candidates"] += 1
+        for r in self.rejections:
+            d = out.setdefault(r["route"], {}).setdefault(r["category"], {"candidates": 0, "rejected": {}})
+            d["rejected"][r["stage"]] = d["rejected"].get(r["stage"], 0) + 1
+        for route, cats in out.items():
+            gates = (LLM_GATES if route != "procedural" else PROCEDURAL_GATES) + ("dedupe",)
+            for d in cats.values():
+                left, passed = d["candidates"], {}
+                for g in GATE_ORDER:
+                    if g in gates or g in d["rejected"]:
+                        left -= d["rejected"].get(g, 0)
+                        passed[g] = left
+                d["rejected"] = {g: d["rejected"][g] for g in GATE_ORDER if g in d["rejected"]}
+                d["passed"] = passed
+                d["accepted"] = left
+        return out
+
+
+def procedural_gate(v: TaskValidation) -> str:
+    """The first gate a failed procedural validation did not pass."""
+    if v.reason.startswith("infra"):
+        return "infra"
+    if not v.compiles:
+        return "compile"
+    if v.noop_score is None or v.noop_score != 0.0:
+        return "noop"
+    if v.scaffold_score is None or v.scaffold_score != 0.0:
+        return "scaffold"
+    if v.oracle_score is None or abs(v.oracle_score - 1.0) > 1e-9:
+        return "oracle"
+    if v.oracle_score_2 != v.oracle_score:
+        return "determinism"
+    if "mutation" in v.reason:
+        return "mutation"
+    if not v.same_keys:
+        return "keys"
+    if v.hackable:
+        return "hacker"
+    return "gates"
+
+
+def _task_json(t: Task | None) -> str | None:
+    return t.model_dump_json() if t is not None else None
+
+
+def _routed_client(plan: LLMPlan):
+    """(ClientConfig of the generator, an openai-like client sending task_spec requests to the generator,
+    task_review to the reviewer and task_audit to the auditor, each with its own model)."""
+    from clawgym.synth.llm_route import ClientConfig
+
+    gen = ClientConfig.coerce(plan.generator)
+    rev = ClientConfig.coerce(plan.reviewer) if plan.reviewer is not None else gen
+    aud = ClientConfig.coerce(plan.auditor) if plan.auditor is not None else rev
+    clients: dict[int, Any] = {}
+
+    def client_of(cfg):
+        if id(cfg) not in clients:
+            clients[id(cfg)] = cfg.make_client()
+        return clients[id(cfg)]
+
+    by_schema = {"task_spec": gen, "task_review": rev, "task_audit": aud}
+
+    class _Completions:
+        def create(self, **kw):
+            name = ((kw.get("response_format") or {}).get("json_schema") or {}).get("name", "task_spec")
+            cfg = by_schema.get(name, gen)
+            return client_of(cfg).chat.completions.create(**{**kw, "model": cfg.model})
+
+    class _Chat:
+        completions = _Completions()
+
+    class _Client:
+        chat = _Chat()
+
+    return gen, _Client()
+
+
+def generate_llm(plan: LLMPlan, factory: Any = None, seed: int = 0) -> tuple[list[Task], list[dict[str, Any]]]:
+    """The LLM route's persona and skill candidates (accepted tasks, rejection records with `route`)."""
+    from clawgym.synth.llm_route import generate_llm_tasks
+
+    n_skill = round(plan.n * plan.skill_fraction) if plan.skills else 0
+    n_persona = plan.n - n_skill
+    if n_persona and not plan.personas:
+        raise ValueError("LLM route: persona-driven candidates asked for but no personas given")
+    gen, client = _routed_client(plan)
+    extra: dict[str, Any] = {}
+    params = inspect.signature(generate_llm_tasks).parameters
+    if plan.cache_dir and "cache_dir" in params:
+        extra["cache_dir"] = plan.cache_dir
+    if "workers" in params:
+        extra["workers"] = plan.workers
+    accepted: list[Task] = []
+    rejected: list[dict[str, Any]] = []
+    for route, k in (("persona", n_persona), ("skill", n_skill)):
+        if k <= 0:
+            continue
+        acc, rej = generate_llm_tasks(plan.personas, plan.skills, plan.taxonomy, gen, k, route=route,
+                                      max_repairs=plan.max_repairs, factory=factory, seed=seed, client=client,
+                                      **extra)
+        accepted += acc
+        rejected += [{**r, "route": r.get("route") or route} for r in rej]
+    return accepted, rejected
+
 
 def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] | None = None,
                personas: list[Any] | None = None, workers: int = 1, chunk: int = 100,
                held_out_per_category: int = 1, dedupe_threshold: float = 0.90, embed: Any = None,
-               extra_tasks: list[Task] | None = None, validate: bool = True, forkserver: bool = True) -> SynthResult:
-    """n procedural tasks (+ `extra_tasks`, e.g. from the LLM route, which must carry their own verifiers)
-    through the gates, dedupe and the held-out-family split. factory=None validates on the host (dev only).
-    forkserver=False replays/grades with real python3 processes only (same results, slower)."""
+               extra_tasks: list[Task] | None = None, validate: bool = True, forkserver: bool = True,
+               llm: LLMPlan | None = None) -> SynthResult:
+    """n procedural tasks (n=0: none) + `extra_tasks` (which must carry their own verifiers) through the gates,
+    plus — with `llm` — the LLM route's candidates (gated by the LLM route), then dedupe over all of them and the
+    held-out-family split. factory=None validates on the host (dev only). forkserver=False replays/grades with
+    real python3 processes only (same results, slower)."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    tasks = generate_procedural(n, seed=seed, families=families, personas=personas) + list(extra_tasks or [])
+    tasks = (generate_procedural(n, seed=seed, families=families, personas=personas) if n > 0 else []) \
+        + list(extra_tasks or [])
     timings["generate_s"] = time.perf_counter() - t0
+    llm_tasks: list[Task] = []
+    llm_rej: list[dict[str, Any]] = []
+    if llm is not None and llm.n > 0:
+        t = time.perf_counter()
+        llm_tasks, llm_rej = generate_llm(llm, factory=factory, seed=seed)
+        timings["llm_s"] = time.perf_counter() - t
+    candidates = [{"task_id": t.task_id, "route": t.route or "procedural", "category": t.category}
+                  for t in tasks + llm_tasks]
+    by_id = {t.task_id: t for t in tasks + llm_tasks}
+    rejections: list[dict[str, Any]] = []
+    for r in llm_rej:
+        route = r.get("route", "persona")
+        tid = f"llm-{route}-{seed}-{int(r.get('index', 0)):05d}-rejected"
+        candidates.append({"task_id": tid, "route": route, "category": r.get("category") or ""})
+        rejections.append({"task_id": tid, "route": route, "family": f"llm_{route}",
+                           "category": r.get("category") or "", "stage": r.get("reason") or "gates",
+                           "reason": r.get("detail") or "",
+                           "task_json": json.dumps({k: v for k, v in r.items()}, default=str)})
     t1 = time.perf_counter()
     vstats: dict[str, float] = {}
     vals = validate_many(tasks, factory, workers=workers, chunk=chunk, forkserver=forkserver,
-                         stats=vstats) if validate else []
+                         stats=vstats) if validate and tasks else []
     timings["validate_s"] = time.perf_counter() - t1
     rejected = rejected_from_validations(vals)
+    gate_of = {v.task_id: procedural_gate(v) for v in vals if not v.passed}
+    for r in rejected:
+        t = by_id[r.task_id]
+        rejections.append({"task_id": r.task_id, "route": t.route or "procedural", "family": r.family,
+                           "category": r.category, "stage": gate_of[r.task_id], "reason": r.reason,
+                           "task_json": _task_json(t)})
     bad = {r.task_id for r in rejected}
-    ok = [t for t in tasks if t.task_id not in bad]
+    ok = [t for t in tasks if t.task_id not in bad] + llm_tasks
     t2 = time.perf_counter()
     kept, dup = dedupe(ok, threshold=dedupe_threshold, embed=embed)
     timings["dedupe_s"] = time.perf_counter() - t2
+    for r in dup:
+        t = by_id[r.task_id]
+        rejections.append({"task_id": r.task_id, "route": t.route or "procedural", "family": r.family,
+                           "category": r.category, "stage": "dedupe", "reason": r.reason, "task_json": _task_json(t)})
     t3 = time.perf_counter()
-    final = split_by_family(kept, held_out_per_category=held_out_per_category, seed=seed)
+    proc = [t for t in kept if t.route == "procedural"]
+    split = {t.task_id: t for t in split_by_family(proc, held_out_per_category=held_out_per_category, seed=seed)}
+    final = [split.get(t.task_id) or t.model_copy(update={"split": "train"}) for t in kept]
     timings["split_s"] = time.perf_counter() - t3
     timings["total_s"] = time.perf_counter() - t0
-    return SynthResult(final, vals, rejected + dup, timings, vstats)
+    llm_rejected = [Rejected(r["task_id"], "gates", f"{r['stage']}: {r['reason']}", r["family"], r["category"])
+                    for r in rejections[:len(llm_rej)]]
+    return SynthResult(final, vals, rejected + llm_rejected + dup, timings, vstats, rejections, candidates)
 
 
-__all__ = ["SynthResult", "synthesize"]
+__all__ = ["GATE_ORDER", "LLMPlan", "SynthResult", "generate_llm", "procedural_gate", "synthesize"]
