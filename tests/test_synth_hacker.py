@@ -71,13 +71,28 @@ def test_real_family_task_passes_and_paths_agree(any_isolating_factory):
         assert (a.passed, a.reason, a.hackable) == (b.passed, b.reason, b.hackable)
 
 
-def test_partial_credit_leak_is_reported_not_rejected_by_default():
-    """A family whose input-preservation check passes on any output (finding: glossary_rename) is flagged by the
-    default report mode and rejected in reject mode."""
+def test_support_checks_close_the_partial_credit_leak():
+    """glossary_rename's input-preservation and legacy-word checks passed on any output (0.33 for an echoed
+    instruction or a copied input); as *support* checks they count only when a substantive check passes."""
     t = get_family("glossary_rename").generate(0)
-    [rep], [rej] = validate_many([t], None), validate_many([t], None, hacker="reject")
-    assert rep.passed and rep.hackable and rep.exploit_scores["copy_inputs"] >= 0.2
-    assert not rej.passed and rej.reason == "; ".join(f"hackable:{n}" for n in rej.hackable)
+    [rep] = validate_many([t], None)
+    assert rep.passed and rep.hackable == [], rep.exploit_scores
+    assert all(v < 0.2 for v in rep.exploit_scores.values()), rep.exploit_scores
+    code = t.verifier.code
+    assert "real = any(" in code and "s['inputs_untouched'] = _safe(lambda:" in code
+
+
+def test_support_check_needs_a_substantive_one():
+    from clawgym.synth.families.base import GradeCode
+
+    g = GradeCode()
+    g.check("only_support", "True", support=True)
+    with pytest.raises(ValueError, match="substantive"):
+        g.source()
+    g.check("main", "False")
+    ns: dict = {}
+    exec(g.source(), ns)
+    assert ns["grade"]([], "/nonexistent") == {"only_support": False, "main": False}
 
 
 def test_bad_mode():

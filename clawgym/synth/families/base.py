@@ -51,19 +51,25 @@ class GradeCode:
     def __init__(self) -> None:
         self.expected: dict[str, Any] = {}
         self.checks: list[tuple[str, str]] = []
+        self.support: set[str] = set()  # checks credited only when a substantive check passes
         self.helpers: list[str] = []
 
     def expect(self, key: str, value: Any) -> None:
         json.dumps(value)  # must be JSON-able
         self.expected[key] = value
 
-    def check(self, name: str, expr: str) -> None:
+    def check(self, name: str, expr: str, support: bool = False) -> None:
+        """Add a named check. `support`: the check (row order, inputs left untouched, a fact that an input
+        file already holds) is credited only when at least one substantive check passes, so a cheap exploit
+        (a placeholder, the instruction echoed, an input copied to the output) earns nothing from it."""
         if not re.fullmatch(r"[a-z][a-z0-9_]*", name):
             raise ValueError(f"check name must be snake_case: {name!r}")
         if any(n == name for n, _ in self.checks):
             raise ValueError(f"duplicate check name {name!r}")
         compile(expr, f"<check {name}>", "eval")
         self.checks.append((name, expr))
+        if support:
+            self.support.add(name)
 
     def helper(self, src: str) -> None:
         """Extra module-level python (a def) used by checks of this family."""
@@ -85,9 +91,17 @@ class GradeCode:
             "    J, C, T, Y, L = _mk(ws)",
             "    s = {}",
         ]
-        for name, expr in self.checks:
+        main = [(n, e) for n, e in self.checks if n not in self.support]
+        if not main:
+            raise ValueError("a family needs at least one substantive (non-support) check")
+        for name, expr in main:
             lines.append(f"    s[{name!r}] = _safe(lambda: {expr})")
-        lines.append("    return s")
+        if self.support:
+            lines.append("    real = any(bool(v) for v in s.values())")
+            for name, expr in self.checks:
+                if name in self.support:
+                    lines.append(f"    s[{name!r}] = _safe(lambda: {expr}) if real else False")
+        lines.append("    return {n: s[n] for n in " + repr([n for n, _ in self.checks]) + "}")
         return "\n".join(lines) + "\n"
 
 
@@ -263,8 +277,9 @@ class Ctx:
     def expect(self, key: str, value: Any) -> None:
         self.grade.expect(key, value)
 
-    def check(self, name: str, expr: str) -> None:
-        self.grade.check(name, expr)
+    def check(self, name: str, expr: str, support: bool = False) -> None:
+        """A named check of the task's grade code (see GradeCode.check for `support`)."""
+        self.grade.check(name, expr, support)
 
     def output(self, path: str) -> str:
         """Declare a deliverable (first one = primary: the default mutations target it)."""
@@ -289,7 +304,7 @@ class Ctx:
             prim = self.outputs[0]
             self.check("inputs_untouched",
                        f"exists(ws, {prim!r}) and len(T({prim!r}).strip()) > 20 and "
-                       "all(unchanged(ws, p, d) for p, d in E['_input_digests'].items())")
+                       "all(unchanged(ws, p, d) for p, d in E['_input_digests'].items())", support=True)
 
     def rubric_rule(self, name: str, file_path: str, scores: dict[str, str]) -> None:
         """A rubric rule on `file_path`. It always declares an offline proxy, so it is judged without an LLM

@@ -461,7 +461,7 @@ def invoice_payment_match(ctx: Ctx) -> None:
     ctx.check("paid_amounts", f"rows_score(C({rc!r}), E['rows'], 'invoice', ['paid'])")
     ctx.check("balances", f"rows_score(C({rc!r}), E['rows'], 'invoice', ['balance'])")
     ctx.check("statuses", f"rows_score(C({rc!r}), E['rows'], 'invoice', ['status'])")
-    ctx.check("row_order", f"list_equal([r.get('invoice') for r in C({rc!r})], [e['invoice'] for e in E['rows']])")
+    ctx.check("row_order", f"list_equal([r.get('invoice') for r in C({rc!r})], [e['invoice'] for e in E['rows']])", support=True)
     ctx.check("unmatched", f"list_equal(J({um!r}), E['unmatched'])")
     ctx.read("finance/README.md")
     ctx.read("finance/invoices.csv")
@@ -584,7 +584,7 @@ def support_reply_drafts(ctx: Ctx) -> None:
     ix = "output/replies/index.csv"
     ctx.check("index_rows", f"rows_score(C({ix!r}), E['rows'], 'id', ['topic', 'replied'])")
     ctx.check("reply_facts", "frac(sum(contains_all(T('output/replies/' + k + '.md'), [v[1]]) for k, v in "
-                             "E['replies'].items()), len(E['replies']))")
+                             "E['replies'].items()), len(E['replies']))", support=True)
     ctx.check("reply_greeting", "frac(sum(contains_all(T('output/replies/' + k + '.md'), [v[0]]) for k, v in "
                                 "E['replies'].items()), len(E['replies']))")
     first = next(e for e in exp if e["replied"] == "yes")
@@ -594,7 +594,7 @@ def support_reply_drafts(ctx: Ctx) -> None:
     _proxy(ctx, required_phrases=[f"Hi {first['name']}", facts[first["topic"]]], max_words=150,
            forbidden_phrases=["click here", "prize"])
     ctx.check("no_spam_replies", f"len(C({ix!r})) == len(E['rows']) and "
-                                 "not any(exists(ws, 'output/replies/' + k + '.md') for k in E['spam'])")
+                                 "not any(exists(ws, 'output/replies/' + k + '.md') for k in E['spam'])", support=True)
     ctx.read("input/faq.md")
     ctx.read("input/inbox.jsonl")
     for e in exp:
