@@ -15,7 +15,6 @@ import shutil
 import socket
 import threading
 import time
-from collections import defaultdict
 
 import dagster as dg
 import pytest
@@ -24,10 +23,10 @@ openai = pytest.importorskip("openai")
 fastapi = pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
 
-from fastapi import FastAPI, Request  # noqa: E402
-from fastapi.responses import JSONResponse  # noqa: E402
 
 from clawgym import lake as lk  # noqa: E402
+from clawgym.agent.servers import completion_json  # noqa: E402
+from test_synth_llm import USAGE, make_app  # noqa: E402  (the same scripted-server app)
 
 BACKEND = os.environ.get("CLAWGYM_TEST_SANDBOX") or ("bwrap" if shutil.which("bwrap") else "local")
 CATEGORY = "analysis_reasoning"
@@ -90,22 +89,7 @@ class Script:
                    "answer_leak": False, "leaked_text": ""}
         else:
             return 400, {"error": {"message": f"unknown schema {name}"}}
-        return 200, {"id": f"cmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
-                     "model": body.get("model", "m"),
-                     "choices": [{"index": 0, "finish_reason": "stop",
-                                  "message": {"role": "assistant", "content": json.dumps(out)}}],
-                     "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}}
-
-
-def make_app(script: Script) -> FastAPI:
-    app = FastAPI()
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request):
-        code, payload = script.reply(await request.json())
-        return JSONResponse(payload, status_code=code)
-
-    return app
+        return 200, completion_json({"role": "assistant", "content": json.dumps(out)}, body.get("model", "m"), USAGE)
 
 
 @pytest.fixture(scope="module")
@@ -129,17 +113,7 @@ def server():
     th.join(10)
 
 
-def _families() -> list[str]:
-    by_cat = defaultdict(list)
-    from clawgym.synth.families import all_families
-
-    for f in all_families():
-        by_cat[f.category].append(f.name)
-    cats = sorted(c for c in by_cat if len(by_cat[c]) >= 2)[:3]
-    return sorted(n for c in cats for n in sorted(by_cat[c])[:2])
-
-
-FAMILIES = _families()
+from test_dagster_graph import FAMILIES  # noqa: E402  (tests/ is on sys.path: prepend import mode)
 
 
 def _materialize(data, url, cfg: dict, raise_on_error: bool = True):

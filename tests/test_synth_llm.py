@@ -20,9 +20,12 @@ uvicorn = pytest.importorskip("uvicorn")
 from fastapi import FastAPI, Request  # noqa: E402
 from fastapi.responses import JSONResponse  # noqa: E402
 
+from clawgym.agent.servers import completion_json  # noqa: E402
 from clawgym.synth.llm_route import (  # noqa: E402
     TASK_SCHEMA, ClientConfig, compile_gate, generate_llm_tasks, leak_check, scaffold_files, spec_to_task,
 )
+
+USAGE = {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}
 
 GOOD_CODE = '''import json, os
 
@@ -93,14 +96,11 @@ class Script:
                    "answer_leak": False, "leaked_text": ""}
         else:
             return 400, {"error": {"message": f"unknown schema {name}"}}
-        return 200, {"id": f"cmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
-                     "model": body.get("model", "m"),
-                     "choices": [{"index": 0, "finish_reason": "stop",
-                                  "message": {"role": "assistant", "content": json.dumps(out)}}],
-                     "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}}
+        return 200, completion_json({"role": "assistant", "content": json.dumps(out)}, body.get("model", "m"), USAGE)
 
 
-def make_app(script: Script) -> FastAPI:
+def make_app(script) -> FastAPI:
+    """An OpenAI-compatible chat endpoint answering with script.reply(body) -> (status, payload)."""
     app = FastAPI()
 
     @app.post("/v1/chat/completions")
