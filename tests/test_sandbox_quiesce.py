@@ -77,7 +77,13 @@ def test_quiesce_kills_processes_of_a_running_exec_and_keeps_files(factory):
         t = threading.Thread(target=agent)
         t.start()
         end = time.monotonic() + 20
-        while len(host_procs_with(f"sleep\0{m}")) < 6 and time.monotonic() < end:
+        def started() -> bool:  # `echo started > ws.txt` runs after the leftovers are launched
+            try:
+                return sb.read_file("ws.txt") == b"started\n"
+            except (OSError, SandboxError):
+                return False
+
+        while (len(host_procs_with(f"sleep\0{m}")) < 6 or not started()) and time.monotonic() < end:
             time.sleep(0.05)
         assert len(host_procs_with(f"sleep\0{m}")) >= 6  # all of them are running / stopped now
         t0 = time.monotonic()

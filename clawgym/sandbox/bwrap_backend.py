@@ -379,6 +379,8 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         self._enter()
         try:
             if self._proc is not None:
+                self._sweep()  # the agent's commands die; execs running in other threads return now
+                self.wait_alone(10.0)  # ... and finish their own end-of-exec sweeps before the reset below
                 self._quiesce()
                 return
             if self._cg is not None and not self._cg.kill_all():

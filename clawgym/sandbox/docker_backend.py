@@ -157,6 +157,8 @@ class DockerSandbox(DockerExecMixin, CountedHostFileMixin, Sandbox):
         try:
             slot = self._slot
             if slot.fast():
+                slot.sweep()  # the agent's commands die; execs running in other threads return now
+                self.wait_alone(10.0)  # ... after their own end-of-exec kills, which would hit the reset below
                 why = slot.quiesce()
                 if why:
                     raise SandboxError(f"quiesce: {why}")

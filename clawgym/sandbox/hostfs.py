@@ -409,6 +409,18 @@ class CountedHostFileMixin(HostFileMixin):
                 self._idle.notify_all()
             return self._active == 0
 
+    def wait_alone(self, timeout: float) -> bool:
+        """Wait until the caller's own activity is the only one left (quiesce: the execs whose commands it
+        just killed have returned, including what they do when their command dies, before it goes on)."""
+        end = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if self._active <= 1:
+                    return True
+            if time.monotonic() > end:
+                return False
+            time.sleep(0.005)
+
     def wait_quiet(self, timeout: float) -> bool:
         """Wait until nothing of this handle runs (after close: a reset may start)."""
         end = time.monotonic() + timeout
