@@ -62,7 +62,12 @@ def sql(query: str = typer.Argument(..., help="SQL over the lake's views, e.g. S
     from clawgym.lake.catalog import query as run
 
     try:
-        cols, rows = run(query, db or default_db_path(_data_dir()), root=_lake_dir())
+        root = _lake_dir()
+        if os.environ.get("CLAWGYM_LAKE_URI"):  # the lake elsewhere (s3://…): endpoint/credentials via the resource
+            from clawgym_resources import LakeResource
+
+            root = LakeResource.from_env().lake_dir
+        cols, rows = run(query, db or default_db_path(_data_dir()), root=root)
     except Exception as e:  # duckdb errors: show the message, not a traceback
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(1) from e

@@ -1,7 +1,7 @@
 """The lake: table schemas, atomic Parquet writes, hive partitions, the DuckDB catalog (DESIGN §7)."""
 
 from clawgym.lake import codec  # noqa: F401
-from clawgym.lake.catalog import default_db_path, query, refresh_catalog, view_sql  # noqa: F401
+from clawgym.lake.catalog import connect, default_db_path, query, refresh_catalog, view_sql  # noqa: F401
 from clawgym.lake.io import (  # noqa: F401
     DEFAULT_DATA_DIR, REPO_ROOT, append_rows, atomic_write_parquet, column_values, data_root, lake_root,
     list_partitions, partition_dir, read_rows, read_table, table_dir, to_table, write_table,
@@ -13,4 +13,5 @@ from clawgym.lake.records import (  # noqa: F401
 from clawgym.lake.schemas import (  # noqa: F401
     PARTITIONS, SCHEMAS, TABLES, TRAIN_SOURCES, Table, TaskSource, bench_source, file_schema, schema,
 )
+from clawgym.lake.store import LakeStorageError, RemoteLake, S3Options, is_remote, open_lake  # noqa: F401
 from clawgym.lake.tables import Lake, LakeTables  # noqa: F401

@@ -89,9 +89,10 @@ class LakeTables:
 
 
 class Lake(LakeTables):
-    """A lake folder (``<data>/lake``) with typed readers and the writers of :mod:`clawgym.lake.io`."""
+    """A lake folder (``<data>/lake``) with typed readers and the writers of :mod:`clawgym.lake.io`; `root` may
+    be an object-store lake (``s3://…`` or a :class:`clawgym.lake.store.RemoteLake`)."""
 
-    def __init__(self, root: str | Path | None = None):
+    def __init__(self, root: str | Path | io.RemoteLake | None = None):
         self.root = io.lake_root(root)
 
     @classmethod
@@ -103,8 +104,8 @@ class Lake(LakeTables):
         return io.read_table(table, partitions, root=self.root)
 
     def write(self, table: Table | str, rows, partitions: Mapping[str, Any] | None = None,
-              mode: str = "overwrite") -> Path:
+              mode: str = "overwrite") -> Path | str:
         return io.write_table(table, rows, partitions, mode=mode, root=self.root)
 
-    def append(self, table: Table | str, rows, partitions: Mapping[str, Any] | None = None) -> Path:
+    def append(self, table: Table | str, rows, partitions: Mapping[str, Any] | None = None) -> Path | str:
         return io.append_rows(table, rows, partitions, root=self.root)
