@@ -1,16 +1,19 @@
 """Throughput of the LLM synthesis route against a slow OpenAI-compatible endpoint.
 
-    python benchmarks/llm_synth_throughput.py [--n 160] [--latency 2] [--in-flight 32] [--backend local|bwrap|docker]
-                                              [--cache-rerun]
+    python benchmarks/llm_synth_throughput.py [--n 320] [--latency 2] [--in-flight 32] [--servers 3|1]
+                                              [--backend local|bwrap|docker] [--cache-rerun]
 
 A local stub (FastAPI in a thread) answers every chat request after `--latency` seconds with a valid,
 gate-passing task spec (the shape of tests/test_synth_llm.py's scripted replies, unique per candidate) and
 accepting review / audit replies. The real route runs: the real openai client, `max_in_flight` overlapping
 requests, and the real gates (noop / scaffold / oracle verifier runs in the sandbox factory).
 
-Prints candidate tasks/s, requests/s against the ideal (in-flight / latency), their ratio and the most requests
-the stub saw at once. Every candidate costs 3 sequential requests (generate, review, audit), so the ideal in
-candidates/s is (in-flight / latency) / 3. `--cache-rerun` repeats the run over the response cache (0 requests).
+Prints candidate tasks/s against the ideal (in-flight / latency), their ratio, requests/s and the most requests
+each stub saw at once. Every candidate costs 3 sequential requests (generate, review, audit). With `--servers 3`
+(default) the generator, reviewer and auditor are three endpoints (three stubs), each with `--in-flight` requests
+overlapping at most, so the pipeline's ideal is in-flight / latency candidates/s; with `--servers 1` all three
+roles share one server's in-flight budget and the ideal is a third of that. The gates (batched in the sandbox)
+are included. `--cache-rerun` repeats the run over the response and gate caches (0 requests, 0 gate runs).
 No ``from __future__ import annotations`` here: FastAPI reads the endpoint annotations.
 """
 
@@ -109,12 +112,16 @@ class SlowStub:
 def main() -> None:
     """Run the benchmark and print the throughput report."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=160, help="candidate tasks")
+    ap.add_argument("--n", type=int, default=320, help="candidate tasks")
     ap.add_argument("--latency", type=float, default=2.0, help="stub latency per request (s)")
-    ap.add_argument("--in-flight", type=int, default=32)
+    ap.add_argument("--in-flight", type=int, default=32, help="requests overlapping at most, per server")
+    ap.add_argument("--servers", type=int, default=3, choices=[1, 3],
+                    help="3: generator, reviewer, auditor on their own endpoints; 1: one endpoint for all")
     ap.add_argument("--backend", default="local", choices=["local", "bwrap", "docker", "auto"])
     ap.add_argument("--cache-rerun", action="store_true", help="run twice over a fresh response cache")
     a = ap.parse_args()
+
+    from contextlib import ExitStack
 
     from clawgym.agent.servers import ServerThread
     from clawgym.sandbox import get_factory
@@ -124,38 +131,45 @@ def main() -> None:
     personas = [{"persona_id": f"bench-{i}", "name": f"persona {i}", "role": "analyst", "domain": "retail"}
                 for i in range(16)]
     taxonomy = [("analysis_reasoning", "data analysis and calculation")]
-    stub = SlowStub(a.latency)
+    stubs = [SlowStub(a.latency) for _ in range(a.servers)]
     factory = get_factory(a.backend, SandboxConfig())
-    with ServerThread(stub.app()) as srv, tempfile.TemporaryDirectory(prefix="llm_cache_") as cache:
-        cfg = {"base_url": srv.base_url, "model": "stub", "max_retries": 2, "timeout_s": 60,
-               "price_per_1k_tokens": 0.001}
+    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="llm_cache_") as cache:
+        urls = [stack.enter_context(ServerThread(st.app())).base_url for st in stubs]
+        cfgs = [{"base_url": u, "model": "stub", "max_retries": 2, "timeout_s": 60, "price_per_1k_tokens": 0.001,
+                 "max_in_flight": a.in_flight} for u in urls]
+        gen, rev, aud = (cfgs * 3)[:3] if a.servers == 1 else cfgs
         runs = 2 if a.cache_rerun else 1
         for r in range(runs):
-            stub.peak, before = 0, stub.requests
+            before = sum(st.requests for st in stubs)
+            for st in stubs:
+                st.peak = 0
             t0 = time.perf_counter()
-            acc, rej, st = generate_llm_tasks(personas, [], taxonomy, cfg, n=a.n, route="persona", max_repairs=1,
-                                              factory=factory, max_in_flight=a.in_flight, return_stats=True,
+            acc, rej, st = generate_llm_tasks(personas, [], taxonomy, gen, n=a.n, route="persona", max_repairs=1,
+                                              factory=factory, reviewer=rev, auditor=aud, return_stats=True,
                                               cache_dir=cache if a.cache_rerun else None)
             wall = time.perf_counter() - t0
             if rej:
                 print(f"  first rejection: {rej[0]['reason']}: {rej[0]['detail'][:300]}")
-            reqs = stub.requests - before
-            ideal_req = a.in_flight / a.latency
+            reqs = sum(x.requests for x in stubs) - before
+            per_server = a.in_flight / a.latency
             per_cand = (reqs / a.n) if reqs else 3.0
-            ideal_cand = ideal_req / per_cand
+            ideal_cand = per_server * a.servers / per_cand
             cps = a.n / wall
-            label = "cached re-run" if r == 1 else f"backend={a.backend}"
+            label = "cached re-run" if r == 1 else f"backend={a.backend}, {a.servers} server(s)"
             print(f"[{label}] {a.n} candidates, {len(acc)} accepted, {len(rej)} rejected "
                   f"{st['rejected_by_reason'] or ''} in {wall:.1f}s")
-            print(f"  candidate tasks/s       : {cps:.2f}")
+            print(f"  candidate tasks/s       : {cps:.2f}  (in-flight/latency = {a.in_flight}/{a.latency:g}s = "
+                  f"{per_server:.1f}/s; ratio {cps / per_server:.2f})")
             if reqs:
-                print(f"  requests/s              : {reqs / wall:.2f}  (ideal in-flight/latency = {a.in_flight}/"
-                      f"{a.latency:g}s = {ideal_req:.1f}/s; ratio {reqs / wall / ideal_req:.2f})")
+                print(f"  requests/s              : {reqs / wall:.2f} over {a.servers} server(s) "
+                      f"(ideal {per_server * a.servers:.1f}/s; ratio {reqs / wall / (per_server * a.servers):.2f})")
                 print(f"  requests per candidate  : {per_cand:.2f}  -> ideal candidate tasks/s = {ideal_cand:.2f}; "
                       f"ratio {cps / ideal_cand:.2f}")
             else:
-                print("  requests                : 0 (every reply from the response cache; time = gates only)")
-            print(f"  max concurrent at stub  : {stub.peak}  (route peak_in_flight {st['peak_in_flight']})")
+                print("  requests                : 0 (every reply from the response cache)")
+            print(f"  max concurrent per stub : {[x.peak for x in stubs]}  (route peak_in_flight "
+                  f"{st['peak_in_flight']})")
+            print(f"  gates                   : {st['gates']}")
             print(f"  requests {st['requests']}, cache hits {st['cache_hits']}, misses {st['cache_misses']}; "
                   f"tokens/accepted task {st['tokens_per_accepted_task'] or 0:.0f}, "
                   f"cost/accepted task {st.get('cost_per_accepted_task') or 0:.6f}")

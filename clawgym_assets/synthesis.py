@@ -115,7 +115,9 @@ class SyntheticTasksConfig(dg.Config):
     reviewer: str = ""  # endpoint name of the reviewer ("" = the generator's)
     auditor: str = ""  # endpoint name of the auditor ("" = the reviewer's)
     max_repairs: int = 3
-    llm_workers: int = 1  # LLM candidates in flight at once
+    llm_workers: int = 0  # LLM candidates in progress at once (0 = twice the requests allowed in flight)
+    max_in_flight: int = 32  # chat requests overlapping at most, per server
+    llm_hacker: str = "reject"  # hacker gate for LLM candidates: reject (repaired) | report | off
 
 
 ROUTES = ("procedural", "llm", "both")
@@ -169,15 +171,18 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
         unknown = sorted(set(config.categories) - set(SUBCATEGORIES))
         if unknown:
             raise dg.Failure(f"synthetic_tasks.config.categories: unknown {unknown}; known: {sorted(SUBCATEGORIES)}")
-        gen = _client_cfg(endpoints, config.generator, "generator")
-        rev = _client_cfg(endpoints, config.reviewer, "reviewer") if config.reviewer else gen
-        aud = _client_cfg(endpoints, config.auditor, "auditor") if config.auditor else rev
+        gen = {**_client_cfg(endpoints, config.generator, "generator"), "max_in_flight": config.max_in_flight}
+        rev = {**_client_cfg(endpoints, config.reviewer, "reviewer"), "max_in_flight": config.max_in_flight} \
+            if config.reviewer else None
+        aud = {**_client_cfg(endpoints, config.auditor, "auditor"), "max_in_flight": config.max_in_flight} \
+            if config.auditor else rev
         sks = [json.loads(s) for s in lake.skills().column("skill_json").to_pylist()]
         sks = [s for s in sks if s.get("usable_offline", True)]
         plan = LLMPlan(generator=gen, reviewer=rev, auditor=aud, n=config.n_llm, personas=pdicts, skills=sks,
                        skill_fraction=config.skill_fraction, max_repairs=config.max_repairs,
                        taxonomy={c: SUBCATEGORIES[c] for c in (config.categories or SUBCATEGORIES)},
-                       workers=config.llm_workers, cache_dir=str(lake.path("cache", "llm")))
+                       workers=config.llm_workers or None, cache_dir=str(lake.path("cache", "llm")),
+                       hacker=config.llm_hacker)
     n_proc = config.n if config.route in ("procedural", "both") else 0
     with sandbox.factory() as factory:
         res = synthesize(n_proc, seed=config.seed, factory=factory, families=config.families or None,
@@ -210,6 +215,11 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
         "gate_counts": dg.MetadataValue.json(gc),
         "rejected_by_gate": md_counts("gate", counts(r["stage"] for r in res.rejections)),
         "timings_s": dg.MetadataValue.json({k: round(v, 3) for k, v in res.timings.items()}),
+        **({"llm": dg.MetadataValue.json(res.llm_stats),
+            "llm_requests": int(res.llm_stats.get("requests") or 0),
+            "llm_cache_hits": int(res.llm_stats.get("cache_hits") or 0),
+            "llm_tokens_per_accepted_task": float(res.llm_stats.get("tokens_per_accepted_task") or 0.0)}
+           if res.llm_stats else {}),
     })
 
 

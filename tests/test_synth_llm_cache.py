@@ -107,8 +107,11 @@ def test_cache_rerun_makes_no_request_and_ignores_base_url(local_factory, tmp_pa
         assert not rej1 and len(acc1) == 4
         assert s1["cache_hits"] == 0 and s1["cache_misses"] == s1["requests"] == len(stub.requests) == 12
         # one small file per response, content-addressed: <aa>/<sha256>.json, no temp files left
-        files = sorted(p for p in cache.rglob("*") if p.is_file())
+        files = sorted(p for p in cache.rglob("*") if p.is_file() and "gates" not in p.parts)
         assert len(files) == 12 and all(p.parent.name == p.stem[:2] and len(p.stem) == 64 for p in files)
+        # the gate verdicts, content-addressed under gates/: one per distinct candidate, computed in batches
+        verdicts = [p for p in (cache / "gates").rglob("*.json")]
+        assert len(verdicts) == s1["gates"]["gated"] == 4 and 1 <= s1["gates"]["batches"] <= 4
         body = stub.requests[0]
         key = request_key(body)
         hit = ResponseCache(cache).get(key)  # the key is the sha256 of the very body the endpoint received
@@ -121,6 +124,7 @@ def test_cache_rerun_makes_no_request_and_ignores_base_url(local_factory, tmp_pa
         assert s2["requests"] == 0 and s2["cache_hits"] == 12 and s2["cache_misses"] == 0
         assert [t.model_dump() for t in acc2] == [t.model_dump() for t in acc1]
         assert s2["prompt_tokens"] == 0 and s2["cached_prompt_tokens"] == s1["prompt_tokens"]
+        assert s2["gates"] == {"gated": 0, "batches": 0, "cache_hits": 4}  # nothing re-gated either
 
         # another seed = other prompts: misses again
         _, _, s3 = run(srv.base_url, local_factory, n=1, cache_dir=str(cache), seed=4)

@@ -1,23 +1,25 @@
-"""LLM route of task synthesis (DESIGN §2 `synthetic_tasks`, formats.md "Synthesis gates").
-
-Persona-driven (top-down) or skill-grounded (bottom-up) generation through any OpenAI-compatible
-endpoint, with JSON-schema structured output, then the ClawGym gates:
+"""LLM route of task synthesis (ClawGym-SynData): persona-driven (top-down) or skill-grounded (bottom-up)
+generation through any OpenAI-compatible endpoint, with JSON-schema structured output, then the gates:
 
 1. ``schema``   - the reply parses and builds a valid `Task`;
-2. ``compile``  - the verifier code compiles and defines ``grade(transcript, workspace_path)``;
-3. ``noop``     - the untouched workspace scores exactly 0;
-4. ``scaffold`` - the workspace plus placeholder outputs (same paths) scores exactly 0;
-5. ``oracle``   - when the model supplied reference outputs, they score 1.0;
-6. ``review``   - an LLM reviewer returns {pass, coverage_pass, issues, missing_task_requirements,
+2. ``compile``  - the verifier code compiles and defines ``grade(transcript, workspace_path)`` (host side);
+3. the sandbox gates every procedural task meets too (clawgym.synth.gates, batched across concurrent candidates
+   by clawgym.synth.llm_gates.GateBatcher): ``noop`` (untouched workspace scores exactly 0), ``scaffold``
+   (placeholder outputs score 0), ``oracle`` (the spec's reference outputs, when given, score 1.0),
+   ``determinism`` (twice), ``mutation`` (corrupted reference outputs lose score), ``keys`` (same sub-checks)
+   and ``hacker`` (placeholder / echo / copied inputs / empty outputs score below the bound);
+4. ``review``   - an LLM reviewer returns {pass, coverage_pass, issues, missing_task_requirements,
                   weak_or_incorrect_checks, repair_guidance};
-   gates 2-6 failing trigger up to ``max_repairs`` repair rounds (the generator sees the failure);
-7. ``audit``    - a deterministic answer-leak check (a reference output appears verbatim in the
+   gates 1-4 failing trigger up to ``max_repairs`` repair rounds (the generator sees the failure);
+5. ``audit``    - a deterministic answer-leak check (a reference output appears verbatim in the
                   instruction or workspace) plus an LLM audit for factual errors / leaks. No repair.
+A sandbox failure in the gates is ``infra`` (not repaired, not cached: a re-run tries again).
 
-Public API: ``generate_llm_tasks(personas, skills, taxonomy, client_cfg, n, route, max_repairs, factory)``.
-Candidates run concurrently with at most ``max_in_flight`` (default 32) chat requests overlapping; the openai
-client retries 429 / 5xx / connection errors ``max_retries`` times with exponential backoff. With a ``cache_dir``
-every response is stored content-addressed (clawgym.synth.llm_cache) and a re-run makes no request.
+Public API: ``generate_llm_tasks(personas, skills, taxonomy, client_cfg, n, route, max_repairs, factory, ...)``.
+Generator, reviewer and auditor may be different endpoints; requests to one server overlap at most
+``max_in_flight`` (default 32); the openai client retries 429 / 5xx / connection errors ``max_retries`` times with
+exponential backoff. With a ``cache_dir`` every response is stored content-addressed (clawgym.synth.llm_cache)
+and every gate verdict too: a re-run makes no request and re-gates nothing it did before.
 ``return_stats=True`` adds a stats dict (requests, cache hits/misses, tokens and cost per accepted task).
 Secrets: the API key is read from the env var named by ``client_cfg["api_key_env"]`` (never logged).
 """
@@ -31,7 +33,7 @@ import os
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from clawgym.synth.llm_cache import InFlightLimiter, LLMStats, ResponseCache, request_key
 from clawgym.tasks.model import File, RubricRule, Task, ToolCall, Verifier
@@ -155,17 +157,54 @@ class LLMReplyError(RuntimeError):
     """The endpoint answered, but not with a JSON object matching the schema."""
 
 
+class _Endpoint:
+    """One role's endpoint: its client, config and the in-flight limiter of its server."""
+
+    def __init__(self, client, cfg: ClientConfig, limiter: InFlightLimiter, model: str):
+        self.client, self.cfg, self.limiter, self.model = client, cfg, limiter, model
+
+
 class _Runtime:
-    """What every chat call of one run shares: client, config, response cache, in-flight limiter, stats."""
+    """What every chat call of one run shares: the endpoints of the generator / reviewer / auditor roles,
+    the response cache and the stats. Endpoints on one server (base_url) share one in-flight limiter (the
+    server's capacity); roles on different servers each have their own."""
 
-    def __init__(self, client, cfg: ClientConfig, cache: ResponseCache | None, limit: int):
-        self.client, self.cfg, self.cache = client, cfg, cache
-        self.limiter = InFlightLimiter(limit)
+    ROLES = ("generator", "reviewer", "auditor")
+
+    def __init__(self, roles: dict[str, ClientConfig], cache: ResponseCache | None, limit: int | None = None):
+        self.cache = cache
         self.stats = LLMStats()
+        self.cfg = roles["generator"]
+        limiters: dict[str, InFlightLimiter] = {}
+        clients: dict[tuple, Any] = {}
+        self.endpoints: dict[str, _Endpoint] = {}
+        for role in self.ROLES:
+            cfg = roles.get(role) or self.cfg
+            lim_key = cfg.base_url or ""
+            if lim_key not in limiters:
+                limiters[lim_key] = InFlightLimiter(int(limit or cfg.max_in_flight or 1))
+            ckey = (cfg.base_url, cfg.api_key_env, cfg.timeout_s, cfg.max_retries)
+            if ckey not in clients:
+                clients[ckey] = cfg.make_client()
+            model = cfg.model if roles.get(role) is not None or role == "generator" else \
+                (self.cfg.review_model or self.cfg.model)
+            self.endpoints[role] = _Endpoint(clients[ckey], cfg, limiters[lim_key], model)
+        self.limiters = list(limiters.values())
 
-    def complete(self, kwargs: dict[str, Any], usage: dict[str, int] | None) -> str:
-        """The reply text of one chat request: from the cache, or from the endpoint (then cached when it
-        parses as a JSON object)."""
+    @property
+    def capacity(self) -> int:
+        """Requests that may be in flight at once over all servers."""
+        return sum(lim.limit for lim in self.limiters)
+
+    @property
+    def peak(self) -> int:
+        """The most requests that overlapped on any one server."""
+        return max((lim.peak for lim in self.limiters), default=0)
+
+    def complete(self, role: str, kwargs: dict[str, Any], usage: dict[str, int] | None) -> str:
+        """The reply text of one chat request of `role`: from the cache, or from the role's endpoint (then
+        cached when it parses as a JSON object)."""
+        ep = self.endpoints[role]
         key = request_key(kwargs)
         if self.cache is not None:
             hit = self.cache.get(key)
@@ -179,8 +218,8 @@ class _Runtime:
                 return str(hit.get("content") or "")
             self.stats.add(cache_misses=1)
         try:
-            with self.limiter:
-                resp = self.client.chat.completions.create(**kwargs)
+            with ep.limiter:
+                resp = ep.client.chat.completions.create(**kwargs)
         except Exception:
             self.stats.add(errors=1)
             raise
@@ -209,11 +248,12 @@ def _parse_json_obj(text: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _chat_json(rt: _Runtime, system: str, user: str, schema: dict[str, Any], name: str,
-               model: str | None = None, usage: dict[str, int] | None = None) -> dict[str, Any]:
-    cfg = rt.cfg
+def _chat_json(rt: _Runtime, role: str, system: str, user: str, schema: dict[str, Any], name: str,
+               usage: dict[str, int] | None = None) -> dict[str, Any]:
+    ep = rt.endpoints[role]
+    cfg = ep.cfg
     kwargs: dict[str, Any] = dict(
-        model=model or cfg.model,
+        model=ep.model,
         messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
         temperature=cfg.temperature,
         response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}},
@@ -221,7 +261,7 @@ def _chat_json(rt: _Runtime, system: str, user: str, schema: dict[str, Any], nam
     if cfg.max_tokens:
         kwargs["max_tokens"] = cfg.max_tokens
     kwargs.update(cfg.extra)
-    text = rt.complete(kwargs, usage)
+    text = rt.complete(role, kwargs, usage)
     data = _parse_json_obj(text)
     if data is None:
         raise LLMReplyError(f"{name}: reply is not a JSON object: {text.strip()[:200]!r}")
@@ -355,14 +395,6 @@ def scaffold_files(task: Task) -> list[File]:
     return list(task.files) + extra
 
 
-def reference_files(task: Task) -> list[File]:
-    out = {f.path: f for f in task.files}
-    for c in task.reference or []:
-        if c.name == "write":
-            out[c.arguments["path"]] = File(path=c.arguments["path"], content=str(c.arguments["content"]).encode())
-    return list(out.values())
-
-
 def _norm_ws(s: str) -> str:
     return re.sub(r"\s+", " ", s).strip().lower()
 
@@ -388,42 +420,6 @@ def leak_check(task: Task, min_chars: int = 24) -> str | None:
             if len(n) >= min_chars and re.search(r"\d", n) and n in instr:
                 return ln.strip()[:200]
     return None
-
-
-ScoreFn = Callable[[Task, list[File]], float]
-
-
-def make_score_fn(factory=None) -> ScoreFn:
-    """Code score of `task`'s verifier on a fresh sandbox of `factory` holding `files` (clawgym.verify.verify_task:
-    a crash / timeout / unparsable result scores 0.0)."""
-    from clawgym.verify import verify_task
-
-    def score(task: Task, files: list[File]) -> float:
-        code_only = task.model_copy(update={"verifier": task.verifier.model_copy(update={"rubric": None})})
-        res = verify_task(code_only, files=files, factory=factory)
-        return float(res.code_score if res.code_score is not None else res.score)
-
-    return score
-
-
-def run_code_gates(task: Task, score: ScoreFn) -> tuple[str | None, str, dict[str, float]]:
-    """Gates 2-5. Returns (failed gate or None, problem text, measured scores)."""
-    problem = compile_gate(task.verifier.code or "")
-    if problem:
-        return "compile", problem, {}
-    scores: dict[str, float] = {}
-    scores["noop"] = score(task, list(task.files))
-    if scores["noop"] != 0.0:
-        return "noop", f"the untouched workspace scores {scores['noop']:.3f}; it must score exactly 0", scores
-    scores["scaffold"] = score(task, scaffold_files(task))
-    if scores["scaffold"] != 0.0:
-        return ("scaffold", f"a scaffold (inputs + placeholder files at {task.source['llm'].get('output_paths')}) "
-                f"scores {scores['scaffold']:.3f}; it must score exactly 0", scores)
-    if task.reference:
-        scores["oracle"] = score(task, reference_files(task))
-        if scores["oracle"] < 0.999:
-            return "oracle", f"the reference outputs score only {scores['oracle']:.3f}; they must score 1.0", scores
-    return None, "", scores
 
 
 def _task_view(task: Task, with_reference: bool) -> str:
@@ -470,58 +466,76 @@ def generate_llm_tasks(
     factory=None,
     *,
     seed: int = 0,
-    client=None,
-    score_fn: ScoreFn | None = None,
+    reviewer: ClientConfig | dict[str, Any] | None = None,
+    auditor: ClientConfig | dict[str, Any] | None = None,
     workers: int | None = None,
     max_in_flight: int | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
+    hacker: str = "reject",
+    gate_batch: int = 64,
+    gate_workers: int = 2,
     return_stats: bool = False,
 ) -> tuple[list[Task], list[dict[str, Any]]] | tuple[list[Task], list[dict[str, Any]], dict[str, Any]]:
     """Generate `n` candidate tasks through the LLM route and gate them.
 
     Returns (accepted tasks, rejected records), plus a stats dict when `return_stats`. Every rejected record
-    has ``reason`` (the gate: schema|llm_error|compile|noop|scaffold|oracle|review|audit), ``detail``,
-    ``index``, ``rounds``.
-    `factory` is the SandboxFactory in which verifiers run (default: clawgym.sandbox.get_factory("auto")).
-    Candidates run in threads (`workers`; default 2 x `max_in_flight`, so that gates of some candidates overlap
-    the requests of others; 1 = sequential) while at most `max_in_flight` chat requests overlap (default:
-    ``client_cfg.max_in_flight``, 32). `cache_dir` (default ``client_cfg.cache_dir``) holds the
-    content-addressed response cache: a request seen before is answered from it without a call.
+    has ``reason`` (the gate: llm_error|schema|compile|noop|scaffold|oracle|determinism|mutation|keys|hacker|
+    infra|review|audit), ``detail``, ``index``, ``rounds``.
+    `client_cfg` is the generator's endpoint; `reviewer` (default: the generator's, with its `review_model`)
+    and `auditor` (default: the reviewer's) may be other endpoints. Requests to one server (base_url) overlap
+    at most `max_in_flight` (default: that endpoint's ``max_in_flight``, 32); the openai client retries
+    429 / 5xx / connection errors with exponential backoff.
+    `factory` is the SandboxFactory the gates run in (default: clawgym.sandbox.get_factory("auto")); the gates
+    of concurrent candidates are batched (clawgym.synth.llm_gates.GateBatcher: `gate_batch`, `gate_workers`),
+    `hacker` is the hacker gate's mode ("reject": a hackable verifier goes back to the generator for repair).
+    Candidates run in `workers` threads (default: twice the requests all servers may have in flight).
+    `cache_dir` (default ``client_cfg.cache_dir``) holds the content-addressed response cache and, under
+    ``gates/``, the gate verdicts: a re-run makes no request it made before and re-gates nothing.
     Stats: requests, cache_hits/misses, prompt/completion tokens (total and per accepted task), cost and
-    cost per accepted task when a price per 1K tokens is configured, peak_in_flight, wall_s, candidates_per_s.
+    cost per accepted task when a price per 1K tokens is configured, peak_in_flight (per server), wall_s,
+    candidates_per_s, gates (gated, batches, cache_hits).
     Results are in candidate order and deterministic in `seed` for a deterministic endpoint.
     """
     import time
 
+    from clawgym.synth.gates import _check_hacker
+    from clawgym.synth.llm_gates import GateBatcher
+
     if route not in ("persona", "skill"):
         raise ValueError(f"route must be 'persona' or 'skill', got {route!r}")
+    _check_hacker(hacker)
     cfg = ClientConfig.coerce(client_cfg)
-    client = client or cfg.make_client()
-    limit = int(max_in_flight or cfg.max_in_flight or 1)
+    rev = ClientConfig.coerce(reviewer) if reviewer is not None else None
+    aud = ClientConfig.coerce(auditor) if auditor is not None else rev
     cdir = cache_dir if cache_dir is not None else cfg.cache_dir
-    rt = _Runtime(client, cfg, ResponseCache(cdir) if cdir else None, limit)
+    rt = _Runtime({"generator": cfg, "reviewer": rev, "auditor": aud}, ResponseCache(cdir) if cdir else None,
+                  max_in_flight)
     if workers is None:
-        workers = 2 * limit
+        workers = min(256, 2 * rt.capacity)
     own_factory = None
-    if score_fn is None and factory is None:
+    if factory is None:
         from clawgym.sandbox import get_factory
 
         factory = own_factory = get_factory("auto")
     t0 = time.perf_counter()
     try:
-        accepted, rejected = _generate(personas, skills, taxonomy, rt, n, route, max_repairs,
-                                       score_fn or make_score_fn(factory), seed, workers)
+        with GateBatcher(factory, hacker=hacker, max_batch=gate_batch, gate_workers=gate_workers,
+                         cache_dir=os.path.join(cdir, "gates") if cdir else None) as gates:
+            accepted, rejected = _generate(personas, skills, taxonomy, rt, n, route, max_repairs, gates, seed,
+                                           workers)
     finally:
         if own_factory is not None:
             own_factory.close()
     if not return_stats:
         return accepted, rejected
-    rt.stats.peak_in_flight = rt.limiter.peak
+    rt.stats.peak_in_flight = rt.peak
     pp = cfg.price_per_1k_prompt if cfg.price_per_1k_prompt is not None else cfg.price_per_1k_tokens
     pc = cfg.price_per_1k_completion if cfg.price_per_1k_completion is not None else cfg.price_per_1k_tokens
     stats = rt.stats.summary(len(accepted), n, price_per_1k_prompt=pp, price_per_1k_completion=pc,
                              wall_s=time.perf_counter() - t0)
-    stats["max_in_flight"] = limit
+    stats["max_in_flight"] = rt.limiters[0].limit
+    stats["servers"] = len(rt.limiters)
+    stats["gates"] = dict(gates.stats)
     stats["rejected_by_reason"] = {}
     for r in rejected:
         stats["rejected_by_reason"][r["reason"]] = stats["rejected_by_reason"].get(r["reason"], 0) + 1
@@ -529,14 +543,14 @@ def generate_llm_tasks(
 
 
 def _generate(personas, skills, taxonomy, rt: _Runtime, n: int, route: str, max_repairs: int,
-              score: ScoreFn, seed: int, workers: int = 1) -> tuple[list[Task], list[dict[str, Any]]]:
+              gates, seed: int, workers: int = 1) -> tuple[list[Task], list[dict[str, Any]]]:
     seeds = [_as_dict(p) for p in (personas if route == "persona" else skills)]
     if not seeds:
         raise ValueError(f"route {route!r} needs at least one {'persona' if route == 'persona' else 'skill'}")
     slots = _taxonomy_slots(taxonomy)
 
     def one(i: int) -> tuple[Task | None, dict[str, Any] | None]:
-        return _one_task(i, seeds[i % len(seeds)], slots, rt, route, max_repairs, score, seed)
+        return _one_task(i, seeds[i % len(seeds)], slots, rt, route, max_repairs, gates, seed)
 
     workers = max(1, min(int(workers), n))
     if workers <= 1:
@@ -551,8 +565,39 @@ def _generate(personas, skills, taxonomy, rt: _Runtime, n: int, route: str, max_
     return accepted, rejected
 
 
+def _code_gates(task: Task, gates) -> tuple[str | None, str, dict[str, float]]:
+    """Compile check on the host, then the batched sandbox gates. (failed gate or None, problem, scores)."""
+    from clawgym.synth.llm_gates import llm_gate_of
+
+    problem = compile_gate(task.verifier.code or "")
+    if problem:
+        return "compile", problem, {}
+    v = gates.check(task)
+    scores = {k: s for k, s in (("noop", v.noop_score), ("scaffold", v.scaffold_score),
+                                ("oracle", v.oracle_score)) if s is not None}
+    if v.passed:
+        return None, "", scores
+    gate = llm_gate_of(v, has_reference=bool(task.reference))
+    outs = task.source.get("llm", {}).get("output_paths")
+    detail = {
+        "noop": f"the untouched workspace scores {v.noop_score}; it must score exactly 0",
+        "scaffold": f"a scaffold (inputs + placeholder files at {outs}) scores {v.scaffold_score}; it must score "
+                    "exactly 0",
+        "oracle": f"the reference outputs score only {v.oracle_score}; they must score 1.0",
+        "determinism": f"grading the reference outputs twice gave {v.oracle_score} and {v.oracle_score_2}",
+        "mutation": "corrupted reference outputs do not lose score: " + v.reason,
+        "keys": "grade() must return the same sub-check names whatever the workspace holds",
+        "hacker": "cheap exploits reach the bound: " + ", ".join(
+            f"{x} scores {v.exploit_scores.get(x)}" for x in v.hackable)
+                  + " (placeholder / instruction echo / inputs copied to outputs / empty outputs must score ~0)",
+    }.get(gate, v.reason)
+    if v.errors and gate not in ("hacker",):
+        detail += f" [first error: {v.errors[0][:200]}]"
+    return gate, detail, scores
+
+
 def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], rt: _Runtime, route: str,
-              max_repairs: int, score: ScoreFn, seed: int) -> tuple[Task | None, dict[str, Any] | None]:
+              max_repairs: int, gates, seed: int) -> tuple[Task | None, dict[str, Any] | None]:
     """Generate, gate, repair and audit candidate `i`. Returns (task, None) or (None, rejection record)."""
     cfg = rt.cfg
     usage = {"prompt_tokens": 0, "completion_tokens": 0, "requests": 0}
@@ -576,7 +621,7 @@ def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], rt: _Ru
                       "usage": {k: usage[k] for k in ("prompt_tokens", "completion_tokens")}}
 
     try:
-        spec = _chat_json(rt, SYSTEM_GEN, _gen_prompt(route, seed_text, category, subcategory, rnd),
+        spec = _chat_json(rt, "generator", SYSTEM_GEN, _gen_prompt(route, seed_text, category, subcategory, rnd),
                           TASK_SCHEMA, "task_spec", usage=usage)
     except Exception as e:
         return reject("llm_error", _err(e))
@@ -587,11 +632,14 @@ def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], rt: _Ru
         try:
             task = spec_to_task(spec, task_id=task_id, category=category, route=route, persona_id=persona_id,
                                 skill_ids=skill_ids, seed=seed, meta={**meta, "repairs": rnd_no})
-            gate, problem, scores = run_code_gates(task, score)
+            gate, problem, scores = _code_gates(task, gates)
             guidance = problem
+            if gate == "infra":  # the sandbox failed, not the spec: no repair, not blamed on the generator
+                verdict = (gate, problem)
+                break
             if gate is None:
-                review = _chat_json(rt, SYSTEM_REVIEW, _task_view(task, with_reference=True),
-                                    REVIEW_SCHEMA, "task_review", model=cfg.review_model, usage=usage)
+                review = _chat_json(rt, "reviewer", SYSTEM_REVIEW, _task_view(task, with_reference=True),
+                                    REVIEW_SCHEMA, "task_review", usage=usage)
                 if review.get("pass") and review.get("coverage_pass"):
                     task.source["llm"]["review"] = review
                     task.source["llm"]["gate_scores"] = scores
@@ -615,7 +663,7 @@ def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], rt: _Ru
         if rnd_no == max_repairs:
             break
         try:
-            spec = _chat_json(rt, SYSTEM_GEN, _repair_prompt(spec, problem, guidance), TASK_SCHEMA,
+            spec = _chat_json(rt, "generator", SYSTEM_GEN, _repair_prompt(spec, problem, guidance), TASK_SCHEMA,
                               "task_spec", usage=usage)
         except Exception as e:
             verdict = ("llm_error", _err(e))
@@ -627,8 +675,8 @@ def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], rt: _Ru
     if leaked:
         return reject("audit", f"answer leak: {leaked!r}")
     try:
-        audit = _chat_json(rt, SYSTEM_AUDIT, _task_view(task, with_reference=True), AUDIT_SCHEMA,
-                           "task_audit", model=cfg.review_model, usage=usage)
+        audit = _chat_json(rt, "auditor", SYSTEM_AUDIT, _task_view(task, with_reference=True), AUDIT_SCHEMA,
+                           "task_audit", usage=usage)
     except Exception as e:
         return reject("llm_error", _err(e))
     if not audit.get("pass") or audit.get("answer_leak") or audit.get("factual_errors"):
@@ -647,5 +695,5 @@ def _err(e: BaseException) -> str:
 
 __all__ = [
     "AUDIT_SCHEMA", "ClientConfig", "LLMReplyError", "REVIEW_SCHEMA", "TASK_SCHEMA", "compile_gate",
-    "generate_llm_tasks", "leak_check", "make_score_fn", "run_code_gates", "scaffold_files", "spec_to_task",
+    "generate_llm_tasks", "leak_check", "scaffold_files", "spec_to_task",
 ]

@@ -173,8 +173,9 @@ _OUT_PATH = re.compile(r"\boutput/[\w.\-/]*\w")
 
 
 def task_outputs(task: Task) -> list[str]:
-    """Declared deliverables: source["outputs"], reference writes under output/, else paths in the instruction."""
-    outs = list(task.source.get("outputs") or [])
+    """Declared deliverables: source["outputs"] (LLM-route tasks: source["llm"]["output_paths"]), reference
+    writes under output/, else paths in the instruction."""
+    outs = list(task.source.get("outputs") or (task.source.get("llm") or {}).get("output_paths") or [])
     for c in task.reference or []:
         p = c.arguments.get("path", "")
         if c.name == "write" and p.startswith("output/") and p not in outs:

@@ -3,16 +3,16 @@ benchmarks: generate (procedural families + optionally the LLM route) -> gates -
 rejected candidate with the gate that dropped it and why. Library code (no Dagster).
 
 Gates: procedural tasks (and `extra_tasks`) go through `validate_many` (compile, no-op, scaffold, oracle twice,
-mutations, hacker); LLM-route candidates are gated inside `generate_llm_tasks` (schema, compile, no-op,
-scaffold, oracle, reviewer, auditor, with repairs) and are not validated a second time. Dedupe runs over all
-accepted tasks together (workspace fingerprint for procedural tasks; MiniLM cosine >= `dedupe_threshold` within a
+mutations, hacker); LLM-route candidates are gated inside `generate_llm_tasks` (schema, then the same sandbox
+gates batched across candidates, reviewer, auditor, with repairs) and are not validated a second time. Dedupe
+runs over all accepted tasks together (workspace fingerprint for procedural tasks; MiniLM cosine >=
+`dedupe_threshold` within a
 category across LLM tasks and one representative per procedural family). Split: held-out procedural families
 are the bench split (`split_by_family`, over the procedural tasks only, so adding LLM tasks never changes the
 procedural split); other tasks are train."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -27,7 +27,8 @@ from clawgym.tasks.model import Task
 # gate names in the order a candidate meets them (rejection `stage` values); "gates" = an unclassified gate
 PROCEDURAL_GATES = ("infra", "compile", "noop", "scaffold", "oracle", "determinism", "mutation", "keys", "hacker",
                     "gates")
-LLM_GATES = ("llm_error", "schema", "compile", "noop", "scaffold", "oracle", "review", "audit")
+LLM_GATES = ("llm_error", "schema", "infra", "compile", "noop", "scaffold", "oracle", "determinism", "mutation",
+             "keys", "hacker", "review", "audit")
 GATE_ORDER = tuple(dict.fromkeys(("llm_error", "schema", *PROCEDURAL_GATES, "review", "audit", "dedupe")))
 
 
@@ -48,8 +49,9 @@ class LLMPlan:
     reviewer: Any = None
     auditor: Any = None
     max_repairs: int = 3
-    workers: int = 1
+    workers: int | None = None  # candidate threads (None: twice the requests the servers may have in flight)
     cache_dir: str | None = None
+    hacker: str = "reject"  # the hacker gate's mode for LLM candidates (a hackable verifier is repaired)
 
 
 @dataclass
@@ -63,6 +65,7 @@ class SynthResult:
     validate_stats: dict[str, float] = field(default_factory=dict)  # validate_many's `stats` (summed over workers)
     rejections: list[dict[str, Any]] = field(default_factory=list)  # every reject: route, gate, reason, task_json
     candidates: list[dict[str, str]] = field(default_factory=list)  # every candidate: task_id, route, category
+    llm_stats: dict[str, Any] = field(default_factory=dict)  # the LLM route's requests, cache hits, tokens, cost
 
     def rejected_table(self) -> list[dict[str, Any]]:
         return [asdict(r) for r in self.rejected]
@@ -121,64 +124,53 @@ def _task_json(t: Task | None) -> str | None:
     return t.model_dump_json() if t is not None else None
 
 
-def _routed_client(plan: LLMPlan):
-    """(ClientConfig of the generator, an openai-like client sending task_spec requests to the generator,
-    task_review to the reviewer and task_audit to the auditor, each with its own model)."""
-    from clawgym.synth.llm_route import ClientConfig
-
-    gen = ClientConfig.coerce(plan.generator)
-    rev = ClientConfig.coerce(plan.reviewer) if plan.reviewer is not None else gen
-    aud = ClientConfig.coerce(plan.auditor) if plan.auditor is not None else rev
-    clients: dict[int, Any] = {}
-
-    def client_of(cfg):
-        if id(cfg) not in clients:
-            clients[id(cfg)] = cfg.make_client()
-        return clients[id(cfg)]
-
-    by_schema = {"task_spec": gen, "task_review": rev, "task_audit": aud}
-
-    class _Completions:
-        def create(self, **kw):
-            name = ((kw.get("response_format") or {}).get("json_schema") or {}).get("name", "task_spec")
-            cfg = by_schema.get(name, gen)
-            return client_of(cfg).chat.completions.create(**{**kw, "model": cfg.model})
-
-    class _Chat:
-        completions = _Completions()
-
-    class _Client:
-        chat = _Chat()
-
-    return gen, _Client()
+def _merge_stats(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """Sum the counters of two generate_llm_tasks stats dicts (max for peaks; per-task ratios recomputed)."""
+    out = dict(a)
+    for k, v in b.items():
+        if k in ("peak_in_flight", "max_in_flight", "servers"):
+            out[k] = max(out.get(k) or 0, v or 0)
+        elif isinstance(v, dict):
+            out[k] = _merge_stats(out.get(k) or {}, v)
+        elif isinstance(v, (int, float)) and not isinstance(v, bool) and not k.endswith(("_per_accepted_task",
+                                                                                           "_per_s")):
+            out[k] = (out.get(k) or 0) + v
+    acc = out.get("accepted") or 0
+    for k, tot in (("tokens_per_accepted_task", "total_tokens"), ("cost_per_accepted_task", "cost")):
+        if tot in out:
+            out[k] = (out[tot] / acc) if acc else None
+    return out
 
 
-def generate_llm(plan: LLMPlan, factory: Any = None, seed: int = 0) -> tuple[list[Task], list[dict[str, Any]]]:
-    """The LLM route's persona and skill candidates (accepted tasks, rejection records with `route`)."""
+def generate_llm(plan: LLMPlan, factory: Any = None, seed: int = 0
+                 ) -> tuple[list[Task], list[dict[str, Any]], dict[str, Any]]:
+    """The LLM route's persona and skill candidates (accepted tasks, rejection records with `route`, stats:
+    requests, cache hits, tokens, cost, gate batches — summed over both routes)."""
     from clawgym.synth.llm_route import generate_llm_tasks
 
     n_skill = round(plan.n * plan.skill_fraction) if plan.skills else 0
     n_persona = plan.n - n_skill
     if n_persona and not plan.personas:
         raise ValueError("LLM route: persona-driven candidates asked for but no personas given")
-    gen, client = _routed_client(plan)
-    extra: dict[str, Any] = {}
-    params = inspect.signature(generate_llm_tasks).parameters
-    if plan.cache_dir and "cache_dir" in params:
-        extra["cache_dir"] = plan.cache_dir
-    if "workers" in params:
-        extra["workers"] = plan.workers
+    from clawgym.synth.llm_route import ClientConfig
+
+    gen = ClientConfig.coerce(plan.generator)
+    rev = ClientConfig.coerce(plan.reviewer) if plan.reviewer is not None else None
+    aud = ClientConfig.coerce(plan.auditor) if plan.auditor is not None else rev
     accepted: list[Task] = []
     rejected: list[dict[str, Any]] = []
+    stats: dict[str, Any] = {}
     for route, k in (("persona", n_persona), ("skill", n_skill)):
         if k <= 0:
             continue
-        acc, rej = generate_llm_tasks(plan.personas, plan.skills, plan.taxonomy, gen, k, route=route,
-                                      max_repairs=plan.max_repairs, factory=factory, seed=seed, client=client,
-                                      **extra)
+        acc, rej, st = generate_llm_tasks(plan.personas, plan.skills, plan.taxonomy, gen, k, route=route,
+                                      max_repairs=plan.max_repairs, factory=factory, seed=seed, reviewer=rev,
+                                      auditor=aud, cache_dir=plan.cache_dir, workers=plan.workers,
+                                      hacker=plan.hacker, return_stats=True)
         accepted += acc
         rejected += [{**r, "route": r.get("route") or route} for r in rej]
-    return accepted, rejected
+        stats = _merge_stats(stats, {kk: vv for kk, vv in st.items() if kk != "rejected_by_reason"})
+    return accepted, rejected, stats
 
 
 def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] | None = None,
@@ -197,9 +189,10 @@ def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] |
     timings["generate_s"] = time.perf_counter() - t0
     llm_tasks: list[Task] = []
     llm_rej: list[dict[str, Any]] = []
+    llm_stats: dict[str, Any] = {}
     if llm is not None and llm.n > 0:
         t = time.perf_counter()
-        llm_tasks, llm_rej = generate_llm(llm, factory=factory, seed=seed)
+        llm_tasks, llm_rej, llm_stats = generate_llm(llm, factory=factory, seed=seed)
         timings["llm_s"] = time.perf_counter() - t
     candidates = [{"task_id": t.task_id, "route": t.route or "procedural", "category": t.category}
                   for t in tasks + llm_tasks]
@@ -242,7 +235,8 @@ def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] |
     timings["total_s"] = time.perf_counter() - t0
     llm_rejected = [Rejected(r["task_id"], "gates", f"{r['stage']}: {r['reason']}", r["family"], r["category"])
                     for r in rejections[:len(llm_rej)]]
-    return SynthResult(final, vals, rejected + llm_rejected + dup, timings, vstats, rejections, candidates)
+    return SynthResult(final, vals, rejected + llm_rejected + dup, timings, vstats, rejections, candidates,
+                       llm_stats)
 
 
 __all__ = ["GATE_ORDER", "LLMPlan", "SynthResult", "generate_llm", "procedural_gate", "synthesize"]

@@ -1,0 +1,148 @@
+"""The verifier gates of LLM-route candidates, batched: candidates are generated in many threads, but their
+gates run through the same batched in-sandbox drivers as the procedural tasks (clawgym.synth.gates.validate_many:
+one sandbox and two fork-server driver runs per batch, not one sandbox per variant).
+
+`GateBatcher.check(task)` blocks the calling candidate thread until its TaskValidation is ready; a dispatcher
+collects the submissions that arrive within `wait_s` (at most `max_batch`) into one `validate_many` call, and
+`gate_workers` batches run at once. Every LLM task meets the same gates as a procedural one: compile, no-op 0,
+scaffold 0, oracle 1.0 twice (when the spec has reference outputs), mutations lose score, same sub-score keys,
+and the hacker gate (clawgym.synth.exploits).
+
+With a `cache_dir` each non-infra result is stored content-addressed (verifier code, files, reference, declared
+outputs, hacker mode and bound): a resumed run re-gates nothing it has gated before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from clawgym.synth.exploits import HACK_BOUND
+from clawgym.synth.gates import TaskValidation, validate_many
+from clawgym.synth.llm_cache import ResponseCache
+from clawgym.tasks.model import Task
+
+GATES_VERSION = 1  # bump when a gate's semantics change: old cached verdicts are then misses
+
+
+def llm_gate_of(v: TaskValidation, has_reference: bool = True) -> str:
+    """The first gate a failed validation did not pass (the names of clawgym.synth.pipeline.LLM_GATES)."""
+    if v.reason.startswith("infra"):
+        return "infra"
+    if not v.compiles:
+        return "compile"
+    if v.noop_score is None or v.noop_score != 0.0:
+        return "noop"
+    if v.scaffold_score is None or v.scaffold_score != 0.0:
+        return "scaffold"
+    if has_reference:
+        if v.oracle_score is None or abs(v.oracle_score - 1.0) > 1e-9:
+            return "oracle"
+        if v.oracle_score_2 != v.oracle_score:
+            return "determinism"
+        if "mutation" in v.reason:
+            return "mutation"
+    if not v.same_keys:
+        return "keys"
+    if v.hackable:
+        return "hacker"
+    return "gates"
+
+
+def gate_key(task: Task, hacker: str, bound: float) -> str:
+    """Content address of a task's gate verdict: everything the gates read, nothing they do not."""
+    body = {
+        "v": GATES_VERSION, "hacker": hacker, "bound": bound,
+        "code": task.verifier.code, "timeout": task.verifier.timeout_s,
+        "files": sorted((f.path, hashlib.sha256(f.content).hexdigest(), f.mode) for f in task.files),
+        "reference": [c.model_dump() for c in task.reference or []],
+        "outputs": (task.source.get("llm") or {}).get("output_paths"),
+        "instruction": task.instruction,  # the echo exploit writes it
+    }
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class GateBatcher:
+    """Batches gate runs of concurrently generated candidates (module docstring). Use as a context manager."""
+
+    def __init__(self, factory: Any, *, hacker: str = "reject", bound: float = HACK_BOUND, max_batch: int = 64,
+                 wait_s: float = 0.05, gate_workers: int = 2, cache_dir: str | None = None,
+                 timeout: float = 600.0, forkserver: bool = True):
+        self.factory, self.hacker, self.bound = factory, hacker, bound
+        self.max_batch, self.wait_s, self.timeout, self.forkserver = max(1, max_batch), wait_s, timeout, forkserver
+        self.cache = ResponseCache(cache_dir) if cache_dir else None
+        self.stats = {"gated": 0, "batches": 0, "cache_hits": 0}
+        self._lock = threading.Lock()
+        self._q: queue.Queue = queue.Queue()
+        self._pool = ThreadPoolExecutor(max(1, gate_workers), thread_name_prefix="llm-gates")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._dispatch, name="llm-gate-dispatch", daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> "GateBatcher":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the dispatcher after the queued work is done."""
+        self._stop.set()
+        self._q.put(None)
+        self._thread.join()
+        self._pool.shutdown(wait=True)
+
+    def check(self, task: Task) -> TaskValidation:
+        """The gate verdict of `task` (from the cache, or from the next batch)."""
+        key = gate_key(task, self.hacker, self.bound)
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None and isinstance(hit.get("validation"), dict):
+                with self._lock:
+                    self.stats["cache_hits"] += 1
+                d = {k: v for k, v in hit["validation"].items() if k in TaskValidation.__dataclass_fields__}
+                return TaskValidation(**{**d, "task_id": task.task_id})
+        fut: Future = Future()
+        self._q.put((task, key, fut))
+        return fut.result()
+
+    def _dispatch(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            batch = [item]
+            while len(batch) < self.max_batch:
+                try:
+                    nxt = self._q.get(timeout=self.wait_s)
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    self._q.put(None)  # seen again by the outer loop after this batch
+                    break
+                batch.append(nxt)
+            self._pool.submit(self._run, batch)
+
+    def _run(self, batch: list[tuple[Task, str, Future]]) -> None:
+        tasks = [t for t, _, _ in batch]
+        try:
+            vals = validate_many(tasks, self.factory, workers=1, chunk=len(tasks), timeout=self.timeout,
+                                 forkserver=self.forkserver, hacker=self.hacker, bound=self.bound)
+        except BaseException as e:  # validate_many records per-task infra itself; this is a last resort
+            for _, _, fut in batch:
+                fut.set_exception(e)
+            return
+        with self._lock:
+            self.stats["gated"] += len(tasks)
+            self.stats["batches"] += 1
+        for (_, key, fut), v in zip(batch, vals):
+            if self.cache is not None and not v.reason.startswith("infra"):
+                self.cache.put(key, {"validation": v.to_dict()})
+            fut.set_result(v)
+
+
+__all__ = ["GATES_VERSION", "GateBatcher", "gate_key", "llm_gate_of"]
