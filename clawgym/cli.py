@@ -46,6 +46,16 @@ def _lake_dir() -> Path:
     return _data_dir() / "lake"
 
 
+def _lake_root():
+    """The lake the commands read: <data>/lake, or the object-store lake of $CLAWGYM_LAKE_URI (s3://…), whose
+    endpoint and credentials the LakeResource takes from the environment."""
+    if os.environ.get("CLAWGYM_LAKE_URI"):
+        from clawgym_resources import LakeResource
+
+        return LakeResource.from_env().lake_dir
+    return _lake_dir()
+
+
 def _instance():
     from dagster import DagsterInstance
 
@@ -62,12 +72,7 @@ def sql(query: str = typer.Argument(..., help="SQL over the lake's views, e.g. S
     from clawgym.lake.catalog import query as run
 
     try:
-        root = _lake_dir()
-        if os.environ.get("CLAWGYM_LAKE_URI"):  # the lake elsewhere (s3://…): endpoint/credentials via the resource
-            from clawgym_resources import LakeResource
-
-            root = LakeResource.from_env().lake_dir
-        cols, rows = run(query, db or default_db_path(_data_dir()), root=root)
+        cols, rows = run(query, db or default_db_path(_data_dir()), root=_lake_root())
     except Exception as e:  # duckdb errors: show the message, not a traceback
         console.print(f"[red]error:[/red] {e}")
         raise typer.Exit(1) from e
@@ -114,7 +119,7 @@ def bench_leaderboard(suite: str = typer.Option("procedural", help="bench suite"
     """All scored models side by side (0–100, 95% CI), with the delta vs parent checkpoint."""
     from clawgym.bench.leaderboard import leaderboard_rows, pivot
     from clawgym.bench.stats import OVERALL
-    lake = Lake(_lake_dir())
+    lake = Lake(_lake_root())
     scores = lake.bench_scores(suite=suite).to_pylist()
     if not scores:
         console.print(f"no bench scores for suite {suite!r} yet")

@@ -387,7 +387,8 @@ def test_demo_data_stages_on_s3(s3, tmp_path):
     res = {"lake": lake, "sandbox": SandboxResource(backend="bwrap" if shutil.which("bwrap") else "local"),
            "endpoints": ModelEndpointsResource(lake=lake), "judge": JudgeResource(), "openclaw": OpenClawResource()}
     assets = [synthesis.personas, synthesis.skills, synthesis.synthetic_tasks, synthesis.mock_workspaces,
-              synthesis.verifiers, bench.bench_tasks, rollouts.trajectories, rollouts.steps, *CHECKS]
+              synthesis.verifiers, bench.bench_tasks, bench.bench_scores, bench.leaderboard, rollouts.trajectories,
+              rollouts.steps, *CHECKS]
     with dg.instance_for_test() as inst:
         r1 = dg.materialize(assets, selection=["personas", "skills", "synthetic_tasks", "mock_workspaces",
                                                "verifiers"], resources=res, instance=inst,
@@ -400,6 +401,11 @@ def test_demo_data_stages_on_s3(s3, tmp_path):
         r3 = dg.materialize(assets, selection=["trajectories", "steps"], partition_key=key, resources=res,
                             instance=inst)
         assert r3.success
+        inst.add_dynamic_partitions("model", ["oracle", "noop"])
+        for m in ("oracle", "noop"):  # bench scores of the model-free policies, then the leaderboard
+            assert dg.materialize(assets, selection=["bench_scores"], partition_key=m, resources=res, instance=inst,
+                                  run_config={"ops": {"bench_scores": {"config": {"repeats": 1}}}}).success
+        assert dg.materialize(assets, selection=["leaderboard"], resources=res, instance=inst).success
     assert not (data / "lake").exists()  # the tables went to S3 only
     objs = [i.path for i in s3["fs"].get_file_info(pafs.FileSelector("lake/demo", recursive=True))
             if i.type == pafs.FileType.File]
@@ -409,3 +415,14 @@ def test_demo_data_stages_on_s3(s3, tmp_path):
     assert rows and all(fc != "infra" for fc, _, _ in rows)
     n_tasks = lake.query("SELECT count(*) FROM tasks WHERE source = 'synthetic'")[1][0][0]
     assert n_tasks >= 1
+    _, scores = lake.query("SELECT model, round(mean) FROM bench_scores WHERE category = 'overall' ORDER BY 1")
+    assert scores == [("noop", 0.0), ("oracle", 100.0)], scores
+    # `clawgym bench leaderboard` reads the same S3 lake when $CLAWGYM_LAKE_URI says so
+    from typer.testing import CliRunner
+
+    from clawgym.cli import app
+
+    env = {"CLAWGYM_DATA": str(data), "CLAWGYM_LAKE_URI": "s3://lake/demo", "CLAWGYM_S3_ENDPOINT_URL": s3["url"],
+           "CLAWGYM_S3_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET}
+    r = CliRunner().invoke(app, ["bench", "leaderboard", "--suite", "procedural"], env=env)
+    assert r.exit_code == 0 and "oracle" in r.output and "noop" in r.output, r.output

@@ -115,6 +115,10 @@ class RemoteLake:
         """The filesystem path (``bucket/prefix/parts…``) of `parts` below the lake root."""
         return "/".join(p for p in (self.bucket, self.prefix, *parts) if p)
 
+    def __truediv__(self, other):
+        raise LakeStorageError(f"lake {self.uri}: this step reads the lake as local files ({other!r}), which an "
+                               f"object-store lake cannot do; set {_setting('uri')} to a folder (or \"\") for it")
+
     def uri_of(self, path: str) -> str:
         return f"s3://{path}"
 
