@@ -248,8 +248,11 @@ def _remote_read(name: str, r: RemoteLake, partitions: Mapping[str, str], attemp
             with ThreadPoolExecutor(max_workers=min(8, len(files) or 1)) as pool:
                 tables = list(pool.map(lambda f: pq.read_table(f[0], filesystem=r.fs), files))
             return [(t, kvs) for t, (_, kvs) in zip(tables, files)]
-        except (FileNotFoundError, OSError) as e:
-            gone = [p for p, _ in files if r.fs.get_file_info(p).type == pafs.FileType.NotFound]
+        except OSError as e:  # FileNotFoundError included
+            try:
+                gone = [p for p, _ in files if r.fs.get_file_info(p).type == pafs.FileType.NotFound]
+            except OSError:
+                gone = []
             if not gone or attempt == attempts - 1:
                 raise r.error(f"reading table {name!r}", e) from None
     raise AssertionError("unreachable")  # pragma: no cover
