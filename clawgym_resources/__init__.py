@@ -36,11 +36,13 @@ class LakeResource(LakeTables, dg.ConfigurableResource):
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "LakeResource":
         """The lake of the environment: CLAWGYM_DATA, CLAWGYM_LAKE_URI, CLAWGYM_S3_ENDPOINT_URL, CLAWGYM_S3_REGION
-        (else AWS_REGION / AWS_DEFAULT_REGION); the AWS_* credentials as dg.EnvVar when set."""
+        (else AWS_REGION / AWS_DEFAULT_REGION); the AWS_* credentials as dg.EnvVar when set and the lake is on
+        object storage (a local lake never depends on them)."""
         env = os.environ if env is None else env
+        remote = lake.is_remote(env.get("CLAWGYM_LAKE_URI", ""))
         secret = {f: dg.EnvVar(v) for f, v in (("s3_access_key_id", "AWS_ACCESS_KEY_ID"),
                                                 ("s3_secret_access_key", "AWS_SECRET_ACCESS_KEY"),
-                                                ("s3_session_token", "AWS_SESSION_TOKEN")) if env.get(v)}
+                                                ("s3_session_token", "AWS_SESSION_TOKEN")) if remote and env.get(v)}
         return cls(data_dir=env.get("CLAWGYM_DATA", ""), lake_uri=env.get("CLAWGYM_LAKE_URI", ""),
                    s3_endpoint_url=env.get("CLAWGYM_S3_ENDPOINT_URL", ""),
                    s3_region=env.get("CLAWGYM_S3_REGION") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")

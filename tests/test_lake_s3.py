@@ -308,7 +308,8 @@ def test_resource_from_env_keeps_secrets_as_env_vars(s3, tmp_path):
     res = LakeResource.from_env(env)
     assert isinstance(res.s3_secret_access_key, dg.EnvVar) and SECRET not in repr(res)
     assert res.s3_region == "us-east-1" and res.lake_uri == "s3://lake/fromenv"
-    assert not LakeResource.from_env({"CLAWGYM_DATA": str(tmp_path)}).remote  # no URI: the local folder as before
+    local = LakeResource.from_env({"CLAWGYM_DATA": str(tmp_path), "AWS_SECRET_ACCESS_KEY": SECRET})
+    assert not local.remote and local.s3_secret_access_key == ""  # no URI: the local folder as before
     assert LakeResource.from_env({"CLAWGYM_DATA": str(tmp_path)}).lake_dir == tmp_path.resolve() / "lake"
 
 
