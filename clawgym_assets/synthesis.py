@@ -270,6 +270,7 @@ def mock_workspaces(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
 
 class VerifiersConfig(dg.Config):
     oracle_validation: bool = True  # procedural tasks: synth gates (oracle 1, no-op/scaffold 0, mutations, determinism)
+    hacker_imported: bool = True  # imported tasks: the hacker gate's exploits (flagged, never dropped)
     gate_timeout_s: float = 600.0
 
 
@@ -284,7 +285,7 @@ def verifiers(context: dg.AssetExecutionContext, config: VerifiersConfig, lake: 
 
     tasks = _all_tasks(lake)
     j = judge.judge()
-    vrows, valid, rejected = [], [], []
+    vrows, valid, rejected, hacks = [], [], [], []
     with sandbox.factory() as factory:
         for t in tasks:
             vrows.append(verification_row(t, verify_noop(t, factory, judge=j), "noop"))
@@ -303,10 +304,26 @@ def verifiers(context: dg.AssetExecutionContext, config: VerifiersConfig, lake: 
                               "passed": v.passed, "oracle_score": v.oracle_score, "noop_score": v.noop_score,
                               "deterministic": (v.oracle_score == v.oracle_score_2) if v.oracle_score_2 is not None
                               else None, "issues_json": [v.reason] if v.reason else []})
+                hacks.append({"task_id": t.task_id, "source": t.route or "procedural",
+                              "scores": v.exploit_scores, "hackable": v.hackable})
                 if not v.passed:
                     rejected.append({**task_row(t, TaskSource.SYNTHETIC.value), "stage": VERIFIERS_STAGE,
                                      "reason": v.reason})
                     context.log.warning(f"rejected {t.task_id}: {v.reason}")
+        if config.hacker_imported:
+            from clawgym.synth.gates import exploit_check
+
+            for t in (t for t in tasks if t.route == "imported"):
+                h = exploit_check(t, factory, judge=j)
+                hacks.append({"task_id": t.task_id, "source": "imported", "scores": h["scores"],
+                              "hackable": h["hackable"]})
+                issues = [f"hackable:{x} ({h['scores'][x]:.2f})" for x in h["hackable"]]
+                valid.append({"task_id": t.task_id, "route": t.route, "family": t.family, "category": t.category,
+                              "passed": True, "oracle_score": None, "noop_score": None, "deterministic": None,
+                              "issues_json": issues or (["hacker: no expected output found, no exploit run"]
+                                                        if not h["scores"] else [])})
+                if issues:
+                    context.log.warning(f"imported task {t.task_id} is hackable (flagged): {', '.join(issues)}")
     lake.write(Table.VERIFICATIONS, vrows)
     lake.write(Table.TASK_VALIDATIONS, valid)
     # keep synthetic_tasks' own rejections (stage = the synthesis gate); replace earlier verifier rejections
@@ -320,7 +337,22 @@ def verifiers(context: dg.AssetExecutionContext, config: VerifiersConfig, lake: 
         "oracle_pass_rate": (sum(v["passed"] for v in valid) / len(valid)) if valid else None,
         "noop_histogram": md_histogram([r["score"] for r in noops], title="no-op score"),
         "rejected": dg.MetadataValue.json([{"task_id": r["task_id"], "reason": r["reason"]} for r in rejected][:50]),
+        "hackable_by_source": _hack_table(hacks),
+        "hackable": dg.MetadataValue.json({h["task_id"]: {x: h["scores"][x] for x in h["hackable"]}
+                                           for h in hacks if h["hackable"]}),
     })
+
+
+def _hack_table(hacks: list) -> str:
+    """Markdown: per task source, tasks checked, with an exploit run, hackable (rate) and by which exploit."""
+    rows = []
+    for src in sorted({h["source"] for h in hacks}):
+        hs = [h for h in hacks if h["source"] == src]
+        bad = [h for h in hs if h["hackable"]]
+        by = counts(x for h in bad for x in h["hackable"])
+        rows.append([src, len(hs), sum(1 for h in hs if h["scores"]), len(bad),
+                     f"{100 * len(bad) / max(1, len(hs)):.1f}%", ", ".join(f"{k} {v}" for k, v in by.items()) or "-"])
+    return md_table(["source", "tasks", "exploits run", "hackable", "rate", "by exploit"], rows)
 
 
 def valid_task_ids(lake: LakeResource) -> set:

@@ -98,11 +98,32 @@ def test_procedural_tasks_validated_and_split(graph):
     tasks = lk.read_table("tasks", {"source": "synthetic"}, root=root).to_pylist()
     assert len(tasks) == 12 and {t["family"] for t in tasks} == set(FAMILIES)
     assert {t["split"] for t in tasks} == {"train", "bench"}
-    vals = lk.read_table("task_validations", root=root).to_pylist()
+    vals = [v for v in lk.read_table("task_validations", root=root).to_pylist() if v["route"] != "imported"]
     assert len(vals) == 12 and all(v["passed"] for v in vals), [v for v in vals if not v["passed"]]
     bench = lk.read_table("tasks", {"source": "bench_procedural"}, root=root).to_pylist()
     assert bench and {b["task_id"] for b in bench} == {t["task_id"] for t in tasks if t["split"] == "bench"}
     assert (graph["data"] / "workspaces" / tasks[0]["task_id"]).is_dir()
+
+
+def test_imported_tasks_get_the_hacker_gate(graph):
+    """Every imported ClawGym task meets the hacker gate's exploits in `verifiers`: flagged (never dropped), with
+    the exploit and its score; the metadata reports the hackable rate per source."""
+    root = graph["data"] / "lake"
+    imported = {t["task_id"] for t in lk.read_table("tasks", {"source": "imported"}, root=root).to_pylist()}
+    rows = {v["task_id"]: v for v in lk.read_table("task_validations", root=root).to_pylist()
+            if v["route"] == "imported"}
+    assert set(rows) == imported and all(v["passed"] for v in rows.values())
+    flagged = {k: json.loads(v["issues_json"]) for k, v in rows.items() if "hackable" in (v["issues_json"] or "")}
+    assert flagged  # ClawGym's existence-style checks give exploits partial credit (docs/figures.md)
+    for issues in flagged.values():
+        for i in issues:
+            assert float(i.rsplit("(", 1)[1].rstrip(")")) >= 0.2, i
+    assert imported.isdisjoint(lk.read_rows("rejected_tasks", root=root) and
+                               {r["task_id"] for r in lk.read_rows("rejected_tasks", root=root)})
+    mat = graph["runs"][0].asset_materializations_for_node("verifiers")[0].metadata
+    table = mat["hackable_by_source"].value
+    assert f"| imported | {len(imported)} |" in table and f"| {len(flagged)} |" in table
+    assert set(mat["hackable"].value) >= set(flagged)
 
 
 def test_oracle_scores_100_and_noop_0(graph):

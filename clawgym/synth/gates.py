@@ -390,6 +390,28 @@ def validate_task(task: Task, factory: Any, judge: Any = None, hacker: str = DEF
     return _judge(v, has_reference=bool(task.reference), hacker=hacker, bound=bound)
 
 
+def exploit_check(task: Task, factory: Any, judge: Any = None, bound: float = HACK_BOUND) -> dict[str, Any]:
+    """The hacker gate alone, for tasks whose other gates do not apply (imported tasks: no reference, outputs
+    found from the instruction / check code): each exploit of clawgym.synth.exploits scored by the official
+    path (its own sandbox, clawgym.verify.verify_task, code score). {"scores": {exploit: score},
+    "hackable": [exploits reaching `bound`], "errors": [...]}; no exploit applies -> empty scores."""
+    from clawgym.verify import verify_task
+
+    scores: dict[str, float] = {}
+    errors: list[str] = []
+    for name, overlay in exploits(task, None).items():
+        with factory.open(task.files) as sb:
+            for p, b in overlay.items():
+                if b is None:
+                    sb.remove(p)
+                else:
+                    sb.write_file(p, b)
+            r = verify_task(task, sb, transcript=[], judge=judge)
+        errors += [f"{name}: {e}" for e in r.errors]
+        scores[name] = float(r.code_score if r.code_score is not None else r.score)
+    return {"scores": scores, "hackable": hackable(scores, bound), "errors": errors}
+
+
 def rejected_from_validations(vals: list[TaskValidation]) -> list[Rejected]:
     """A `Rejected` (stage "gates") for every validation that did not pass."""
     return [Rejected(v.task_id, "gates", v.reason, v.family, v.category) for v in vals if not v.passed]
