@@ -14,7 +14,7 @@ import time
 from clawgym.sandbox import cleanup, execd_client, nsipc
 from clawgym.sandbox.base import SandboxConfig, SandboxError
 from clawgym.sandbox.fstree import empty_dir
-from clawgym.sandbox.statedir import HOME, SANDBOX_GID, SANDBOX_UID, StateDir
+from clawgym.sandbox.statedir import HOME, SANDBOX_GID, SANDBOX_UID, StateDir, tmp_base
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,27 @@ def available(image: str = "clawgym-sandbox:latest") -> tuple[bool, str]:
 EXECD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "execd.py")
 EXECD_IN = "/opt/clawgym/execd.py"
 CTL_IN = "/run/clawgym"
+
+
+def execd_host_path() -> str:
+    """The execd.py the engine binds into sandboxes: this package's file, or, with CLAWGYM_EXECD_STAGE=1 (a
+    caller that is itself a container, e.g. a run launched by deploy/'s DockerRunLauncher, whose package path
+    the engine's host does not have), a content-addressed copy in tmp_base(), a directory the caller shares with
+    the engine's host at the same path. Host fact read from the environment like CLAWGYM_SANDBOX_TMP."""
+    if os.environ.get("CLAWGYM_EXECD_STAGE") != "1":
+        return EXECD
+    import hashlib
+
+    with open(EXECD, "rb") as f:
+        data = f.read()
+    dst = os.path.join(tmp_base(), f"clawgym-execd-{hashlib.sha256(data).hexdigest()[:16]}.py")
+    if not os.path.exists(dst):
+        tmp = f"{dst}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, dst)
+    return dst
 
 
 class Slot:
@@ -217,7 +238,7 @@ def create_slot(client, c: SandboxConfig, use_execd: bool = True) -> Slot:
         state.remove()
         raise
     volumes = {state.home: {"bind": HOME, "mode": "rw"}, state.tmp: {"bind": "/tmp", "mode": "rw"},
-               ctl: {"bind": CTL_IN, "mode": "rw"}, EXECD: {"bind": EXECD_IN, "mode": "ro"}}
+               ctl: {"bind": CTL_IN, "mode": "rw"}, execd_host_path(): {"bind": EXECD_IN, "mode": "ro"}}
     if state.ws_separate:
         volumes[state.ws] = {"bind": state.workspace, "mode": "rw"}
     for host, inside in c.extra_ro_binds:
