@@ -184,12 +184,12 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
                        workers=config.llm_workers or None, cache_dir=str(lake.path("cache", "llm")),
                        hacker=config.llm_hacker)
     n_proc = config.n if config.route in ("procedural", "both") else 0
+    embed = minilm_embedder(str(lake.path("cache", "minilm_embeddings.npz")))
     with sandbox.factory() as factory:
         res = synthesize(n_proc, seed=config.seed, factory=factory, families=config.families or None,
                          personas=people or None, workers=config.workers,
                          held_out_per_category=config.heldout_per_category, dedupe_threshold=config.dedupe_threshold,
-                         embed=minilm_embedder(str(lake.path("cache", "minilm_embeddings.npz"))),
-                         validate=config.gates, llm=plan)
+                         embed=embed, validate=config.gates, llm=plan)
     tasks = res.tasks
     for t in tasks:
         t.suite = "procedural" if t.route == "procedural" else "llm"
@@ -201,6 +201,9 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
         context.log.info(f"rejected {r['task_id']} ({r['route']}, {r['category']}) at {r['stage']}: "
                          f"{r['reason'][:200]}")
     gc = res.gate_counts()
+    from clawgym.synth.diversity import diversity
+
+    div = diversity(res.tasks, embed, seed=config.seed)
     bench_fams = {t.family for t in tasks if t.split == "bench"}
     return dg.MaterializeResult(metadata={
         "route": config.route,
@@ -214,6 +217,11 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
         "gates": _gate_table(gc),
         "gate_counts": dg.MetadataValue.json(gc),
         "rejected_by_gate": md_counts("gate", counts(r["stage"] for r in res.rejections)),
+        "diversity": md_table(["route", "category", "tasks", "families", "spread (mean pairwise cosine distance)",
+                               "mean distance to centroid"],
+                              [[d["route"], d["category"], d["n"], d["families"], d["spread"], d["centroid_dist"]]
+                               for d in div]),
+        "diversity_json": dg.MetadataValue.json(div),
         "timings_s": dg.MetadataValue.json({k: round(v, 3) for k, v in res.timings.items()}),
         **({"llm": dg.MetadataValue.json(res.llm_stats),
             "llm_requests": int(res.llm_stats.get("requests") or 0),

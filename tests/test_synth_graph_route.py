@@ -204,6 +204,11 @@ def test_route_both_keeps_procedural_tasks_and_split(runs):
     assert proc == sorted((t["task_id"], t["split"]) for t in runs["procedural"]["tasks"])
     assert run["md"]["gate_counts"].value["procedural"]
     assert run["md"]["n"].value == len(proc) + 2
+    # diversity per route x category: the two accepted LLM tasks and the procedural ones, each group's spread
+    div = {(d["route"], d["category"]): d for d in run["md"]["diversity_json"].value}
+    assert div[("persona", CATEGORY)]["n"] == 2 and 0 < div[("persona", CATEGORY)]["spread"] <= 2
+    assert div[("procedural", "all")]["n"] == len(proc) and div[("procedural", "all")]["spread"] > 0
+    assert "spread" in run["md"]["diversity"].value
 
 
 def test_route_procedural_unchanged(runs):
