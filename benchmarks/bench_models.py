@@ -39,14 +39,16 @@ def log(msg: str) -> None:
 
 def make_tasks(bench_per_category: int, train_tasks: int, seed: int):
     """Bench = `bench_per_category` tasks of one held-out family per category; train = `train_tasks` tasks of
-    the other families (round-robin over them, distinct seeds)."""
-    from clawgym.synth.families import all_families, generate_procedural
-    from clawgym.synth.gates import split_by_family
+    the other families (round-robin over them, distinct seeds). Made by the one synthesis pipeline
+    (clawgym.synth.pipeline.synthesize: generate -> dedupe -> split; the gates are skipped here, the families'
+    own tests and the `synthetic_tasks` asset run them)."""
+    from clawgym.synth.families import all_families
+    from clawgym.synth.pipeline import synthesize
 
     n_fam = len(all_families())
     n_train_fams = n_fam - 6
     k = max(bench_per_category, math.ceil(train_tasks / max(1, n_train_fams)))
-    tasks = split_by_family(generate_procedural(n_fam * k, seed=seed), held_out_per_category=1, seed=seed)
+    tasks = synthesize(n_fam * k, seed=seed, held_out_per_category=1, validate=False).tasks
     bench_all = [t for t in tasks if t.split == "bench"]
     train_all = [t for t in tasks if t.split == "train"]
     per_cat: dict[str, list] = defaultdict(list)
