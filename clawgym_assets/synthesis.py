@@ -182,14 +182,15 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
                        skill_fraction=config.skill_fraction, max_repairs=config.max_repairs,
                        taxonomy={c: SUBCATEGORIES[c] for c in (config.categories or SUBCATEGORIES)},
                        workers=config.llm_workers or None, cache_dir=str(lake.path("cache", "llm")),
-                       hacker=config.llm_hacker)
+                       hacker=config.llm_hacker, gate_cache_dir=str(lake.path("cache", "gates")))
     n_proc = config.n if config.route in ("procedural", "both") else 0
     embed = minilm_embedder(str(lake.path("cache", "minilm_embeddings.npz")))
     with sandbox.factory() as factory:
         res = synthesize(n_proc, seed=config.seed, factory=factory, families=config.families or None,
                          personas=people or None, workers=config.workers,
                          held_out_per_category=config.heldout_per_category, dedupe_threshold=config.dedupe_threshold,
-                         embed=embed, validate=config.gates, llm=plan)
+                         embed=embed, validate=config.gates, llm=plan,
+                         gate_cache_dir=str(lake.path("cache", "gates")))
     tasks = res.tasks
     for t in tasks:
         t.suite = "procedural" if t.route == "procedural" else "llm"
@@ -293,7 +294,7 @@ def verifiers(context: dg.AssetExecutionContext, config: VerifiersConfig, lake: 
 
     tasks = _all_tasks(lake)
     j = judge.judge()
-    vrows, valid, rejected, hacks = [], [], [], []
+    vrows, valid, rejected, hacks, gstats = [], [], [], [], {}
     with sandbox.factory() as factory:
         for t in tasks:
             vrows.append(verification_row(t, verify_noop(t, factory, judge=j), "noop"))
@@ -302,7 +303,9 @@ def verifiers(context: dg.AssetExecutionContext, config: VerifiersConfig, lake: 
             from clawgym.synth.gates import validate_many
 
             by_id = {t.task_id: t for t in gated}
-            for v in validate_many(gated, factory, timeout=config.gate_timeout_s):
+            gstats: dict = {}
+            for v in validate_many(gated, factory, timeout=config.gate_timeout_s, stats=gstats,
+                                   cache_dir=str(lake.path("cache", "gates"))):
                 t = by_id[v.task_id]
                 d = v.to_dict()
                 vrows.append(verification_row(t, {"score": v.oracle_score if v.oracle_score is not None else 0.0,
@@ -338,11 +341,13 @@ def verifiers(context: dg.AssetExecutionContext, config: VerifiersConfig, lake: 
     synth_rej = [r for r in _rejection_rows(lake) if r.get("stage") != VERIFIERS_STAGE]
     lake.write(Table.REJECTED_TASKS, synth_rej + rejected)
     noops = [r for r in vrows if r["kind"] == "noop"]
+    gated_rows = [v for v in valid if v["route"] != "imported"]
     return dg.MaterializeResult(metadata={
-        "n_tasks": len(tasks), "n_validated": len(valid), "n_rejected": len(rejected),
+        "n_tasks": len(tasks), "n_validated": len(gated_rows), "n_rejected": len(rejected),
         "noop_mean_by_category": md_table(["category", "mean no-op score"],
                                           list(group_mean(noops, "category", "score").items())),
-        "oracle_pass_rate": (sum(v["passed"] for v in valid) / len(valid)) if valid else None,
+        "oracle_pass_rate": (sum(v["passed"] for v in gated_rows) / len(gated_rows)) if gated_rows else None,
+        "gate_cache_hits": int(gstats.get("cache_hits", 0)),
         "noop_histogram": md_histogram([r["score"] for r in noops], title="no-op score"),
         "rejected": dg.MetadataValue.json([{"task_id": r["task_id"], "reason": r["reason"]} for r in rejected][:50]),
         "hackable_by_source": _hack_table(hacks),

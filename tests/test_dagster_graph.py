@@ -100,6 +100,9 @@ def test_procedural_tasks_validated_and_split(graph):
     assert {t["split"] for t in tasks} == {"train", "bench"}
     vals = [v for v in lk.read_table("task_validations", root=root).to_pylist() if v["route"] != "imported"]
     assert len(vals) == 12 and all(v["passed"] for v in vals), [v for v in vals if not v["passed"]]
+    # synthetic_tasks gated them already: verifiers re-judged the cached measurements instead of re-running them
+    md = graph["runs"][0].asset_materializations_for_node("verifiers")[0].metadata
+    assert md["gate_cache_hits"].value == 12 and md["n_validated"].value == 12
     bench = lk.read_table("tasks", {"source": "bench_procedural"}, root=root).to_pylist()
     assert bench and {b["task_id"] for b in bench} == {t["task_id"] for t in tasks if t["split"] == "bench"}
     assert (graph["data"] / "workspaces" / tasks[0]["task_id"]).is_dir()

@@ -196,3 +196,26 @@ def test_replay_fork_server_matches_real_interpreter(any_isolating_factory):
         assert a["output/pytest.txt"] == b"1 failed\n1 passed\n"
     assert a["output/argv.txt"] == b"['-c', 'a', 'b c'] True\n" and a["output/pipe.txt"] == b"X2\n"
     assert a["output/rc.txt"] == b"rc=3\n1\n1" and b"No module named no_such_module_xyz" in a["output/nomod.txt"]
+
+
+def test_gate_cache_rejudges_without_rerunning(tmp_path):
+    """validate_many with a cache_dir: a second call measures nothing again (cache hits, same verdicts); another
+    bound is re-judged from the cached measurements; an edited verifier is a miss."""
+    from clawgym.synth.gates import validate_many
+
+    tasks = generate_procedural(3, seed=5)
+    s1, s2, s3 = {}, {}, {}
+    v1 = validate_many(tasks, None, cache_dir=tmp_path, stats=s1)
+    assert all(v.passed for v in v1) and s1.get("cache_hits", 0) == 0 and s1["tasks"] == 3
+    v2 = validate_many(tasks, None, cache_dir=tmp_path, stats=s2)
+    assert s2["cache_hits"] == 3 and "tasks" not in s2  # nothing graded
+    strip = lambda v: {k: x for k, x in v.to_dict().items() if k != "duration_s"}  # noqa: E731
+    assert [strip(v) for v in v2] == [strip(v) for v in v1]
+    # bound 0: every exploit "reaches" it -> hackable; rejected under hacker="reject", from the cache alone
+    v3 = validate_many(tasks, None, cache_dir=tmp_path, stats=s3, hacker="reject", bound=0.0)
+    assert s3["cache_hits"] == 3 and all(not v.passed and "hackable:" in v.reason for v in v3)
+    edited = tasks[0].model_copy(update={"verifier": tasks[0].verifier.model_copy(
+        update={"code": tasks[0].verifier.code + "\n# edited\n"})})
+    s4 = {}
+    validate_many([edited, tasks[1]], None, cache_dir=tmp_path, stats=s4)
+    assert s4["cache_hits"] == 1 and s4["tasks"] == 1

@@ -229,6 +229,63 @@ def _b64(d: dict[str, bytes | None]) -> dict[str, str | None]:
     return {p: (base64.b64encode(b).decode() if b is not None else None) for p, b in d.items()}
 
 
+def _finish(v: TaskValidation, t: Task, hacker: str, bound: float) -> TaskValidation:
+    """Judge a batched validation from its measured scores (also re-judges a cached one under another hacker
+    mode or bound)."""
+    _judge(v, has_reference=bool(t.reference), hacker=hacker, bound=bound)
+    if not v.compiles:
+        v.passed, v.reason = False, v.reason or "verifier does not compile"
+    if v.errors and not v.passed:
+        v.reason += f" [first error: {v.errors[0][:200]}]"
+    return v
+
+
+GATES_VERSION = 1  # bump when what a gate measures changes: cached verdicts of older versions are then misses
+
+
+def gate_key(task: Task, hacker: str = DEFAULT_HACKER) -> str:
+    """Content address of what the batched gates measure for `task`: verifier code, files, reference, declared
+    outputs, instruction (the echo exploit writes it), family mutations (route, family, seed) and whether exploits
+    run. Not the hacker mode or bound: a cached verdict is re-judged (`_finish`) under the caller's."""
+    import hashlib
+
+    body = {
+        "v": GATES_VERSION, "exploits": hacker != "off",
+        "code": task.verifier.code, "kind": task.verifier.kind, "timeout": task.verifier.timeout_s,
+        "files": sorted((f.path, hashlib.sha256(f.content).hexdigest(), f.mode) for f in task.files),
+        "reference": [c.model_dump() for c in task.reference or []],
+        "outputs": task_outputs(task), "instruction": task.instruction,
+        "mutations": [task.route, task.family, task.seed, bool(task.source.get("mutations"))]
+        if task.route == "procedural" else None,
+    }
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+class GateCache:
+    """Measured gate results by `gate_key`, one JSON file each under `root` (clawgym.synth.llm_cache.ResponseCache
+    layout, atomic writes). Infra results are never stored."""
+
+    def __init__(self, root: str | os.PathLike[str]):
+        from clawgym.synth.llm_cache import ResponseCache
+
+        self.store = ResponseCache(root)
+
+    def get(self, task: Task, hacker: str = DEFAULT_HACKER, bound: float = HACK_BOUND) -> TaskValidation | None:
+        """The cached validation of `task`, judged under `hacker` / `bound`, or None."""
+        hit = self.store.get(gate_key(task, hacker))
+        d = hit.get("validation") if hit else None
+        if not isinstance(d, dict):
+            return None
+        v = TaskValidation(**{k: x for k, x in d.items() if k in TaskValidation.__dataclass_fields__})
+        v.task_id, v.family, v.category = task.task_id, task.family, task.category
+        return _finish(v, task, hacker, bound)
+
+    def put(self, task: Task, v: TaskValidation, hacker: str = DEFAULT_HACKER) -> None:
+        """Store `v` (not when it is an infra result)."""
+        if not v.reason.startswith("infra"):
+            self.store.put(gate_key(task, hacker), {"validation": v.to_dict()})
+
+
 def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver: bool = True,
                     stats: _Stats | None = None, hacker: str = DEFAULT_HACKER,
                     bound: float = HACK_BOUND) -> list[TaskValidation]:
@@ -279,11 +336,7 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver:
         if not t.reference:
             v.oracle_score = v.oracle_score_2 = None
             v.mutation_scores, v.oracle_checks = {}, {}
-        _judge(v, has_reference=bool(t.reference), hacker=hacker, bound=bound)
-        if not v.compiles:
-            v.passed, v.reason = False, v.reason or "verifier does not compile"
-        if v.errors and not v.passed:
-            v.reason += f" [first error: {v.errors[0][:200]}]"
+        _finish(v, t, hacker, bound)
     if stats is not None:
         stats.add(chunk_s=time.perf_counter() - t0, tasks=len(tasks))
     return vals
@@ -292,7 +345,7 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver:
 def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, chunk: int = 100,
                   timeout: float = 600.0, forkserver: bool = True,
                   stats: dict[str, float] | None = None, hacker: str = DEFAULT_HACKER,
-                  bound: float = HACK_BOUND) -> list[TaskValidation]:
+                  bound: float = HACK_BOUND, cache_dir: str | os.PathLike[str] | None = None) -> list[TaskValidation]:
     """Batched gates: chunks of `chunk` tasks, each chunk in ONE sandbox (two driver runs). `workers`
     chunks run at once. Results keep the input order. `forkserver` (default on)
     serves the references' `python3` runs, and grade code's `sys.executable` runs, by forking a pre-imported
@@ -300,9 +353,22 @@ def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, 
     seconds: chunk_s, replay_s / grade_s (a driver run, end to end), replay_driver_s / grade_driver_s (sandbox
     open + driver wall), replay_sandbox_cpu_s / grade_sandbox_cpu_s (cpu inside the sandbox),
     replay_transfer_s / grade_transfer_s (payload JSON, reading results, closing), *_payload_mb; host work is
-    chunk_s - replay_s - grade_s. `hacker` / `bound`: the hacker gate (module docstring)."""
+    chunk_s - replay_s - grade_s. `hacker` / `bound`: the hacker gate (module docstring). `cache_dir`: measured
+    results cached by content (`GateCache`): a task gated before (by `synthetic_tasks`, the LLM route or an
+    earlier run) is not gated again, only re-judged; `stats["cache_hits"]` counts them."""
     _check_hacker(hacker)
     tasks = list(tasks)
+    cache = GateCache(cache_dir) if cache_dir else None
+    if cache is not None:
+        hits = {i: cache.get(t, hacker, bound) for i, t in enumerate(tasks)}
+        hits = {i: v for i, v in hits.items() if v is not None}
+        if stats is not None:
+            stats["cache_hits"] = stats.get("cache_hits", 0) + len(hits)
+        if hits:
+            rest = [t for i, t in enumerate(tasks) if i not in hits]
+            fresh = iter(validate_many(rest, factory, workers, chunk, timeout, forkserver, stats, hacker, bound,
+                                       cache_dir) if rest else [])
+            return [hits[i] if i in hits else next(fresh) for i in range(len(tasks))]
     chunks = [tasks[i:i + chunk] for i in range(0, len(tasks), chunk)]
     st = _Stats(stats) if stats is not None else None
 
@@ -321,7 +387,11 @@ def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, 
     else:
         with ThreadPoolExecutor(workers) as ex:
             res = list(ex.map(run, chunks))
-    return [v for r in res for v in r]
+    out = [v for r in res for v in r]
+    if cache is not None:
+        for t, v in zip(tasks, out):
+            cache.put(t, v, hacker)
+    return out
 
 
 def validate_task(task: Task, factory: Any, judge: Any = None, hacker: str = DEFAULT_HACKER,

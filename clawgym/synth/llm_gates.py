@@ -8,26 +8,20 @@ collects the submissions that arrive within `wait_s` (at most `max_batch`) into 
 scaffold 0, oracle 1.0 twice (when the spec has reference outputs), mutations lose score, same sub-score keys,
 and the hacker gate (clawgym.synth.exploits).
 
-With a `cache_dir` each non-infra result is stored content-addressed (verifier code, files, reference, declared
-outputs, hacker mode and bound): a resumed run re-gates nothing it has gated before.
+With a `cache_dir` each non-infra result is stored content-addressed (clawgym.synth.gates.GateCache): a resumed
+run re-gates nothing it has gated before, and neither does the `verifiers` asset given the same cache.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import queue
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from clawgym.synth.exploits import HACK_BOUND
-from clawgym.synth.gates import TaskValidation, validate_many
-from clawgym.synth.llm_cache import ResponseCache
+from clawgym.synth.gates import GateCache, TaskValidation, validate_many
 from clawgym.tasks.model import Task
-
-GATES_VERSION = 1  # bump when a gate's semantics change: old cached verdicts are then misses
-
 
 def llm_gate_of(v: TaskValidation, has_reference: bool = True) -> str:
     """The first gate a failed validation did not pass (the names of clawgym.synth.pipeline.LLM_GATES)."""
@@ -53,19 +47,6 @@ def llm_gate_of(v: TaskValidation, has_reference: bool = True) -> str:
     return "gates"
 
 
-def gate_key(task: Task, hacker: str, bound: float) -> str:
-    """Content address of a task's gate verdict: everything the gates read, nothing they do not."""
-    body = {
-        "v": GATES_VERSION, "hacker": hacker, "bound": bound,
-        "code": task.verifier.code, "timeout": task.verifier.timeout_s,
-        "files": sorted((f.path, hashlib.sha256(f.content).hexdigest(), f.mode) for f in task.files),
-        "reference": [c.model_dump() for c in task.reference or []],
-        "outputs": (task.source.get("llm") or {}).get("output_paths"),
-        "instruction": task.instruction,  # the echo exploit writes it
-    }
-    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
-
-
 class GateBatcher:
     """Batches gate runs of concurrently generated candidates (module docstring). Use as a context manager."""
 
@@ -74,7 +55,7 @@ class GateBatcher:
                  timeout: float = 600.0, forkserver: bool = True):
         self.factory, self.hacker, self.bound = factory, hacker, bound
         self.max_batch, self.wait_s, self.timeout, self.forkserver = max(1, max_batch), wait_s, timeout, forkserver
-        self.cache = ResponseCache(cache_dir) if cache_dir else None
+        self.cache = GateCache(cache_dir) if cache_dir else None
         self.stats = {"gated": 0, "batches": 0, "cache_hits": 0}
         self._lock = threading.Lock()
         self._q: queue.Queue = queue.Queue()
@@ -98,16 +79,14 @@ class GateBatcher:
 
     def check(self, task: Task) -> TaskValidation:
         """The gate verdict of `task` (from the cache, or from the next batch)."""
-        key = gate_key(task, self.hacker, self.bound)
         if self.cache is not None:
-            hit = self.cache.get(key)
-            if hit is not None and isinstance(hit.get("validation"), dict):
+            hit = self.cache.get(task, self.hacker, self.bound)
+            if hit is not None:
                 with self._lock:
                     self.stats["cache_hits"] += 1
-                d = {k: v for k, v in hit["validation"].items() if k in TaskValidation.__dataclass_fields__}
-                return TaskValidation(**{**d, "task_id": task.task_id})
+                return hit
         fut: Future = Future()
-        self._q.put((task, key, fut))
+        self._q.put((task, fut))
         return fut.result()
 
     def _dispatch(self) -> None:
@@ -127,22 +106,22 @@ class GateBatcher:
                 batch.append(nxt)
             self._pool.submit(self._run, batch)
 
-    def _run(self, batch: list[tuple[Task, str, Future]]) -> None:
-        tasks = [t for t, _, _ in batch]
+    def _run(self, batch: list[tuple[Task, Future]]) -> None:
+        tasks = [t for t, _ in batch]
         try:
             vals = validate_many(tasks, self.factory, workers=1, chunk=len(tasks), timeout=self.timeout,
                                  forkserver=self.forkserver, hacker=self.hacker, bound=self.bound)
         except BaseException as e:  # validate_many records per-task infra itself; this is a last resort
-            for _, _, fut in batch:
+            for _, fut in batch:
                 fut.set_exception(e)
             return
         with self._lock:
             self.stats["gated"] += len(tasks)
             self.stats["batches"] += 1
-        for (_, key, fut), v in zip(batch, vals):
-            if self.cache is not None and not v.reason.startswith("infra"):
-                self.cache.put(key, {"validation": v.to_dict()})
+        for (task, fut), v in zip(batch, vals):
+            if self.cache is not None:
+                self.cache.put(task, v, self.hacker)
             fut.set_result(v)
 
 
-__all__ = ["GATES_VERSION", "GateBatcher", "gate_key", "llm_gate_of"]
+__all__ = ["GateBatcher", "llm_gate_of"]

@@ -472,6 +472,7 @@ def generate_llm_tasks(
     max_in_flight: int | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     hacker: str = "reject",
+    gate_cache_dir: str | os.PathLike[str] | None = None,
     gate_batch: int = 64,
     gate_workers: int = 2,
     return_stats: bool = False,
@@ -489,8 +490,9 @@ def generate_llm_tasks(
     of concurrent candidates are batched (clawgym.synth.llm_gates.GateBatcher: `gate_batch`, `gate_workers`),
     `hacker` is the hacker gate's mode ("reject": a hackable verifier goes back to the generator for repair).
     Candidates run in `workers` threads (default: twice the requests all servers may have in flight).
-    `cache_dir` (default ``client_cfg.cache_dir``) holds the content-addressed response cache and, under
-    ``gates/``, the gate verdicts: a re-run makes no request it made before and re-gates nothing.
+    `cache_dir` (default ``client_cfg.cache_dir``) holds the content-addressed response cache and
+    `gate_cache_dir` (default ``<cache_dir>/gates``) the gate verdicts: a re-run makes no request it made before
+    and re-gates nothing.
     Stats: requests, cache_hits/misses, prompt/completion tokens (total and per accepted task), cost and
     cost per accepted task when a price per 1K tokens is configured, peak_in_flight (per server), wall_s,
     candidates_per_s, gates (gated, batches, cache_hits).
@@ -520,7 +522,7 @@ def generate_llm_tasks(
     t0 = time.perf_counter()
     try:
         with GateBatcher(factory, hacker=hacker, max_batch=gate_batch, gate_workers=gate_workers,
-                         cache_dir=os.path.join(cdir, "gates") if cdir else None) as gates:
+                         cache_dir=gate_cache_dir or (os.path.join(cdir, "gates") if cdir else None)) as gates:
             accepted, rejected = _generate(personas, skills, taxonomy, rt, n, route, max_repairs, gates, seed,
                                            workers)
     finally:

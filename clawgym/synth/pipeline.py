@@ -52,6 +52,7 @@ class LLMPlan:
     workers: int | None = None  # candidate threads (None: twice the requests the servers may have in flight)
     cache_dir: str | None = None
     hacker: str = "reject"  # the hacker gate's mode for LLM candidates (a hackable verifier is repaired)
+    gate_cache_dir: str | None = None  # gate verdicts (default <cache_dir>/gates)
 
 
 @dataclass
@@ -166,7 +167,8 @@ def generate_llm(plan: LLMPlan, factory: Any = None, seed: int = 0
         acc, rej, st = generate_llm_tasks(plan.personas, plan.skills, plan.taxonomy, gen, k, route=route,
                                       max_repairs=plan.max_repairs, factory=factory, seed=seed, reviewer=rev,
                                       auditor=aud, cache_dir=plan.cache_dir, workers=plan.workers,
-                                      hacker=plan.hacker, return_stats=True)
+                                      hacker=plan.hacker, gate_cache_dir=plan.gate_cache_dir,
+                                      return_stats=True)
         accepted += acc
         rejected += [{**r, "route": r.get("route") or route} for r in rej]
         stats = _merge_stats(stats, {kk: vv for kk, vv in st.items() if kk != "rejected_by_reason"})
@@ -177,11 +179,12 @@ def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] |
                personas: list[Any] | None = None, workers: int = 1, chunk: int = 100,
                held_out_per_category: int = 1, dedupe_threshold: float = 0.90, embed: Any = None,
                extra_tasks: list[Task] | None = None, validate: bool = True, forkserver: bool = True,
-               llm: LLMPlan | None = None) -> SynthResult:
+               llm: LLMPlan | None = None, gate_cache_dir: str | None = None) -> SynthResult:
     """n procedural tasks (n=0: none) + `extra_tasks` (which must carry their own verifiers) through the gates,
     plus — with `llm` — the LLM route's candidates (gated by the LLM route), then dedupe over all of them and the
     held-out-family split. factory=None validates on the host (dev only). forkserver=False replays/grades with
-    real python3 processes only (same results, slower)."""
+    real python3 processes only (same results, slower). `gate_cache_dir`: gate results cached by content
+    (clawgym.synth.gates.GateCache; the `verifiers` asset reads the same cache)."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     tasks = (generate_procedural(n, seed=seed, families=families, personas=personas) if n > 0 else []) \
@@ -209,7 +212,7 @@ def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] |
     t1 = time.perf_counter()
     vstats: dict[str, float] = {}
     vals = validate_many(tasks, factory, workers=workers, chunk=chunk, forkserver=forkserver,
-                         stats=vstats) if validate and tasks else []
+                         stats=vstats, cache_dir=gate_cache_dir) if validate and tasks else []
     timings["validate_s"] = time.perf_counter() - t1
     rejected = rejected_from_validations(vals)
     gate_of = {v.task_id: procedural_gate(v) for v in vals if not v.passed}
