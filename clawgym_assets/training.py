@@ -1,13 +1,16 @@
-"""Training domain: checkpoints trained by a Pipes subprocess (`python -m clawgym.train.pipes_sft`)."""
+"""Training domain: checkpoints trained by a Pipes subprocess (`python -m clawgym.train.pipes_sft`):
+SFT on the sft table, or GRPO on training tasks with verifier rewards from sandboxes (`method`)."""
 
 import dataclasses
+import hashlib
+from typing import Any, Dict
 
 import dagster as dg
 
 from clawgym.train.record import RECORD_FILE, CheckpointRecord
 from clawgym_assets.partitions import checkpoint_partitions, model_partitions
 from clawgym_assets.rollouts import sft_dataset
-from clawgym_resources import LakeResource, ModelEndpointsResource, TrainerResource
+from clawgym_resources import LakeResource, ModelEndpointsResource, SandboxResource, TrainerResource
 
 GROUP = "training"
 
@@ -26,39 +29,94 @@ def base_model(context: dg.AssetExecutionContext, endpoints: ModelEndpointsResou
 
 
 class CheckpointConfig(dg.Config):
-    base: str = ""  # "" = the embedded base model folder (ModelEndpointsResource.base_model_path())
+    base: str = ""  # "" = the embedded base model; a checkpoint's name (e.g. an SFT one) or a model folder
     parent: str = ""  # the model this one is compared against on the leaderboard ("" = the base policy)
+    method: str = "sft"  # sft: TRL SFTTrainer on the sft table | grpo: TRL GRPOTrainer, verifier rewards
+    # grpo: trl.GRPOConfig fields by TRL's names (over clawgym.train.config.GRPO_DEFAULTS)
+    grpo_config: Dict[str, Any] = {}
+    grpo_tasks: int = 8  # training tasks (split "train", lowest task ids first)
+    grpo_families: list[str] = []  # only tasks of these families ([] = any)
+    score_workers: int = 8  # parallel sandboxes scoring one generation batch
+
+
+def _resolve_base(base: str, endpoints: ModelEndpointsResource) -> str:
+    """A checkpoint's name -> its folder; anything else (a path, "") as given / the base model."""
+    if not base:
+        return str(endpoints.base_model_path())
+    named = endpoints.checkpoints_path() / base
+    if "/" not in base and (named / "config.json").exists():
+        return str(named)
+    return base
+
+
+def _grpo_tasks(lake: LakeResource, config: CheckpointConfig, out_dir) -> tuple[str, str, int]:
+    """Write the GRPO tasks (train split) to <out_dir>/_grpo/tasks.parquet; (path, data version, count)."""
+    from clawgym.lake.records import tasks_from_table
+    from clawgym.tasks.parquet_io import write_tasks_parquet
+
+    tasks = [t for t in tasks_from_table(lake.read("tasks")) if t.split == "train"
+             and (not config.grpo_families or t.family in config.grpo_families)]
+    tasks = sorted(tasks, key=lambda t: t.task_id)[:max(1, config.grpo_tasks)]
+    if not tasks:
+        raise dg.Failure("GRPO: no training tasks (split 'train') in the tasks table"
+                         + (f" for families {config.grpo_families}" if config.grpo_families else ""))
+    path = out_dir / "_grpo" / "tasks.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_tasks_parquet(tasks, path)
+    version = hashlib.sha256("\n".join(t.task_id for t in tasks).encode()).hexdigest()[:16]
+    return str(path), f"tasks:{version}", len(tasks)
 
 
 @dg.asset(group_name=GROUP, kinds={"python", "pytorch"}, partitions_def=checkpoint_partitions,
           deps=[sft_dataset, base_model],
           description="A trained model folder under data/checkpoints/<checkpoint>/ plus its registry row (base, "
-                      "data version, hyper-parameters, loss curve). Registers the bench_scores partition.")
+                      "data version, hyper-parameters, loss curve; GRPO: reward curve). method sft: TRL SFT on the "
+                      "sft table; method grpo: TRL GRPO on training tasks, rewards from verifier runs in sandboxes, "
+                      "from any checkpoint (config.base). Registers the bench_scores partition.")
 def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig, lake: LakeResource,
-                trainer: TrainerResource, endpoints: ModelEndpointsResource,
+                trainer: TrainerResource, endpoints: ModelEndpointsResource, sandbox: SandboxResource,
                 pipes_subprocess_client: dg.PipesSubprocessClient) -> dg.MaterializeResult:
     name = context.partition_key
     out_dir = endpoints.checkpoints_path() / name
-    base = config.base or str(endpoints.base_model_path())
+    base = _resolve_base(config.base, endpoints)
     parent = config.parent or endpoints.base_policy_name
-    sft_dir = lake.lake_dir / "sft"
-    sft_files = sorted(p.name for p in sft_dir.glob("*.parquet"))
-    if not sft_files:
-        raise dg.Failure("the sft table is empty: materialize sft_dataset first")
-    data_version = ",".join(sft_files)
-    try:
-        run = trainer.sft_run(name=name, base_model=base, dataset_path=str(sft_dir), output_dir=str(out_dir),
-                              dataset_version=data_version)
-    except ValueError as e:  # an unknown TRL / peft field: named in the message
-        raise dg.Failure(f"trainer settings: {e}") from e
+    if config.method == "grpo":
+        from clawgym.train.config import TrainConfigError
+        from clawgym.train.grpo import GRPORunConfig
+
+        tasks_file, data_version, n_tasks = _grpo_tasks(lake, config, out_dir)
+        try:
+            run = GRPORunConfig(name=name, base_model=base, output_dir=str(out_dir), dataset_version=data_version,
+                                score_workers=config.score_workers, grpo_config=dict(config.grpo_config))
+        except TrainConfigError as e:  # an unknown TRL field: named in the message
+            raise dg.Failure(f"grpo_config: {e}") from e
+        extras = {"grpo_run": run.to_dict(), "tasks_file": tasks_file,
+                  "sandbox": {"backend": sandbox.backend, "config": dataclasses.asdict(sandbox.config())}}
+        context.log.info(f"GRPO {name} from {base} on {n_tasks} tasks, sandbox backend {sandbox.backend}")
+    elif config.method == "sft":
+        sft_dir = lake.lake_dir / "sft"
+        sft_files = sorted(p.name for p in sft_dir.glob("*.parquet"))
+        if not sft_files:
+            raise dg.Failure("the sft table is empty: materialize sft_dataset first")
+        data_version = ",".join(sft_files)
+        try:
+            run = trainer.sft_run(name=name, base_model=base, dataset_path=str(sft_dir), output_dir=str(out_dir),
+                                  dataset_version=data_version)
+        except ValueError as e:  # an unknown TRL / peft field: named in the message
+            raise dg.Failure(f"trainer settings: {e}") from e
+        extras = {"sft_run": run.to_dict()}
+    else:
+        raise dg.Failure(f"CheckpointConfig.method: {config.method!r} is not one of 'sft', 'grpo'")
     res = pipes_subprocess_client.run(command=trainer.command(), context=context,
-                                      extras={"sft_run": run.to_dict()}).get_materialize_result()
+                                      extras=extras).get_materialize_result()
     rec = CheckpointRecord.load(out_dir)
     if rec is None:
         raise dg.Failure(f"{out_dir}: the training run wrote no {RECORD_FILE}")
     rec = dataclasses.replace(rec, parent=parent, run_id=context.run.run_id)
+    rec.save(out_dir)
     reg = [r for r in lake.read("checkpoints").to_pylist() if r["checkpoint"] != name]
     lake.write("checkpoints", reg + [rec.to_row()])
     context.instance.add_dynamic_partitions(model_partitions.name, [name])
     return dg.MaterializeResult(metadata={**(res.metadata or {}), "path": str(out_dir), "parent": parent,
-                                          "base": base, "hyperparams": dg.MetadataValue.json(rec.hyperparams)})
+                                          "base": base, "method": config.method,
+                                          "hyperparams": dg.MetadataValue.json(rec.hyperparams)})

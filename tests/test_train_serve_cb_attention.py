@@ -169,17 +169,21 @@ def test_command_and_environment(tiny, monkeypatch):
     launcher = str(Path(serve.__file__).resolve())
     cb = ModelServer(tiny, port=1234, device="cpu")
     cmd = cb.command()
-    assert cmd[:6] == [sys.executable, launcher, "--safe-tool-parsing", "--cb-attention", "--packed-linear", "serve"]
+    assert cmd[:7] == [sys.executable, launcher, "--safe-tool-parsing", "--token-ids", "--cb-attention",
+                       "--packed-linear", "serve"]
     assert "--continuous-batching" in cmd and cmd[-6:] == list(serve.CPU_CB_ARGS)
-    assert ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False).command()[:5] == [
+    assert ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False, token_ids=False).command()[:5] == [
         sys.executable, launcher, "--safe-tool-parsing", "--packed-linear", "serve"]
     assert launcher not in ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False,
-                                       packed_linear=False, safe_tool_parsing=False).command()
-    assert ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False,
-                       packed_linear=False).command()[:4] == [sys.executable, launcher, "--safe-tool-parsing", "serve"]
+                                       packed_linear=False, safe_tool_parsing=False, token_ids=False).command()
+    assert ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False, packed_linear=False,
+                       token_ids=False).command()[:4] == [sys.executable, launcher, "--safe-tool-parsing", "serve"]
+    assert ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False, packed_linear=False,
+                       safe_tool_parsing=False).command()[:4] == [sys.executable, launcher, "--token-ids", "serve"]
     assert "--packed-linear" not in ModelServer(tiny, port=1, device="cuda").command()  # CPU kernels only
     plain = ModelServer(tiny, port=1, device="cpu", continuous_batching=False).command()
-    assert "--no-continuous-batching" in plain and plain[2:5] == ["--safe-tool-parsing", "--packed-linear", "serve"]
+    assert "--no-continuous-batching" in plain and plain[2:6] == ["--safe-tool-parsing", "--token-ids",
+                                                                  "--packed-linear", "serve"]
     env = cb.environment()
     assert all(env[k] == v for k, v in MALLOC_ENV.items()) and env["HF_HUB_OFFLINE"] == "1"
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "12345")  # the caller's settings win
@@ -191,8 +195,8 @@ def test_command_and_environment(tiny, monkeypatch):
 
 
 def test_launcher_runs_transformers_serve_cli():
-    r = subprocess.run([sys.executable, serve.__file__, "--safe-tool-parsing", "--cb-attention", "--packed-linear",
-                        "serve", "--help"],
+    r = subprocess.run([sys.executable, serve.__file__, "--safe-tool-parsing", "--token-ids", "--cb-attention",
+                        "--packed-linear", "serve", "--help"],
                        capture_output=True, text=True,
                        timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode == 0, r.stderr[-2000:]

@@ -38,6 +38,9 @@ commands and create or edit files. Do the whole task yourself, write deliverable
 asks, then reply with a short summary of what you did."""
 
 MALFORMED_KEY = "clawgym_malformed_tool_calls"  # on an assistant message: the original malformed calls
+# on an assistant message, when the endpoint returned them (`Endpoint.token_ids`: the embedded server, vLLM):
+# {"prompt_token_ids": [...], "token_ids": [...], "logprobs": [...] | None} exactly as sampled
+TOKENS_KEY = "clawgym_tokens"
 
 
 @dataclass
@@ -150,12 +153,32 @@ def _assistant_message(msg: dict, turn: int) -> tuple[dict, list[_Call]]:
     return out, calls
 
 
+def token_record(resp: dict, choice: dict) -> dict | None:
+    """The sampled tokens of one response (vLLM's / the embedded server's `return_token_ids` and `logprobs`
+    fields) as stored under TOKENS_KEY, or None when the endpoint did not return them."""
+    prompt, ids = resp.get("prompt_token_ids"), choice.get("token_ids")
+    if not (isinstance(prompt, list) and isinstance(ids, list)
+            and all(isinstance(i, int) for i in prompt) and all(isinstance(i, int) for i in ids)):
+        return None
+    lp = choice.get("logprobs")
+    content = lp.get("content") if isinstance(lp, dict) else None
+    logprobs = None
+    if isinstance(content, list) and len(content) == len(ids):
+        try:
+            logprobs = [float(c["logprob"]) for c in content]
+        except (KeyError, TypeError, ValueError):
+            logprobs = None
+    return {"prompt_token_ids": prompt, "token_ids": ids, "logprobs": logprobs}
+
+
 def wire_messages(messages: list[dict]) -> list[dict]:
     """The transcript as sent to the endpoint: without clawgym's own keys, and with the malformed calls'
     arguments replaced by "{}" (servers that re-parse history would refuse the whole request otherwise;
     the model still sees what was wrong in the tool error that answers the call)."""
     out = []
     for m in messages:
+        if TOKENS_KEY in m:
+            m = {k: v for k, v in m.items() if k != TOKENS_KEY}
         bad = m.get(MALFORMED_KEY)
         if not bad:
             out.append(m)
@@ -188,6 +211,9 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
     deadline = t0 + limits.max_wall_s
     wall_error = f"wall-time limit ({limits.max_wall_s:g} s) reached"
     bad_streak = 0
+    # the sampled token ids / log-probabilities, when the endpoint can return them (vLLM's request fields)
+    token_kw = ({"extra_body": {"return_token_ids": True, "logprobs": True}}
+                if getattr(endpoint, "token_ids", False) else {})
     try:
         while True:
             if res.turns >= limits.max_turns:
@@ -202,7 +228,7 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
             try:
                 resp = client.complete(messages=wire_messages(res.messages), tools=TOOL_SCHEMAS,
                                        max_tokens=limits.max_completion_tokens, temperature=0.0,
-                                       extra_headers=extra_headers, deadline=deadline)
+                                       extra_headers=extra_headers, deadline=deadline, **token_kw)
             except AgentRequestError as e:
                 res.failure_class, res.error = e.failure_class, str(e)
                 break
@@ -216,6 +242,9 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
             if not isinstance(msg, dict):  # the endpoint broke the protocol, not the model
                 raise InfraError(f"endpoint returned a choice without a message: {str(choice)[:300]}")
             amsg, calls = _assistant_message(msg, res.turns)
+            toks = token_record(resp, choice) if token_kw else None
+            if toks is not None:
+                amsg[TOKENS_KEY] = toks
             res.messages.append(amsg)
             if not calls:
                 if not text_of(amsg.get("content")).strip():
@@ -282,4 +311,4 @@ def dumps(obj: Any) -> str:
 
 
 __all__ = ["Limits", "LoopResult", "run_builtin", "SYSTEM_PROMPT", "tool_types", "count_tool_calls", "wire_messages",
-           "MALFORMED_KEY"]
+           "MALFORMED_KEY", "TOKENS_KEY", "token_record"]

@@ -105,6 +105,7 @@ class Endpoint:
     policy: str = ""
     kind: str = "openai"
     headers: dict[str, str] = field(default_factory=dict)
+    token_ids: bool = False  # ask for the sampled token ids / log-probabilities (vLLM's `return_token_ids`)
 
     @property
     def api_key(self) -> str:
@@ -166,18 +167,20 @@ def open_endpoint(spec: PolicySpec, tasks=()) -> Iterator[Endpoint]:
         if not spec.base_url:
             raise ValueError(f"policy {spec.name}: base_url is required for kind=openai")
         yield Endpoint(base_url=spec.base_url.rstrip("/"), model=spec.model or "default",
-                       api_key_env=spec.api_key_env, policy=spec.name, kind=spec.kind)
+                       api_key_env=spec.api_key_env, policy=spec.name, kind=spec.kind,
+                       token_ids=bool(spec.extra.get("return_token_ids")))
     elif spec.kind == "local":
         from clawgym.train.serve import ModelServer  # owned by the train engineer
 
         path = spec.extra.get("model_path") or spec.model
-        kwargs = {k: v for k, v in spec.extra.items() if k != "model_path"}
+        kwargs = {k: v for k, v in spec.extra.items() if k not in ("model_path", "return_token_ids")}
         server = ModelServer(path, **kwargs)
         try:
             base_url = server.start()
             base_url = base_url if isinstance(base_url, str) else server.base_url
             yield Endpoint(base_url=base_url.rstrip("/"), model=getattr(server, "model_name", None) or path,
-                           policy=spec.name, kind=spec.kind)
+                           policy=spec.name, kind=spec.kind,
+                           token_ids=bool(spec.extra.get("return_token_ids", getattr(server, "token_ids", False))))
         finally:
             server.stop()
     else:

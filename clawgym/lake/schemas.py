@@ -71,6 +71,7 @@ SCHEMAS: dict[str, pa.Schema] = {
     "checkpoints": _schema(
         ("checkpoint", S), ("path", S), ("base", S), ("parent", S), ("data_version", S), ("n_samples", I64),
         ("hyperparams_json", S), ("loss_curve_json", S), ("final_loss", F64), ("run_id", S), ("created_at", TS),
+        ("algorithm", S), ("reward_curve_json", S), ("final_reward", F64),  # sft | grpo; GRPO's mean reward per step
     ),
     "bench_results": _schema(
         ("model", S), ("suite", S), ("task_id", S), ("category", S), ("repeat", I32), ("score", F64),

@@ -17,6 +17,7 @@ GPU recipe (documented, not run in CI): see docs in this module's `GPU_RECIPE`.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -48,9 +49,11 @@ class GRPORunConfig:
     """One GRPO run: base model, output folder, scoring threads, system prompt and trl.GRPOConfig
     overrides (checked against GRPOConfig's fields)."""
 
-    base_model: str = DEFAULT_BASE_DIR
+    base_model: str = DEFAULT_BASE_DIR  # any HF model folder: the base or a trained checkpoint (SFT, GRPO)
     output_dir: str = "data/checkpoints/grpo"
     name: str | None = None
+    dataset_version: str = ""  # what the tasks were (e.g. their ids' hash / the tasks table files)
+    resume: bool = True  # continue from the last Trainer checkpoint in <output_dir>/_trainer
     score_workers: int = 8  # threads scoring one generation batch's sandboxes
     system_prompt: str | None = None  # default: the builtin agent's system prompt
     grpo_config: dict[str, Any] = field(default_factory=dict)  # trl.GRPOConfig fields over GRPO_DEFAULTS
@@ -61,6 +64,21 @@ class GRPORunConfig:
     def trl_fields(self) -> dict[str, Any]:
         """The keyword arguments of trl.GRPOConfig (without output_dir): clawgym's defaults, then `grpo_config`."""
         return resolve_device({**GRPO_DEFAULTS, **self.grpo_config})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "GRPORunConfig":
+        from clawgym.train.config import TrainConfigError, field_names
+
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            k = unknown[0]
+            hint = " (a trl.GRPOConfig field: put it in grpo_config)" if k in field_names(grpo_config_class()) else ""
+            raise TrainConfigError(f"GRPORunConfig: unknown field {k!r}{hint}")
+        return cls(**d)
 
 
 class SandboxEnv:
@@ -211,16 +229,45 @@ def task_prompts(tasks: list[Task], system_prompt: str | None = None):
                                "task_id": t.task_id} for t in tasks])
 
 
-def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory) -> CheckpointRecord:
-    """Train with GRPO on `tasks` (sandboxes from `factory`); save the model and its record at cfg.output_dir."""
+def plot_rewards(curve: list[dict], path: Path, title: str = "GRPO reward") -> Path | None:
+    """Plot the mean reward per step ([{"step", "reward"}]) as a PNG at `path`; None for an empty curve."""
+    if not curve:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3), dpi=100)
+    ax.plot([c["step"] for c in curve], [c["reward"] for c in curve], marker=".")
+    ax.set_xlabel("step")
+    ax.set_ylabel("mean verifier reward")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> CheckpointRecord:
+    """Train with GRPO on `tasks` (sandboxes from `factory`); save the model and its record at cfg.output_dir.
+
+    Resumable like SFT (Trainer checkpoints in ``<output_dir>/_trainer``). `on_log(dict)` receives every Trainer
+    log entry. The record carries the reward curve (mean verifier reward per step), every sample's reward and the
+    loss curve. Tokens: TRL samples the completions itself and trains on exactly those ids (tool results are
+    appended as template tokens and masked out of the loss), so nothing is re-tokenized."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
     from trl.chat_template_utils import has_generation_markers
 
+    from clawgym.train.sft import last_trainer_checkpoint
+
     t0 = time.time()
     out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    work = out / "_trainer"
+    work.mkdir(parents=True, exist_ok=True)
     trl_fields = cfg.trl_fields()
     tok = AutoTokenizer.from_pretrained(cfg.base_model, padding_side="left")
     if not (tok.chat_template and has_generation_markers(tok.chat_template)):
@@ -229,29 +276,47 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory) -> CheckpointRecord
         apply_tool_chat_template(tok)
     model = AutoModelForCausalLM.from_pretrained(cfg.base_model,
                                                  dtype=torch.bfloat16 if trl_fields["bf16"] else torch.float32)
+    eos = model.generation_config.eos_token_id
 
     env_cls = type("SandboxEnv", (SandboxEnv,), {"registry": {t.task_id: t for t in tasks}, "factory": factory,
                                                   "opened": []})
     reward_log: list[dict] = []
-    args = GRPOConfig(output_dir=str(out / "_trainer"), **trl_fields)
+
+    class _Forward(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kw):
+            if on_log and logs:
+                on_log({"step": state.global_step, **logs})
+
+    args = GRPOConfig(output_dir=str(work), **trl_fields)
     trainer = GRPOTrainer(model=model, reward_funcs=make_reward_func(cfg.score_workers, reward_log), args=args,
                           train_dataset=task_prompts(tasks, cfg.system_prompt), processing_class=tok,
-                          environment_factory=env_cls)
-    result = trainer.train()
-    trainer.save_model(str(out))
+                          environment_factory=env_cls, callbacks=[_Forward()])
+    resume_from = last_trainer_checkpoint(work) if cfg.resume else None
+    result = trainer.train(resume_from_checkpoint=resume_from)
+    trainer.save_state()
+    final = trainer.model
+    final.generation_config.eos_token_id = eos  # serving stops at the end-of-turn token, as the base did
+    final.save_pretrained(str(out))
+    tok.padding_side = "right"
     tok.save_pretrained(str(out))
     hist = trainer.state.log_history
-    curve = [{"step": h["step"], "reward": float(h["reward"]), "loss": float(h.get("loss", 0.0))}
-             for h in hist if "reward" in h and "step" in h]
-    hyper = {"grpo_config": trl_fields, "score_workers": cfg.score_workers, "system_prompt": cfg.system_prompt}
+    curve = [{"step": h["step"], "reward": float(h["reward"]), "reward_std": float(h.get("reward_std", 0.0)),
+              "loss": float(h.get("loss", 0.0))} for h in hist if "reward" in h and "step" in h]
+    loss_curve = [{"step": c["step"], "loss": c["loss"]} for c in curve]
+    png = plot_rewards(curve, out / "reward.png", f"GRPO reward — {cfg.name or out.name}")
+    hyper = {"grpo_config": trl_fields, "score_workers": cfg.score_workers, "system_prompt": cfg.system_prompt,
+             "resume": cfg.resume, "dataset_version": cfg.dataset_version,
+             "tokens": {"token_exact": len(reward_log), "retokenized": 0, "tokenized_by": "trl_grpo_sampling"}}
     rec = CheckpointRecord(
         checkpoint=cfg.name or out.name, path=str(out), base=cfg.base_model, parent=cfg.base_model,
-        algorithm="grpo", n_tasks=len(tasks), steps=int(trainer.state.global_step), hyperparams=hyper,
-        reward_curve=curve, n_sandboxes=len(env_cls.opened), rewards=reward_log,
+        algorithm="grpo", data_version=cfg.dataset_version, n_tasks=len(tasks), steps=int(trainer.state.global_step),
+        hyperparams=hyper, reward_curve=curve, n_sandboxes=len(env_cls.opened), rewards=reward_log,
+        loss_curve=loss_curve, final_loss=loss_curve[-1]["loss"] if loss_curve else None, resumed_from=resume_from,
         train_runtime_s=float((result.metrics or {}).get("train_runtime") or 0.0), wall_s=time.time() - t0,
+        loss_plot=str(png) if png else None,
     )
     rec.save(out)
     return rec
 
 
-__all__ = ["GRPORunConfig", "SandboxEnv", "make_reward_func", "task_prompts", "run_grpo", "GPU_RECIPE"]
+__all__ = ["GRPORunConfig", "SandboxEnv", "make_reward_func", "task_prompts", "run_grpo", "plot_rewards", "GPU_RECIPE"]

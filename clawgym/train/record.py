@@ -58,6 +58,7 @@ class CheckpointRecord:
         d = dataclasses.asdict(self)
         d["hyperparams_json"] = json.dumps(self.hyperparams, default=str)
         d["loss_curve_json"] = json.dumps(self.loss_curve)
+        d["reward_curve_json"] = json.dumps(self.reward_curve)
         return d
 
     def to_row(self) -> dict[str, Any]:
@@ -66,13 +67,15 @@ class CheckpointRecord:
                 "data_version": self.data_version, "n_samples": self.n_samples,
                 "hyperparams_json": json.dumps(self.hyperparams, default=str),
                 "loss_curve_json": json.dumps(self.loss_curve), "final_loss": self.final_loss, "run_id": self.run_id,
-                "created_at": datetime.fromisoformat(self.created_at) if self.created_at else None}
+                "created_at": datetime.fromisoformat(self.created_at) if self.created_at else None,
+                "algorithm": self.algorithm, "reward_curve_json": json.dumps(self.reward_curve),
+                "final_reward": self.reward_curve[-1]["reward"] if self.reward_curve else None}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CheckpointRecord":
         """From `to_dict`'s layout (derived ``*_json`` keys are ignored; an unknown key is an error)."""
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known - {"hyperparams_json", "loss_curve_json"})
+        unknown = sorted(set(d) - known - {"hyperparams_json", "loss_curve_json", "reward_curve_json"})
         if unknown:
             raise ValueError(f"CheckpointRecord: unknown field(s) {', '.join(unknown)}")
         return cls(**{k: v for k, v in d.items() if k in known})

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -104,6 +105,43 @@ def load_sft_dataset(path: str | os.PathLike):
     return ds.select_columns(["messages", "tools"])
 
 
+def token_exact_dataset(ds, tok):
+    """`ds` (messages, tools) as TRL's pre-tokenized form when any row carries the sampled tokens of its rollout.
+
+    Returns ``(dataset, stats)``. Rows whose assistant messages all carry their sampled tokens
+    (clawgym.trajectories.sft.token_exact_sequence) become exactly those tokens, the loss mask on exactly the sampled
+    ones; the others are rendered by the chat template (the call TRL makes itself: `apply_chat_template` with the
+    tools and ``return_assistant_tokens_mask``): re-tokenized, counted in ``stats["retokenized"]`` with the reason.
+    The dataset has ``input_ids`` + ``assistant_masks`` (TRL builds the labels from the mask). When no row carries
+    tokens, `ds` is returned unchanged and TRL tokenizes every row (all re-tokenized)."""
+    from collections import Counter
+
+    from datasets import Dataset
+
+    from clawgym.trajectories.sft import TOKENS_KEY, token_exact_sequence
+
+    rows = ds.to_list()
+    if not any(isinstance(m, dict) and TOKENS_KEY in m for r in rows for m in r["messages"]):
+        return ds, {"token_exact": 0, "retokenized": len(rows), "retokenize_reasons": {"no_tokens": len(rows)},
+                    "tokenized_by": "trl"}
+    reasons: Counter = Counter()
+    out = []
+    for r in rows:
+        res = token_exact_sequence(r["messages"])
+        if isinstance(res, str):
+            reasons[res] += 1
+            msgs = [{k: v for k, v in m.items() if k != TOKENS_KEY} for m in r["messages"]]
+            enc = tok.apply_chat_template(msgs, tools=r.get("tools") or None, tokenize=True, return_dict=True,
+                                          return_assistant_tokens_mask=True)
+            ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
+        else:
+            ids, mask = res
+        out.append({"input_ids": ids, "assistant_masks": mask})
+    n_re = sum(reasons.values())
+    return Dataset.from_list(out), {"token_exact": len(rows) - n_re, "retokenized": n_re,
+                                    "retokenize_reasons": dict(reasons), "tokenized_by": "clawgym"}
+
+
 def last_trainer_checkpoint(work: Path) -> str | None:
     """The highest-step Trainer checkpoint-* folder under `work` that has a trainer_state.json, or None."""
     cks = sorted((p for p in work.glob("checkpoint-*") if p.is_dir() and (p / "trainer_state.json").exists()),
@@ -159,6 +197,20 @@ def run_sft(cfg: SFTRunConfig, on_log=None) -> CheckpointRecord:
     model = AutoModelForCausalLM.from_pretrained(cfg.base_model,
                                                  dtype=torch.bfloat16 if trl_fields["bf16"] else torch.float32)
     ds = load_sft_dataset(cfg.dataset_path)
+    ds, token_stats = token_exact_dataset(ds, tok)
+    if token_stats["tokenized_by"] == "clawgym" and trl_fields.get("assistant_only_loss"):
+        # pre-tokenized rows: the loss mask is the `assistant_masks` column (TRL folds it into the labels);
+        # TRL's assistant_only_loss switch is for conversational rows only
+        trl_fields = {**trl_fields, "assistant_only_loss": False}
+    if token_stats["retokenized"]:
+        print(f"SFT: {token_stats['retokenized']} of {len(ds)} rows re-tokenized from their text "
+              f"({token_stats['retokenize_reasons']}); {token_stats['token_exact']} as sampled", file=sys.stderr)
+    # the model's pad id is the tokenizer's (a pad id equal to the end-of-turn id would make nn.Embedding's
+    # padding_idx freeze that token's input embedding)
+    if tok.pad_token_id is not None:
+        model.config.pad_token_id = tok.pad_token_id
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.pad_token_id = tok.pad_token_id
 
     args = SFTConfig(output_dir=str(work), **trl_fields)
 
@@ -186,11 +238,14 @@ def run_sft(cfg: SFTRunConfig, on_log=None) -> CheckpointRecord:
     hist = trainer.state.log_history
     curve = [{"step": h["step"], "loss": float(h["loss"])} for h in hist if "loss" in h and "step" in h]
     loss_png = plot_loss(curve, out / "loss.png", f"SFT loss — {cfg.name or out.name}")
+    tds = trainer.train_dataset
+    lengths = [len(x) for x in tds["input_ids"]] if "input_ids" in tds.column_names else []
+    truncated = sum(1 for n in lengths if trl_fields.get("max_length") and n >= int(trl_fields["max_length"]))
     tokens = int(trainer.state.num_input_tokens_seen or 0)
     metrics = dict(result.metrics or {})
     runtime = float(metrics.get("train_runtime") or train_wall)
     hyper = {"sft_config": trl_fields, "lora": cfg.lora, "lora_config": lora_fields, "resume": cfg.resume,
-             "dataset_version": cfg.dataset_version}
+             "dataset_version": cfg.dataset_version, "tokens": token_stats, "rows_at_max_length": truncated}
     rec = CheckpointRecord(
         checkpoint=cfg.name or out.name, path=str(out), base=cfg.base_model, parent=cfg.base_model, algorithm="sft",
         data_version=cfg.dataset_version, dataset_path=cfg.dataset_path, n_samples=len(ds), hyperparams=hyper,
@@ -203,5 +258,5 @@ def run_sft(cfg: SFTRunConfig, on_log=None) -> CheckpointRecord:
     return rec
 
 
-__all__ = ["SFTRunConfig", "run_sft", "load_sft_dataset", "last_trainer_checkpoint", "plot_loss",
+__all__ = ["SFTRunConfig", "run_sft", "load_sft_dataset", "token_exact_dataset", "last_trainer_checkpoint", "plot_loss",
            "read_registry_row", "CheckpointRecord"]

@@ -35,6 +35,7 @@ from clawgym.agent.messages import text_of
 
 DEFAULT_TOKENIZER = "data/models/smollm2-135m-instruct"
 
+TOKENS_KEY = "clawgym_tokens"  # = clawgym.agent.loop.TOKENS_KEY: an assistant message's sampled tokens
 _HEARTBEAT = ("HEARTBEAT.md", "HEARTBEAT_OK")
 _INTERNAL = ("<internal-context>", "[internal]", "Pre-compaction memory flush", "<system-reminder>")
 _CRON = re.compile(r"^\s*\[?cron:[\w.:-]+\]?", re.IGNORECASE)
@@ -137,6 +138,8 @@ def normalise_messages(messages: list[dict], keep_system: bool = True) -> list[d
             out.append({"role": role, "content": text_of(m.get("content"))})
         elif role == "assistant":
             msg: dict[str, Any] = {"role": "assistant", "content": text_of(m.get("content"))}
+            if isinstance(m.get(TOKENS_KEY), dict):  # the sampled tokens, kept for token-exact training
+                msg[TOKENS_KEY] = m[TOKENS_KEY]
             calls = []
             for tc in m.get("tool_calls") or []:
                 fn = tc.get("function") or tc
@@ -156,6 +159,33 @@ def normalise_messages(messages: list[dict], keep_system: bool = True) -> list[d
     return out
 
 
+def token_exact_sequence(messages: list[dict]) -> tuple[list[int], list[int]] | str:
+    """The conversation as the tokens the model actually saw and sampled: ``(input_ids, assistant_masks)`` built
+    from the assistant messages' recorded tokens (TOKENS_KEY: each turn's ``prompt_token_ids`` and generated
+    ``token_ids``), the mask 1 on exactly the sampled tokens. Returns a reason (str) instead when that is not
+    possible: a turn without recorded tokens (``no_tokens``), or a later turn's prompt that does not start with
+    the earlier prompt + completion (``drift``: the server re-rendered the history into other tokens), or a
+    conversation that goes on after its last recorded turn (``trailing``)."""
+    turns = [m for m in messages if m.get("role") == "assistant"]
+    if not turns:
+        return "no_tokens"
+    ids: list[int] = []
+    mask: list[int] = []
+    for m in turns:
+        t = m.get(TOKENS_KEY)
+        if not isinstance(t, dict) or not isinstance(t.get("prompt_token_ids"), list) or not isinstance(
+                t.get("token_ids"), list) or not t["token_ids"]:
+            return "no_tokens"
+        prompt, out = [int(i) for i in t["prompt_token_ids"]], [int(i) for i in t["token_ids"]]
+        if prompt[:len(ids)] != ids:
+            return "drift"
+        mask += [0] * (len(prompt) - len(ids)) + [1] * len(out)
+        ids = prompt + out
+    if messages and messages[-1].get("role") != "assistant":
+        return "trailing"
+    return ids, mask
+
+
 def _assistant_ok(m: dict) -> bool:
     return bool(m.get("content", "").strip()) or bool(m.get("tool_calls"))
 
@@ -169,7 +199,7 @@ def row_stats(messages: list[dict]) -> dict[str, Any]:
 def canonical_hash(messages: list[dict], tools: list[dict]) -> str:
     """Exact-duplicate key: the conversation without tool-call ids."""
     def strip(m):
-        m = {k: v for k, v in m.items() if k != "tool_call_id"}
+        m = {k: v for k, v in m.items() if k not in ("tool_call_id", TOKENS_KEY)}
         if m.get("tool_calls"):
             m["tool_calls"] = [{"function": tc["function"]} for tc in m["tool_calls"]]
         return m
@@ -433,5 +463,6 @@ def rows_from_jsonl(path: str | os.PathLike) -> Iterable[dict]:
 __all__ = [
     "SFTCleanConfig", "SFTBuildResult", "build_sft_dataset", "contaminated_tasks", "drop_noise_turns",
     "normalise_messages", "check_sft_rows", "write_sft_parquet", "save_hf_dataset", "to_hf_dataset",
-    "dataset_stats", "load_tokenizer", "count_tokens", "is_noise_turn", "DEFAULT_TOKENIZER",
+    "dataset_stats", "load_tokenizer", "count_tokens", "is_noise_turn", "DEFAULT_TOKENIZER", "TOKENS_KEY",
+    "token_exact_sequence",
 ]
