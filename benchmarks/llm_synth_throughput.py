@@ -24,6 +24,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
@@ -84,7 +85,13 @@ class SlowStub:
             finally:
                 self.current -= 1
 
+        async def stats():
+            out = {"requests": self.requests, "peak": self.peak}
+            self.peak = 0
+            return JSONResponse(out)
+
         app.add_api_route("/v1/chat/completions", chat, methods=["POST"])
+        app.add_api_route("/stats", stats, methods=["GET"])  # counters, and resets the peak
         return app
 
     @staticmethod
@@ -109,6 +116,40 @@ class SlowStub:
                           "total_tokens": prompt + len(content) // 4}}
 
 
+def _serve_stub(latency: float, ports) -> None:
+    """A stub server in its own process (so that its CPU does not compete with the route for one GIL)."""
+    from clawgym.agent.servers import ServerThread
+
+    srv = ServerThread(SlowStub(latency).app()).start()
+    ports.put(srv.port)
+    threading.Event().wait()
+
+
+class StubProcess:
+    """A SlowStub served by a child process; `stats()` reads its counters over HTTP."""
+
+    def __init__(self, latency: float):
+        import multiprocessing as mp
+
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        self.proc = ctx.Process(target=_serve_stub, args=(latency, q), daemon=True)
+        self.proc.start()
+        self.base_url = f"http://127.0.0.1:{q.get(timeout=60)}/v1"
+
+    def stats(self) -> dict:
+        """{"requests": total so far, "peak": most concurrent since the last call}."""
+        import urllib.request
+
+        with urllib.request.urlopen(self.base_url[:-3] + "/stats", timeout=10) as r:
+            return json.loads(r.read())
+
+    def close(self) -> None:
+        """Stop the child."""
+        self.proc.terminate()
+        self.proc.join(10)
+
+
 def main() -> None:
     """Run the benchmark and print the throughput report."""
     ap = argparse.ArgumentParser()
@@ -121,9 +162,6 @@ def main() -> None:
     ap.add_argument("--cache-rerun", action="store_true", help="run twice over a fresh response cache")
     a = ap.parse_args()
 
-    from contextlib import ExitStack
-
-    from clawgym.agent.servers import ServerThread
     from clawgym.sandbox import get_factory
     from clawgym.sandbox.base import SandboxConfig
     from clawgym.synth.llm_route import generate_llm_tasks
@@ -131,49 +169,54 @@ def main() -> None:
     personas = [{"persona_id": f"bench-{i}", "name": f"persona {i}", "role": "analyst", "domain": "retail"}
                 for i in range(16)]
     taxonomy = [("analysis_reasoning", "data analysis and calculation")]
-    stubs = [SlowStub(a.latency) for _ in range(a.servers)]
+    stubs = [StubProcess(a.latency) for _ in range(a.servers)]
     factory = get_factory(a.backend, SandboxConfig())
-    with ExitStack() as stack, tempfile.TemporaryDirectory(prefix="llm_cache_") as cache:
-        urls = [stack.enter_context(ServerThread(st.app())).base_url for st in stubs]
-        cfgs = [{"base_url": u, "model": "stub", "max_retries": 2, "timeout_s": 60, "price_per_1k_tokens": 0.001,
-                 "max_in_flight": a.in_flight} for u in urls]
-        gen, rev, aud = (cfgs * 3)[:3] if a.servers == 1 else cfgs
-        runs = 2 if a.cache_rerun else 1
-        for r in range(runs):
-            before = sum(st.requests for st in stubs)
-            for st in stubs:
-                st.peak = 0
-            t0 = time.perf_counter()
-            acc, rej, st = generate_llm_tasks(personas, [], taxonomy, gen, n=a.n, route="persona", max_repairs=1,
-                                              factory=factory, reviewer=rev, auditor=aud, return_stats=True,
-                                              cache_dir=cache if a.cache_rerun else None)
-            wall = time.perf_counter() - t0
-            if rej:
-                print(f"  first rejection: {rej[0]['reason']}: {rej[0]['detail'][:300]}")
-            reqs = sum(x.requests for x in stubs) - before
-            per_server = a.in_flight / a.latency
-            per_cand = (reqs / a.n) if reqs else 3.0
-            ideal_cand = per_server * a.servers / per_cand
-            cps = a.n / wall
-            label = "cached re-run" if r == 1 else f"backend={a.backend}, {a.servers} server(s)"
-            print(f"[{label}] {a.n} candidates, {len(acc)} accepted, {len(rej)} rejected "
-                  f"{st['rejected_by_reason'] or ''} in {wall:.1f}s")
-            print(f"  candidate tasks/s       : {cps:.2f}  (in-flight/latency = {a.in_flight}/{a.latency:g}s = "
-                  f"{per_server:.1f}/s; ratio {cps / per_server:.2f})")
-            if reqs:
-                print(f"  requests/s              : {reqs / wall:.2f} over {a.servers} server(s) "
-                      f"(ideal {per_server * a.servers:.1f}/s; ratio {reqs / wall / (per_server * a.servers):.2f})")
-                print(f"  requests per candidate  : {per_cand:.2f}  -> ideal candidate tasks/s = {ideal_cand:.2f}; "
-                      f"ratio {cps / ideal_cand:.2f}")
-            else:
-                print("  requests                : 0 (every reply from the response cache)")
-            print(f"  max concurrent per stub : {[x.peak for x in stubs]}  (route peak_in_flight "
-                  f"{st['peak_in_flight']})")
-            print(f"  gates                   : {st['gates']}")
-            print(f"  requests {st['requests']}, cache hits {st['cache_hits']}, misses {st['cache_misses']}; "
-                  f"tokens/accepted task {st['tokens_per_accepted_task'] or 0:.0f}, "
-                  f"cost/accepted task {st.get('cost_per_accepted_task') or 0:.6f}")
+    try:
+        with tempfile.TemporaryDirectory(prefix="llm_cache_") as cache:
+            cfgs = [{"base_url": st.base_url, "model": "stub", "max_retries": 2, "timeout_s": 60,
+                     "price_per_1k_tokens": 0.001, "max_in_flight": a.in_flight} for st in stubs]
+            gen, rev, aud = (cfgs * 3)[:3] if a.servers == 1 else cfgs
+            for r in range(2 if a.cache_rerun else 1):
+                before = sum(x.stats()["requests"] for x in stubs)
+                t0 = time.perf_counter()
+                acc, rej, st = generate_llm_tasks(personas, [], taxonomy, gen, n=a.n, route="persona",
+                                                  max_repairs=1, factory=factory, reviewer=rev, auditor=aud,
+                                                  return_stats=True, cache_dir=cache if a.cache_rerun else None)
+                wall = time.perf_counter() - t0
+                after = [x.stats() for x in stubs]
+                report(a, r, acc, rej, st, wall, sum(x["requests"] for x in after) - before,
+                       [x["peak"] for x in after])
+    finally:
+        for x in stubs:
+            x.close()
     factory.close()
+
+
+def report(a, r: int, acc, rej, st: dict, wall: float, reqs: int, peaks: list) -> None:
+    """Print one run's figures."""
+    if rej:
+        print(f"  first rejection: {rej[0]['reason']}: {rej[0]['detail'][:300]}")
+    per_server = a.in_flight / a.latency
+    per_cand = (reqs / a.n) if reqs else 3.0
+    ideal_cand = per_server * a.servers / per_cand
+    cps = a.n / wall
+    label = "cached re-run" if r == 1 else f"backend={a.backend}, {a.servers} server(s)"
+    print(f"[{label}] {a.n} candidates, {len(acc)} accepted, {len(rej)} rejected "
+          f"{st['rejected_by_reason'] or ''} in {wall:.1f}s")
+    print(f"  candidate tasks/s       : {cps:.2f}  (in-flight/latency = {a.in_flight}/{a.latency:g}s = "
+          f"{per_server:.1f}/s; ratio {cps / per_server:.2f})")
+    if reqs:
+        print(f"  requests/s              : {reqs / wall:.2f} over {a.servers} server(s) "
+              f"(ideal {per_server * a.servers:.1f}/s; ratio {reqs / wall / (per_server * a.servers):.2f})")
+        print(f"  requests per candidate  : {per_cand:.2f}  -> ideal candidate tasks/s = {ideal_cand:.2f}; "
+              f"ratio {cps / ideal_cand:.2f}")
+    else:
+        print("  requests                : 0 (every reply from the response cache)")
+    print(f"  max concurrent per stub : {peaks}  (route peak_in_flight {st['peak_in_flight']})")
+    print(f"  gates                   : {st['gates']}")
+    print(f"  requests {st['requests']}, cache hits {st['cache_hits']}, misses {st['cache_misses']}; "
+          f"tokens/accepted task {st['tokens_per_accepted_task'] or 0:.0f}, "
+          f"cost/accepted task {st.get('cost_per_accepted_task') or 0:.6f}")
 
 
 if __name__ == "__main__":

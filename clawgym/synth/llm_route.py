@@ -203,7 +203,7 @@ class _Runtime:
 
     def complete(self, role: str, kwargs: dict[str, Any], usage: dict[str, int] | None) -> str:
         """The reply text of one chat request of `role`: from the cache, or from the role's endpoint (then
-        cached when it parses as a JSON object)."""
+        cached)."""
         ep = self.endpoints[role]
         key = request_key(kwargs)
         if self.cache is not None:
@@ -232,7 +232,7 @@ class _Runtime:
             usage["completion_tokens"] += ct
             usage["requests"] += 1
         text = (resp.choices[0].message.content or "") if resp.choices else ""
-        if self.cache is not None and _parse_json_obj(text) is not None:
+        if self.cache is not None:  # every answered request, parsable or not: a re-run reproduces its verdict
             self.cache.put(key, {"model": kwargs.get("model"), "content": text,
                                  "usage": {"prompt_tokens": pt, "completion_tokens": ct},
                                  "id": getattr(resp, "id", None)})
