@@ -1,0 +1,280 @@
+"""The production-shaped stack end to end (issue 15): `scripts/stack.sh up` (Postgres storage, daemon, webserver,
+QueuedRunCoordinator, DockerRunLauncher + the offline-built project image), runs submitted through the webserver's
+GraphQL API and the daemon's run queue, executed in launched containers that start their sandboxes as sibling
+containers; a killed run container resumes without redoing finished rollouts; `stack.sh down` leaves nothing.
+
+One module-scoped stack on its own ports, stack dir and data dir (never the repository's data/stack)."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "deploy"))
+import stackctl  # noqa: E402
+
+pytestmark = [pytest.mark.stack, pytest.mark.docker, pytest.mark.timeout(900)]
+
+SHARDS = 4
+MAX_RUNS = 2
+POLICIES = ("oracle", "noop")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _sh(args, env, timeout=900):
+    p = subprocess.run(["bash", str(REPO / "scripts" / "stack.sh"), *args], env=env, cwd=REPO,
+                       capture_output=True, text=True, timeout=timeout)
+    return p
+
+
+def _tasks():
+    from clawgym.agent.demo import demo_tasks
+
+    return [t.model_copy(update={"task_id": f"{t.task_id}-{i}", "split": "train"})
+            for i in range(8) for t in demo_tasks()]
+
+
+@pytest.fixture(scope="module")
+def stack():
+    if os.geteuid() != 0:
+        pytest.skip("the stack runs Postgres as the postgres user and binds host paths: needs root")
+    from clawgym.sandbox import images
+    from clawgym.sandbox.base import SandboxError
+
+    try:
+        images.ensure_docker()
+    except SandboxError as e:
+        pytest.skip(f"no Docker engine can start on this machine: {e}")
+    images.ensure_image()  # the sandbox image (and its rootfs, which the project image starts from)
+    from clawgym import lake as lk
+    from clawgym.lake.records import task_row
+
+    (REPO / "data").mkdir(exist_ok=True)
+    sdir = Path(tempfile.mkdtemp(prefix="stack-test-", dir=REPO / "data"))  # reachable by the postgres user
+    sdir.chmod(0o755)
+    data = sdir / "data"
+    tasks = _tasks()
+    lk.write_table("tasks", [task_row(t, "synthetic") for t in tasks], {"source": "synthetic"}, root=data / "lake")
+    env = {**os.environ, "CLAWGYM_STACK_DIR": str(sdir), "CLAWGYM_DATA": str(data),
+           "CLAWGYM_PG_PORT": str(_free_port()), "CLAWGYM_STACK_PORT": str(_free_port()),
+           "CLAWGYM_SHARDS": str(SHARDS), "CLAWGYM_STACK_MAX_RUNS": str(MAX_RUNS),
+           "DOCKER_HOST": os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"}
+    url = f"http://127.0.0.1:{env['CLAWGYM_STACK_PORT']}"
+    import docker
+
+    client = docker.from_env()
+    volumes_before = {v.name for v in client.volumes.list()}
+    t0 = time.monotonic()
+    p = _sh(["up"], env)
+    info = {"dir": sdir, "data": data, "env": env, "url": url, "tasks": tasks, "client": client,
+            "volumes_before": volumes_before, "up_s": time.monotonic() - t0, "down": False}
+    try:
+        assert p.returncode == 0, f"stack.sh up failed:\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
+        stackctl.add_partitions("policy", POLICIES, url)
+        yield info
+    finally:
+        if not info["down"]:
+            _sh(["down"], env)
+        client.close()
+        shutil.rmtree(sdir, ignore_errors=True)
+
+
+def _instance(stack):
+    from dagster import DagsterInstance
+    from dagster._core.instance.ref import InstanceRef
+
+    os.environ["DAGSTER_PG_PASSWORD"] = (stack["dir"] / "pg.secret").read_text().strip()
+    return DagsterInstance.from_ref(InstanceRef.from_dir(str(stack["dir"] / "home")))
+
+
+def _rows(stack, policy, shard):
+    from clawgym import lake as lk
+
+    try:
+        t = lk.read_table("trajectories", {"policy": policy, "shard": shard}, root=stack["data"] / "lake")
+        return t.to_pylist()
+    except Exception:
+        return []
+
+
+def _shard_tasks(stack, shard):
+    from clawgym.bench.runner import shard_of
+
+    return sorted(t.task_id for t in stack["tasks"] if shard_of(t.task_id, SHARDS) == shard)
+
+
+def test_stack_is_up_with_postgres_queue_and_docker_launcher(stack):
+    p = _sh(["status"], stack["env"], timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "postgres   running" in p.stdout and "daemon     running" in p.stdout
+    inst = _instance(stack)
+    try:
+        assert type(inst.run_storage).__name__ == "PostgresRunStorage"
+        assert type(inst.event_log_storage).__name__ == "PostgresEventLogStorage"
+        assert type(inst.schedule_storage).__name__ == "PostgresScheduleStorage"
+        assert type(inst.run_coordinator).__name__ == "QueuedRunCoordinator"
+        assert type(inst.run_launcher).__name__ == "DockerRunLauncher"
+        assert inst.get_concurrency_config().run_queue_config.max_concurrent_runs == MAX_RUNS
+    finally:
+        inst.dispose()
+    # the UI the stack serves answers and lists the code location
+    data = stackctl.gql("{ workspaceOrError { ... on Workspace { locationEntries { name } } } }", url=stack["url"])
+    assert [e["name"] for e in data["workspaceOrError"]["locationEntries"]] == ["clawgym"]
+
+
+def _biggest_shard(stack):
+    return max(range(SHARDS), key=lambda s: len(_shard_tasks(stack, s)))
+
+
+def test_killed_run_container_resumes_without_redoing_finished_rollouts(stack):
+    shard = _biggest_shard(stack)
+    mine = _shard_tasks(stack, shard)
+    assert len(mine) >= 5
+    key = f"oracle|{shard}"
+    cfg = {"ops": {"trajectories": {"config": {"batch_size": 1}}}}  # one part file per rollout
+    run1 = stackctl.launch_run("trajectories", key, cfg, url=stack["url"])
+    inst = _instance(stack)
+    client = stack["client"]
+    try:
+        deadline = time.monotonic() + 240
+        cid = None
+        while time.monotonic() < deadline:  # wait until some, not all, rollouts of the partition are written
+            run = inst.get_run_by_id(run1)
+            cid = cid or run.tags.get("docker/container_id")
+            n = len(_rows(stack, "oracle", shard))
+            if cid and 1 <= n < len(mine):
+                break
+            assert n < len(mine), "the run finished before it could be killed"
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"no rollout of {key} written within 240 s (run {run1})")
+        client.containers.get(cid).kill()  # SIGKILL mid-partition: the run's process and its sandboxes' owner
+        killed_rows = _rows(stack, "oracle", shard)
+        done_before = {r["task_id"] for r in killed_rows if r["failure_class"] != "infra"}
+        assert 1 <= len(done_before) < len(mine)
+        # run monitoring notices the dead container and fails the run
+        assert stackctl.wait_run(run1, timeout=120, url=stack["url"]) == "FAILURE"
+        assert client.containers.get(cid).status == "exited"
+        # re-executing the partition (again through the queue, in a new container) resumes
+        run2 = stackctl.launch_run("trajectories", key, cfg, url=stack["url"])
+        assert stackctl.wait_run(run2, timeout=300, url=stack["url"]) == "SUCCESS"
+        assert inst.get_run_by_id(run2).tags["docker/container_id"] != cid
+    finally:
+        inst.dispose()
+    rows = _rows(stack, "oracle", shard)
+    by_run = {}
+    for r in rows:
+        by_run.setdefault(r["run_id"], []).append(r["task_id"])
+    assert set(by_run) <= {run1, run2}
+    redone = set(by_run.get(run2, [])) & done_before
+    assert not redone, f"finished rollouts were redone: {sorted(redone)}"
+    assert {r["task_id"] for r in rows} == set(mine)  # every task rolled out once the resume finished
+    assert sorted(r["task_id"] for r in rows if r["failure_class"] != "infra") == mine  # each finished exactly once
+    assert all(r["score"] == 1.0 for r in rows if r["failure_class"] == "ok")
+
+
+def test_backfill_runs_as_launched_containers_under_the_queue_limit(stack):
+    from dagster import DagsterRunStatus, RunsFilter
+
+    keys = [f"{p}|{s}" for p in POLICIES for s in range(SHARDS)]
+    inst = _instance(stack)
+    seen = {"max_started": 0, "queued_while_full": False}
+    stop = threading.Event()
+
+    def watch():  # the queue as Postgres records it: never more than MAX_RUNS started runs at once
+        while not stop.is_set():
+            try:
+                started = inst.get_runs_count(RunsFilter(statuses=[DagsterRunStatus.STARTED,
+                                                                   DagsterRunStatus.STARTING]))
+                queued = inst.get_runs_count(RunsFilter(statuses=[DagsterRunStatus.QUEUED]))
+                seen["max_started"] = max(seen["max_started"], started)
+                seen["queued_while_full"] |= started == MAX_RUNS and queued > 0
+            except Exception:
+                pass
+            time.sleep(0.3)
+
+    th = threading.Thread(target=watch, daemon=True)
+    t0 = time.monotonic()
+    bid = stackctl.launch_backfill("trajectories", keys, url=stack["url"])
+    th.start()
+    try:
+        b = stackctl.wait_backfill(bid, timeout=600, url=stack["url"])
+    finally:
+        stop.set()
+        th.join()
+    wall = time.monotonic() - t0
+    try:
+        assert b["status"] == "COMPLETED_SUCCESS", json.dumps(b)[:2000]
+        records = inst.get_run_records(RunsFilter(tags={"dagster/backfill": bid}))
+        assert sorted(r.dagster_run.tags["dagster/partition"] for r in records) == sorted(keys)
+        for r in records:  # every run was launched in its own container of the project image
+            assert r.dagster_run.status == DagsterRunStatus.SUCCESS
+            assert r.dagster_run.tags.get("docker/container_id")
+            assert r.dagster_run.tags.get("dagster/image") == "clawgym-project:latest"
+        assert len({r.dagster_run.tags["docker/container_id"] for r in records}) == len(keys)
+        # overlap of the runs' own start/end times (Postgres run records) stays within the limit
+        spans = sorted((r.start_time, r.end_time) for r in records)
+        overlap = max(sum(1 for a, b_ in spans if a <= s < b_) for s, _ in spans)
+    finally:
+        inst.dispose()
+    assert overlap <= MAX_RUNS and seen["max_started"] <= MAX_RUNS, (overlap, seen)
+    assert seen["queued_while_full"], f"the queue never held runs back: {seen}"
+    n_rollouts = 0
+    for p in POLICIES:
+        for s in range(SHARDS):
+            rows = [r for r in _rows(stack, p, s) if r["failure_class"] != "infra"]
+            assert sorted(r["task_id"] for r in rows) == _shard_tasks(stack, s), (p, s)
+            n_rollouts += len(rows)
+            if p == "oracle":
+                assert all(r["score"] == 1.0 for r in rows)
+            else:
+                assert all(r["score"] < 1.0 for r in rows)
+    print(f"\nstack: up {stack['up_s']:.0f} s; backfill of {len(keys)} partitions ({n_rollouts} rollouts) "
+          f"in {wall:.0f} s, max overlap {overlap}")
+
+
+def test_down_leaves_no_container_volume_mount_or_process(stack):
+    client, sdir = stack["client"], str(stack["dir"])
+    p = _sh(["down"], stack["env"], timeout=300)
+    stack["down"] = True
+    assert p.returncode == 0, p.stdout + p.stderr
+    left = []
+    for c in client.containers.list(all=True):
+        mounts = [m.get("Source", "") for m in c.attrs.get("Mounts", [])]
+        if any(m.startswith(sdir) for m in mounts) or c.labels.get("clawgym.stack"):
+            left.append((c.name, c.status))
+    assert not left, f"containers left: {left}"
+    assert {v.name for v in client.volumes.list()} <= stack["volumes_before"]
+    with open("/proc/self/mounts") as f:
+        assert not [ln for ln in f if ln.split()[1].startswith(sdir)]
+    procs = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
+            env = Path(f"/proc/{d}/environ").read_bytes()
+        except OSError:
+            continue
+        if sdir.encode() in cmd or f"DAGSTER_HOME={sdir}".encode() in env:
+            procs.append((d, cmd.replace(b"\0", b" ")[:120]))
+    assert not procs, f"processes left: {procs}"
+    for port in (stack["env"]["CLAWGYM_PG_PORT"], stack["env"]["CLAWGYM_STACK_PORT"]):
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", int(port))) != 0, f"port {port} still answers"
+    p = _sh(["status"], stack["env"], timeout=60)
+    assert p.returncode == 3 and "stopped" in p.stdout
