@@ -37,6 +37,20 @@ bash scripts/start_dockerd.sh
 step "Sandbox image (offline: debootstrap + docker import)"
 bash scripts/build_sandbox_image.sh >"$LOGS/image.log" 2>&1 || { tail -40 "$LOGS/image.log"; exit 1; }
 
+# --- issue 15, the production-shaped stack (deploy/, scripts/stack.sh; owner: stack) -------------------------
+# PostgreSQL from Debian for the stack's Dagster storage (no default cluster: stack.sh makes its own under
+# data/stack/pg), and the project image the DockerRunLauncher starts runs in (offline, after the pip installs:
+# it copies this Python prefix; ~90 s the first time, seconds when only code changed).
+step "Stack: PostgreSQL + project image"
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+  mkdir -p /etc/postgresql-common
+  [ -f /etc/postgresql-common/createcluster.conf ] || echo "create_main_cluster = false" >/etc/postgresql-common/createcluster.conf
+  apt-get update -qq >>"$LOGS/apt.log" 2>&1
+  apt-get install -y -qq --no-install-recommends postgresql >>"$LOGS/apt.log" 2>&1 || { tail -30 "$LOGS/apt.log"; exit 1; }
+fi
+bash scripts/build_project_image.sh >"$LOGS/project-image.log" 2>&1 || { tail -40 "$LOGS/project-image.log"; exit 1; }
+# --- end issue 15 ----------------------------------------------------------------------------------------------
+
 step "Waiting for OpenClaw install"
 wait $OC_PID || true
 if [ "$(cat "$LOGS/openclaw.rc" 2>/dev/null)" != "0" ]; then tail -40 "$LOGS/openclaw.log"; exit 1; fi
