@@ -44,8 +44,10 @@ def _sh(args, env, timeout=900):
 def _tasks():
     from clawgym.agent.demo import demo_tasks
 
-    return [t.model_copy(update={"task_id": f"{t.task_id}-{i}", "split": "train"})
-            for i in range(8) for t in demo_tasks()]
+    train = [t.model_copy(update={"task_id": f"{t.task_id}-{i}", "split": "train"})
+             for i in range(6) for t in demo_tasks()]
+    bench = [t.model_copy(update={"task_id": f"{t.task_id}-bench", "split": "bench"}) for t in demo_tasks()]
+    return train, bench
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +69,9 @@ def stack():
     sdir = Path(tempfile.mkdtemp(prefix="stack-test-", dir=REPO / "data"))  # reachable by the postgres user
     sdir.chmod(0o755)
     data = sdir / "data"
-    tasks = _tasks()
-    lk.write_table("tasks", [task_row(t, "synthetic") for t in tasks], {"source": "synthetic"}, root=data / "lake")
+    tasks, bench = _tasks()
+    lk.write_table("tasks", [task_row(t, "synthetic") for t in tasks + bench], {"source": "synthetic"},
+                   root=data / "lake")
     env = {**os.environ, "CLAWGYM_STACK_DIR": str(sdir), "CLAWGYM_DATA": str(data),
            "CLAWGYM_PG_PORT": str(_free_port()), "CLAWGYM_STACK_PORT": str(_free_port()),
            "CLAWGYM_SHARDS": str(SHARDS), "CLAWGYM_STACK_MAX_RUNS": str(MAX_RUNS),
@@ -80,11 +83,14 @@ def stack():
     volumes_before = {v.name for v in client.volumes.list()}
     t0 = time.monotonic()
     p = _sh(["up"], env)
-    info = {"dir": sdir, "data": data, "env": env, "url": url, "tasks": tasks, "client": client,
+    info = {"dir": sdir, "data": data, "env": env, "url": url, "tasks": tasks, "bench": bench, "client": client,
             "volumes_before": volumes_before, "up_s": time.monotonic() - t0, "down": False}
     try:
         assert p.returncode == 0, f"stack.sh up failed:\n{p.stdout[-3000:]}\n{p.stderr[-6000:]}"
         stackctl.add_partitions("policy", POLICIES, url)
+        stackctl.add_partitions("model", ["oracle"], url)
+        # the bench suite, queued now so it is ready by the bench_scores test (the queue runs it beside the others)
+        info["bench_tasks_run"] = stackctl.launch_run("bench_tasks", "procedural", url=url)
         yield info
     finally:
         if not info["down"]:
@@ -187,6 +193,26 @@ def test_killed_run_container_resumes_without_redoing_finished_rollouts(stack):
     assert all(r["score"] == 1.0 for r in rows if r["failure_class"] == "ok")
 
 
+def test_bench_scores_through_the_stack(stack):
+    from clawgym import lake as lk
+
+    assert stackctl.wait_run(stack["bench_tasks_run"], timeout=300, url=stack["url"]) == "SUCCESS"
+    rid = stackctl.launch_run("bench_scores", "oracle", url=stack["url"])
+    assert stackctl.wait_run(rid, timeout=300, url=stack["url"]) == "SUCCESS"
+    inst = _instance(stack)
+    try:
+        assert inst.get_run_by_id(rid).tags.get("docker/container_id")
+    finally:
+        inst.dispose()
+    root = stack["data"] / "lake"
+    results = lk.read_table("bench_results", {"model": "oracle"}, root=root).to_pylist()
+    assert sorted(r["task_id"] for r in results) == sorted(t.task_id for t in stack["bench"])
+    assert {r["run_id"] for r in results} == {rid}
+    overall = [r for r in lk.read_table("bench_scores", {"model": "oracle"}, root=root).to_pylist()
+               if r["category"] == "overall"]
+    assert overall and overall[0]["mean"] == 100.0
+
+
 def test_backfill_runs_as_launched_containers_under_the_queue_limit(stack):
     from dagster import DagsterRunStatus, RunsFilter
 
@@ -226,6 +252,7 @@ def test_backfill_runs_as_launched_containers_under_the_queue_limit(stack):
             assert r.dagster_run.tags.get("docker/container_id")
             assert r.dagster_run.tags.get("dagster/image") == "clawgym-project:latest"
         assert len({r.dagster_run.tags["docker/container_id"] for r in records}) == len(keys)
+        stack["backfill_runs"] = [r.dagster_run.run_id for r in records]
         # overlap of the runs' own start/end times (Postgres run records) stays within the limit
         spans = sorted((r.start_time, r.end_time) for r in records)
         overlap = max(sum(1 for a, b_ in spans if a <= s < b_) for s, _ in spans)
@@ -245,6 +272,35 @@ def test_backfill_runs_as_launched_containers_under_the_queue_limit(stack):
                 assert all(r["score"] < 1.0 for r in rows)
     print(f"\nstack: up {stack['up_s']:.0f} s; backfill of {len(keys)} partitions ({n_rollouts} rollouts) "
           f"in {wall:.0f} s, max overlap {overlap}")
+
+
+@pytest.mark.browser
+def test_ui_served_by_the_stack_shows_the_launched_runs(stack):
+    chromium = os.environ.get("CLAWGYM_CHROMIUM", "/usr/bin/chromium")
+    if not Path(chromium).exists():
+        pytest.skip(f"chromium not found at {chromium}")
+    if not stack.get("backfill_runs"):
+        pytest.skip("the backfill test did not run")
+    from playwright.sync_api import sync_playwright
+
+    shots = REPO / "data" / "ui"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page(viewport={"width": 1800, "height": 1400})
+            page.set_default_timeout(90_000)
+            page.goto(f"{stack['url']}/runs")
+            first = stack["backfill_runs"][0][:8]  # the UI shows run ids by their first 8 characters
+            page.get_by_text(first).first.wait_for()
+            page.wait_for_timeout(2000)
+            page.screenshot(path=str(shots / "stack_runs.png"), full_page=True)
+            body = page.inner_text("body")
+            missing = [r[:8] for r in stack["backfill_runs"] if r[:8] not in body]
+            assert not missing, f"runs not listed in the UI: {missing}"
+            assert "trajectories" in body and "Success" in body
+        finally:
+            browser.close()
 
 
 def test_down_leaves_no_container_volume_mount_or_process(stack):
