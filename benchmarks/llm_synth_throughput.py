@@ -1,7 +1,7 @@
 """Throughput of the LLM synthesis route against a slow OpenAI-compatible endpoint.
 
-    python benchmarks/llm_synth_throughput.py [--n 320] [--latency 2] [--in-flight 32] [--servers 3|1]
-                                              [--backend local|bwrap|docker] [--cache-rerun]
+    python benchmarks/llm_synth_throughput.py [--n 640] [--latency 2] [--in-flight 32] [--servers 3|1]
+                                              [--backend bwrap|local|docker] [--cache-rerun]
 
 A local stub (FastAPI in a thread) answers every chat request after `--latency` seconds with a valid,
 gate-passing task spec (the shape of tests/test_synth_llm.py's scripted replies, unique per candidate) and
@@ -153,12 +153,13 @@ class StubProcess:
 def main() -> None:
     """Run the benchmark and print the throughput report."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=320, help="candidate tasks")
+    ap.add_argument("--n", type=int, default=640, help="candidate tasks")
     ap.add_argument("--latency", type=float, default=2.0, help="stub latency per request (s)")
     ap.add_argument("--in-flight", type=int, default=32, help="requests overlapping at most, per server")
     ap.add_argument("--servers", type=int, default=3, choices=[1, 3],
                     help="3: generator, reviewer, auditor on their own endpoints; 1: one endpoint for all")
-    ap.add_argument("--backend", default="local", choices=["local", "bwrap", "docker", "auto"])
+    ap.add_argument("--backend", default="bwrap", choices=["local", "bwrap", "docker", "auto"])
+    ap.add_argument("--gate-workers", type=int, default=2, help="gate batches at once")
     ap.add_argument("--cache-rerun", action="store_true", help="run twice over a fresh response cache")
     a = ap.parse_args()
 
@@ -181,6 +182,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 acc, rej, st = generate_llm_tasks(personas, [], taxonomy, gen, n=a.n, route="persona",
                                                   max_repairs=1, factory=factory, reviewer=rev, auditor=aud,
+                                                  gate_workers=a.gate_workers,
                                                   return_stats=True, cache_dir=cache if a.cache_rerun else None)
                 wall = time.perf_counter() - t0
                 after = [x.stats() for x in stubs]

@@ -2,9 +2,10 @@
 gates run through the same batched in-sandbox drivers as the procedural tasks (clawgym.synth.gates.validate_many:
 one sandbox and two fork-server driver runs per batch, not one sandbox per variant).
 
-`GateBatcher.check(task)` blocks the calling candidate thread until its TaskValidation is ready; a dispatcher
-collects the submissions that arrive within `wait_s` (at most `max_batch`) into one `validate_many` call, and
-`gate_workers` batches run at once. Every LLM task meets the same gates as a procedural one: compile, no-op 0,
+`GateBatcher.check(task)` blocks the calling candidate thread until its TaskValidation is ready; whenever one of
+the `gate_workers` is free, a dispatcher takes every submission queued by then (waiting `wait_s` for more, at most
+`max_batch`) into one `validate_many` call — so batches grow with the load. Every LLM task meets the same gates
+as a procedural one: compile, no-op 0,
 scaffold 0, oracle 1.0 twice (when the spec has reference outputs), mutations lose score, same sub-score keys,
 and the hacker gate (clawgym.synth.exploits).
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -60,6 +62,7 @@ class GateBatcher:
         self._lock = threading.Lock()
         self._q: queue.Queue = queue.Queue()
         self._pool = ThreadPoolExecutor(max(1, gate_workers), thread_name_prefix="llm-gates")
+        self._slots = threading.Semaphore(max(1, gate_workers))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._dispatch, name="llm-gate-dispatch", daemon=True)
         self._thread.start()
@@ -90,16 +93,27 @@ class GateBatcher:
         return fut.result()
 
     def _dispatch(self) -> None:
+        # a batch is formed only when a gate worker is free, from everything queued by then (up to max_batch):
+        # batches grow with the load instead of queueing up small, each paying its own sandbox and driver start
         while True:
+            self._slots.acquire()
             item = self._q.get()
             if item is None:
+                self._slots.release()
                 return
             batch = [item]
+            deadline = time.monotonic() + self.wait_s
             while len(batch) < self.max_batch:
                 try:
-                    nxt = self._q.get(timeout=self.wait_s)
+                    nxt = self._q.get_nowait()
                 except queue.Empty:
-                    break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    try:
+                        nxt = self._q.get(timeout=left)
+                    except queue.Empty:
+                        break
                 if nxt is None:
                     self._q.put(None)  # seen again by the outer loop after this batch
                     break
@@ -107,6 +121,12 @@ class GateBatcher:
             self._pool.submit(self._run, batch)
 
     def _run(self, batch: list[tuple[Task, Future]]) -> None:
+        try:
+            self._gate(batch)
+        finally:
+            self._slots.release()
+
+    def _gate(self, batch: list[tuple[Task, Future]]) -> None:
         tasks = [t for t, _ in batch]
         try:
             vals = validate_many(tasks, self.factory, workers=1, chunk=len(tasks), timeout=self.timeout,
