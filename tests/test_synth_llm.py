@@ -78,7 +78,11 @@ class Script:
         rf = body.get("response_format") or {}
         name = rf.get("json_schema", {}).get("name")
         text = "\n".join(m["content"] for m in body["messages"])
-        marker = next(m for m in ("case-good", "case-repair", "case-scaffold", "case-audit") if m in text)
+        marker = next(m for m in ("case-good", "case-repair", "case-scaffold", "case-audit", "case-prose")
+                      if m in text)
+        if name == "task_spec" and marker == "case-prose":  # a model that ignores response_format
+            return 200, completion_json({"role": "assistant", "content": "Sure! Here is a task: sum the numbers."},
+                                        body.get("model", "m"), USAGE)
         if name == "task_spec":
             repairing = "failed validation" in text
             if marker == "case-scaffold":
@@ -228,3 +232,13 @@ def test_workers_keep_candidate_order(server, local_factory):
                                   factory=local_factory, workers=3, max_repairs=1)
     assert [t.persona_id for t in acc] == ["case-good", "case-repair", "case-good", "case-repair"], rej
     assert len({t.task_id for t in acc}) == 4
+
+
+def test_prose_reply_is_a_schema_rejection(server, local_factory):
+    """A reply that is not the JSON the schema asks for is the model's failure (gate `schema`), not an endpoint
+    error (`llm_error` is kept for endpoints that did not answer)."""
+    url, _ = server
+    prose = [{"persona_id": "case-prose", "name": "case-prose", "role": "analyst", "domain": "retail"}]
+    acc, rej = generate_llm_tasks(prose, [], None, {"base_url": url, "model": "scripted"}, n=1,
+                                  factory=local_factory)
+    assert not acc and rej[0]["reason"] == "schema" and "not a JSON object" in rej[0]["detail"]

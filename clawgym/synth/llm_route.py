@@ -154,7 +154,15 @@ class ClientConfig:
 
 
 class LLMReplyError(RuntimeError):
-    """The endpoint answered, but not with a JSON object matching the schema."""
+    """The endpoint answered, but not with a JSON object matching the schema: the model's failure, rejected at
+    the gate of the role that answered (generator: schema, reviewer: review, auditor: audit), never llm_error
+    (which is for an endpoint that did not answer)."""
+
+    GATE = {"task_spec": "schema", "task_review": "review", "task_audit": "audit"}
+
+    def __init__(self, schema: str, problem: str):
+        super().__init__(f"{schema}: {problem}")
+        self.gate = self.GATE.get(schema, "schema")
 
 
 class _Endpoint:
@@ -264,10 +272,10 @@ def _chat_json(rt: _Runtime, role: str, system: str, user: str, schema: dict[str
     text = rt.complete(role, kwargs, usage)
     data = _parse_json_obj(text)
     if data is None:
-        raise LLMReplyError(f"{name}: reply is not a JSON object: {text.strip()[:200]!r}")
+        raise LLMReplyError(name, f"reply is not a JSON object: {text.strip()[:200]!r}")
     missing = [k for k in schema.get("required", []) if k not in data]
     if missing:
-        raise LLMReplyError(f"{name}: reply lacks {missing}")
+        raise LLMReplyError(name, f"reply lacks {missing}")
     return data
 
 
@@ -625,6 +633,8 @@ def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], rt: _Ru
     try:
         spec = _chat_json(rt, "generator", SYSTEM_GEN, _gen_prompt(route, seed_text, category, subcategory, rnd),
                           TASK_SCHEMA, "task_spec", usage=usage)
+    except LLMReplyError as e:
+        return reject(e.gate, _err(e))
     except Exception as e:
         return reject("llm_error", _err(e))
 
@@ -653,7 +663,7 @@ def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], rt: _Ru
                                     + (review.get("weak_or_incorrect_checks") or [])) or "reviewer rejected"
                 guidance = str(review.get("repair_guidance") or problem)
         except LLMReplyError as e:
-            verdict = ("llm_error", _err(e))
+            verdict = (e.gate, _err(e))
             break
         except Exception as e:  # bad spec (pydantic / KeyError / TypeError) or the endpoint failed
             if "openai" in type(e).__module__:
@@ -667,6 +677,9 @@ def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], rt: _Ru
         try:
             spec = _chat_json(rt, "generator", SYSTEM_GEN, _repair_prompt(spec, problem, guidance), TASK_SCHEMA,
                               "task_spec", usage=usage)
+        except LLMReplyError as e:
+            verdict = (e.gate, _err(e))
+            break
         except Exception as e:
             verdict = ("llm_error", _err(e))
             break
@@ -679,6 +692,8 @@ def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], rt: _Ru
     try:
         audit = _chat_json(rt, "auditor", SYSTEM_AUDIT, _task_view(task, with_reference=True), AUDIT_SCHEMA,
                            "task_audit", usage=usage)
+    except LLMReplyError as e:
+        return reject(e.gate, _err(e))
     except Exception as e:
         return reject("llm_error", _err(e))
     if not audit.get("pass") or audit.get("answer_leak") or audit.get("factual_errors"):
