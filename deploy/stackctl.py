@@ -4,6 +4,7 @@ and docs/DEPLOY.md: everything goes through the webserver and the daemon's run q
     python deploy/stackctl.py partitions policy oracle noop
     python deploy/stackctl.py backfill trajectories 'oracle|0' 'noop|1' ...   # prints the backfill id
     python deploy/stackctl.py run trajectories 'oracle|0' [--config JSON]     # prints the run id
+    python deploy/stackctl.py reexecute RUN_ID [--all-steps]                  # prints the new run id
     python deploy/stackctl.py wait-backfill ID | wait-run ID
 
 URL: $CLAWGYM_STACK_URL (default http://127.0.0.1:$CLAWGYM_STACK_PORT or :3300). Needs only httpx.
@@ -96,6 +97,16 @@ def launch_run(asset: str, partition: str | None = None, run_config: dict | None
     return _ok(gql(q, {"p": p}, url)["launchRun"], "LaunchRunSuccess")["run"]["runId"]
 
 
+def reexecute(run_id: str, strategy: str = "FROM_FAILURE", url: str | None = None) -> str:
+    """Re-execute a finished run (UI "Re-execute"; FROM_FAILURE or ALL_STEPS) through the queue, with its config
+    and partition tags; -> the new run id."""
+    q = """mutation($p: ReexecutionParams!) { launchRunReexecution(reexecutionParams: $p) { __typename
+      ... on LaunchRunSuccess { run { runId } } ... on PythonError { message stack }
+      ... on RunConfigValidationInvalid { errors { message } } ... on UnauthorizedError { message } } }"""
+    res = gql(q, {"p": {"parentRunId": run_id, "strategy": strategy}}, url)["launchRunReexecution"]
+    return _ok(res, "LaunchRunSuccess")["run"]["runId"]
+
+
 def run_status(run_id: str, url: str | None = None) -> str:
     """QUEUED, STARTING, STARTED, SUCCESS, FAILURE, CANCELED, ..."""
     q = """query($id: ID!) { runOrError(runId: $id) { __typename ... on Run { status } } }"""
@@ -148,6 +159,9 @@ def main(argv: list[str]) -> int:
     s.add_argument("asset")
     s.add_argument("partition", nargs="?")
     s.add_argument("--config", default="{}")
+    s = sub.add_parser("reexecute")
+    s.add_argument("id")
+    s.add_argument("--all-steps", action="store_true")
     s = sub.add_parser("wait-backfill")
     s.add_argument("id")
     s = sub.add_parser("wait-run")
@@ -159,6 +173,8 @@ def main(argv: list[str]) -> int:
         print(launch_backfill(a.asset, a.partitions))
     elif a.cmd == "run":
         print(launch_run(a.asset, a.partition, json.loads(a.config)))
+    elif a.cmd == "reexecute":
+        print(reexecute(a.id, "ALL_STEPS" if a.all_steps else "FROM_FAILURE"))
     elif a.cmd == "wait-backfill":
         b = wait_backfill(a.id)
         print(json.dumps({"status": b["status"], "runs": {r["runId"]: r["status"] for r in b["runs"]}}, indent=1))

@@ -175,10 +175,12 @@ def test_killed_run_container_resumes_without_redoing_finished_rollouts(stack):
         # run monitoring notices the dead container and fails the run
         assert stackctl.wait_run(run1, timeout=120, url=stack["url"]) == "FAILURE"
         assert client.containers.get(cid).status == "exited"
-        # re-executing the partition (again through the queue, in a new container) resumes
-        run2 = stackctl.launch_run("trajectories", key, cfg, url=stack["url"])
+        # re-executing the run (UI "Re-execute from failure": again through the queue, in a new container) resumes
+        run2 = stackctl.reexecute(run1, url=stack["url"])
         assert stackctl.wait_run(run2, timeout=300, url=stack["url"]) == "SUCCESS"
-        assert inst.get_run_by_id(run2).tags["docker/container_id"] != cid
+        r2 = inst.get_run_by_id(run2)
+        assert r2.parent_run_id == run1 and r2.tags["dagster/partition"] == key
+        assert r2.tags["docker/container_id"] != cid
     finally:
         inst.dispose()
     rows = _rows(stack, "oracle", shard)
