@@ -63,14 +63,14 @@ def test_sft_then_resume_through_pipes_then_serve(setup):
     from clawgym import lake as lk
     from clawgym.trajectories.sft import write_sft_parquet
     from clawgym_assets import training
-    from clawgym_resources import LakeResource, ModelEndpointsResource, TrainerResource
+    from clawgym_resources import LakeResource, ModelEndpointsResource, SandboxResource, TrainerResource
 
     data = setup["dir"] / "data"
     write_sft_parquet([{"sample_id": "s1", "task_id": "t1", "messages_json": json.dumps(CONV),
                         "tools_json": json.dumps(TOOLS), "n_tokens": 100, "category": "c"}], root=data / "lake")
     lake = LakeResource(data_dir=str(data))
     nested = {"lake": lake} if "lake" in ModelEndpointsResource.model_fields else {}
-    res = {"lake": lake, "pipes_subprocess_client": dg.PipesSubprocessClient(),
+    res = {"lake": lake, "pipes_subprocess_client": dg.PipesSubprocessClient(), "sandbox": SandboxResource(),
            "endpoints": ModelEndpointsResource(**nested, checkpoints_dir=str(setup["dir"]),
                                                base_model_dir=setup["base"]),
            "trainer": TrainerResource(max_steps=45, learning_rate=5e-3, max_length=1024,

@@ -1,0 +1,261 @@
+"""Does training on synthesized trajectories lift the agent? Base vs SFT, paired, on new seeds of the training
+families and on held-out families (issue 16).
+
+    python benchmarks/lift.py --work data/lift                       # CPU defaults (small; resumable)
+    python benchmarks/lift.py --work data/lift-gpu --gpu --train-seeds 40 --bench-seeds 20 --max-steps 600 \
+        --per-device-train-batch-size 4 --gradient-accumulation-steps 4 --max-length 8192 --workers 16
+
+Stages, each resumable (a stage's output in --work is reused; a killed run picks up where it stopped, bench
+rollouts task by task):
+  1. tasks      procedural families split by category: per category the first --families-per-category families
+                train, the next ones are held out; train tasks = seeds [0, --train-seeds), bench = seeds
+                [1000, 1000 + --bench-seeds) of the training families ("new seeds") and of the held-out families
+  2. oracle     oracle rollouts of the train tasks in sandboxes (real verifier scores)
+  3. sft set    build_sft_dataset (score filter, decontamination against both bench suites)
+  4. sft        run_sft: full fine-tuning (or --lora) of the embedded SmolLM2, TRL's SFTTrainer, loss curve
+  5. bench      base and SFT checkpoint served by ModelServer, builtin agent loop, greedy, same sandboxes
+  6. report     paired bootstrap 95% CIs of the delta (clawgym.bench.stats.compare) overall / per category /
+                per family, how rollouts ended (token cap = finish_reason length), loss curve -> report.json/.md
+
+--gpu: bf16, no CPU kernels in the server, bigger batches come from the flags above. Everything the run did is in
+<work>/report.json (with the exact command line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _log(msg: str) -> None:
+    print(f"[lift {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def _jsonl_rows(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _append(path: Path, row: dict) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(row, default=str) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def split_families(per_category: int, heldout_per_category: int):
+    from clawgym.synth.families import all_families
+
+    by_cat: dict[str, list] = defaultdict(list)
+    for f in sorted(all_families(), key=lambda f: f.name):
+        by_cat[f.category].append(f.name)
+    train, held = [], []
+    for cat in sorted(by_cat):
+        names = by_cat[cat]
+        train += names[:per_category]
+        held += names[per_category:per_category + heldout_per_category]
+    return train, held
+
+
+def make_tasks(families: list[str], seeds: range):
+    from clawgym.synth.families import get_family
+
+    return [get_family(f).generate(s) for s in seeds for f in families]
+
+
+def rollout_rows(tasks, policy, factory, out: Path, limits, workers: int, tag: str) -> list[dict]:
+    """Rollouts of `tasks` (skipping those already in `out`), appended to `out` as they finish."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from clawgym.agent.policies import open_endpoint
+    from clawgym.agent.rollout import run_rollout
+
+    done = {r["task_id"] for r in _jsonl_rows(out)}
+    todo = [t for t in tasks if t.task_id not in done]
+    if todo:
+        _log(f"{tag}: {len(todo)} rollouts to run ({len(done)} done)")
+        with open_endpoint(policy, tasks=todo) as ep:
+            ep.policy = policy.name
+
+            def one(t):
+                ro = run_rollout(t, ep, factory, limits=limits)
+                row = ro.to_row()
+                row["finish"] = _how_it_ended(ro)
+                _append(out, row)
+                _log(f"{tag}: {t.task_id} score={ro.score} {ro.failure_class} ({row['finish']}) {ro.wall_s:.0f}s")
+                return row
+
+            with ThreadPoolExecutor(max(1, workers)) as ex:
+                list(ex.map(one, todo))
+    rows = _jsonl_rows(out)
+    keep = {t.task_id for t in tasks}
+    return [r for r in rows if r["task_id"] in keep]
+
+
+def _how_it_ended(ro) -> str:
+    err = ro.error or ""
+    if ro.failure_class == "ok":
+        return "answered"
+    if "max_completion_tokens" in err:
+        return "token_cap"
+    if "turn limit" in err:
+        return "turn_limit"
+    return ro.failure_class
+
+
+def compare_rows(sft_rows: list[dict], base_rows: list[dict], key: str | None = None) -> list[dict]:
+    from clawgym.bench.stats import compare, task_means
+
+    groups = sorted({r.get(key) or "" for r in base_rows}) if key else [None]
+    out = []
+    for g in groups:
+        def sel(rs, g=g):
+            return [r for r in rs if (r.get(key) or "") == g] if key else rs
+
+        cur, par = task_means(sel(sft_rows)), task_means(sel(base_rows))
+        c = compare(cur, par, n_boot=2000, seed=0)
+        out.append({"group": g or "overall", "n": c.n_common, "base": 100 * _mean(par), "sft": 100 * _mean(cur),
+                    "delta": c.delta, "ci_low": c.ci_low, "ci_high": c.ci_high})
+    return out
+
+
+def _mean(d: dict) -> float:
+    return sum(d.values()) / len(d) if d else float("nan")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--work", default="data/lift")
+    ap.add_argument("--families-per-category", type=int, default=1)
+    ap.add_argument("--heldout-per-category", type=int, default=1)
+    ap.add_argument("--train-seeds", type=int, default=4)
+    ap.add_argument("--bench-seeds", type=int, default=2)
+    ap.add_argument("--backend", default="auto")
+    ap.add_argument("--workers", type=int, default=1, help="rollouts in flight per model")
+    ap.add_argument("--max-turns", type=int, default=12)
+    ap.add_argument("--max-completion-tokens", type=int, default=768)
+    ap.add_argument("--max-wall-s", type=float, default=900.0)
+    # trl.SFTConfig fields
+    ap.add_argument("--max-steps", type=int, default=60)
+    ap.add_argument("--learning-rate", type=float, default=5e-5)
+    ap.add_argument("--num-train-epochs", type=float, default=3.0)
+    ap.add_argument("--per-device-train-batch-size", type=int, default=1)
+    ap.add_argument("--gradient-accumulation-steps", type=int, default=1)
+    ap.add_argument("--max-length", type=int, default=4096)
+    ap.add_argument("--lora", action="store_true")
+    ap.add_argument("--gpu", action="store_true", help="bf16 training, no CPU kernels in the server")
+    ap.add_argument("--stop-after", choices=["tasks", "oracle", "sft_set", "sft", "bench"], default=None)
+    a = ap.parse_args(argv)
+
+    from clawgym.agent.loop import Limits
+    from clawgym.agent.policies import PolicySpec
+    from clawgym.sandbox import get_factory
+    from clawgym.train.base_model import prepare_base_model
+
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    # 1. tasks
+    train_f, held_f = split_families(a.families_per_category, a.heldout_per_category)
+    train_tasks = make_tasks(train_f, range(a.train_seeds))
+    bench_new = make_tasks(train_f, range(1000, 1000 + a.bench_seeds))
+    bench_held = make_tasks(held_f, range(1000, 1000 + a.bench_seeds))
+    _log(f"train families {train_f}; held-out {held_f}; {len(train_tasks)} train tasks, "
+         f"bench {len(bench_new)} new-seed + {len(bench_held)} held-out")
+    if a.stop_after == "tasks":
+        return 0
+    factory = get_factory(a.backend)
+    # 2. oracle trajectories
+    oracle = rollout_rows(train_tasks, PolicySpec(name="oracle", kind="oracle", model="oracle"), factory,
+                          work / "oracle.jsonl", Limits(), max(1, a.workers), "oracle")
+    if a.stop_after == "oracle":
+        return 0
+    # 3. the SFT set
+    from clawgym.trajectories.sft import SFTCleanConfig, build_sft_dataset, save_hf_dataset
+
+    base_dir = prepare_base_model()
+    ds_dir = work / "sft_hf"
+    if not (ds_dir / "clawgym_stats.json").exists():
+        # new seeds of a training family share its instruction text by construction (same template, other
+        # workspace data), so the SFT set's decontamination (same instruction / embedding near-duplicates) would
+        # reject every row: here a training task is contaminated only when it IS a bench task (same id, or same
+        # workspace and instruction fingerprint)
+        bench_keys = {t.task_id for t in bench_new + bench_held} | {t.fingerprint() for t in bench_new + bench_held}
+        clean = [t for t in train_tasks if t.task_id not in bench_keys and t.fingerprint() not in bench_keys]
+        ids = {t.task_id for t in clean}
+        res = build_sft_dataset([r for r in oracle if r["task_id"] in ids], clean, [],
+                                SFTCleanConfig(max_tokens=a.max_length, tokenizer=str(base_dir)))
+        res.stats["rejected"]["contaminated"] = len(train_tasks) - len(clean)
+        if not res.rows:
+            raise SystemExit(f"no SFT rows: rejected {res.stats['rejected']}")
+        save_hf_dataset(res.rows, ds_dir, stats=res.stats)
+    sft_stats = json.loads((ds_dir / "clawgym_stats.json").read_text())
+    _log(f"SFT set: {sft_stats['rows']} rows, {sft_stats['tokens_total']} tokens, rejected {sft_stats['rejected']}")
+    if a.stop_after == "sft_set":
+        return 0
+    # 4. SFT
+    from clawgym.train.record import CheckpointRecord
+    from clawgym.train.sft import SFTRunConfig, run_sft
+
+    ckpt = work / "sft"
+    rec = CheckpointRecord.load(ckpt) if (ckpt / "model.safetensors").exists() else None
+    if rec is None or rec.steps < a.max_steps:
+        sft = {"max_steps": a.max_steps, "learning_rate": a.learning_rate, "num_train_epochs": a.num_train_epochs,
+               "per_device_train_batch_size": a.per_device_train_batch_size, "max_length": a.max_length,
+               "gradient_accumulation_steps": a.gradient_accumulation_steps, "logging_steps": 1,
+               "save_steps": max(5, a.max_steps // 4), "lr_scheduler_type": "cosine", "warmup_steps": 2}
+        if a.gpu:
+            sft["bf16"] = True
+        rec = run_sft(SFTRunConfig(base_model=str(base_dir), dataset_path=str(ds_dir), output_dir=str(ckpt),
+                                   name="lift-sft", lora=a.lora, sft_config=sft))
+    _log(f"SFT: {rec.steps} steps, loss {rec.loss_curve[0]['loss'] if rec.loss_curve else None} -> {rec.final_loss}")
+    if a.stop_after == "sft":
+        return 0
+    # 5. bench: base vs SFT, same tasks, greedy
+    limits = Limits(max_turns=a.max_turns, max_completion_tokens=a.max_completion_tokens, max_wall_s=a.max_wall_s)
+    server = {"device": "cuda" if a.gpu else "cpu", "startup_timeout_s": 600}
+    rows = {}
+    for name, path in (("base", base_dir), ("sft", ckpt)):
+        spec = PolicySpec(name=f"lift-{name}", kind="local", model=str(path), extra=server)
+        for suite, tasks in (("new_seeds", bench_new), ("heldout", bench_held)):
+            rows[(name, suite)] = rollout_rows(tasks, spec, factory, work / f"bench_{name}_{suite}.jsonl", limits,
+                                               a.workers, f"{name}/{suite}")
+    # 6. report
+    report = {"command": " ".join([sys.executable, *sys.argv]), "args": vars(a), "train_families": train_f,
+              "heldout_families": held_f, "n_train_tasks": len(train_tasks),
+              "oracle_mean": _mean({r["task_id"]: r["score"] or 0.0 for r in oracle}), "sft_set": sft_stats,
+              "checkpoint": {"steps": rec.steps, "loss_curve": rec.loss_curve, "final_loss": rec.final_loss,
+                             "train_runtime_s": rec.train_runtime_s, "tokens": rec.hyperparams.get("tokens")},
+              "suites": {}, "wall_s": time.time() - t0}
+    for suite in ("new_seeds", "heldout"):
+        b, s = rows[("base", suite)], rows[("sft", suite)]
+        ends = {m: dict(sorted({e: sum(1 for r in rows[(m, suite)] if r["finish"] == e)
+                                for e in {r["finish"] for r in rows[(m, suite)]}}.items())) for m in ("base", "sft")}
+        report["suites"][suite] = {"overall": compare_rows(s, b)[0], "per_category": compare_rows(s, b, "category"),
+                                   "per_family": compare_rows(s, b, "family"), "ended": ends}
+    (work / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    lines = [f"# lift report ({time.strftime('%Y-%m-%d %H:%M')})", "", f"`{report['command']}`", ""]
+    for suite, r in report["suites"].items():
+        o = r["overall"]
+        lines.append(f"## {suite}: base {o['base']:.1f} -> SFT {o['sft']:.1f}, delta {o['delta']:+.1f} "
+                     f"[{o['ci_low']:+.1f}, {o['ci_high']:+.1f}] (n={o['n']}); ended {r['ended']}")
+        lines += ["", "| family | n | base | SFT | delta | 95% CI |", "|---|---|---|---|---|---|"]
+        lines += [f"| {x['group']} | {x['n']} | {x['base']:.1f} | {x['sft']:.1f} | {x['delta']:+.1f} | "
+                  f"[{x['ci_low']:+.1f}, {x['ci_high']:+.1f}] |" for x in r["per_family"]]
+        lines.append("")
+    (work / "report.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
