@@ -63,8 +63,17 @@ git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' 
 done >"$ctx/files"
 code_hash="$( { tr '\0' '\n' <"$ctx/files" | sort | tr '\n' '\0' | xargs -0 sha256sum; echo "$BASE"; } | sha256sum | cut -c1-16)"
 have="$(docker image inspect -f '{{ index .Config.Labels "clawgym.project.code" }}' "$IMAGE" 2>/dev/null || true)"
+prune_old() {  # earlier builds (3+ GB each): untagged code layers, then bases other than $BASE, if unused
+  docker image prune -f --filter "label=clawgym.project.base" >/dev/null 2>&1 || true
+  local b
+  for b in $(docker images --format '{{.Repository}}:{{.Tag}}' "${BASE%%:*}" 2>/dev/null); do
+    [[ "$b" == "$BASE" ]] || docker rmi "$b" >/dev/null 2>&1 || true
+  done
+  docker image prune -f --filter "label=clawgym.project.base" >/dev/null 2>&1 || true
+}
 if [[ $FORCE == 0 && "$have" == "$code_hash" ]]; then
   log "image $IMAGE up to date"
+  prune_old
   echo "$IMAGE"
   exit 0
 fi
@@ -82,4 +91,5 @@ tar --numeric-owner -c -C "$ctx" Dockerfile -C "$REPO" --null -T "$ctx/files" \
   | docker build -q -t "$IMAGE" - >"$ctx/build.log" 2>&1 \
   || { tail -30 "$ctx/build.log" >&2; log "docker build of $IMAGE failed"; exit 1; }
 log "image $IMAGE ready in $((SECONDS - t0)) s (code $code_hash on $BASE)"
+prune_old
 echo "$IMAGE"
