@@ -86,3 +86,56 @@ def test_child_dies_when_the_process_is_killed(tmp_path):
         if parent.poll() is None:
             parent.kill()
             parent.wait()
+
+
+def test_busy_model_server_exits_when_its_parent_is_killed(tmp_path):
+    """The embedded model server mid-generation (a long completion in flight) is gone within seconds of its parent
+    being SIGKILLed — uvicorn's graceful SIGTERM shutdown would wait for the generation to finish."""
+    from pathlib import Path
+
+    from clawgym.train.base_model import prepare_base_model
+
+    # the embedded SmolLM2 as an HF folder (idempotent), where the other tests and the demo keep it
+    model = prepare_base_model(Path(__file__).resolve().parents[1] / "data" / "models" / "smollm2-135m-instruct")
+    info = tmp_path / "server"
+    code = textwrap.dedent(f"""
+        import threading, time, httpx
+        from clawgym.train.serve import ModelServer
+        srv = ModelServer({str(model)!r}, startup_timeout_s=300)
+        srv.start()
+        body = {{"model": srv.model_name, "max_tokens": 4000, "temperature": 1.0,
+                "messages": [{{"role": "user", "content": "Write a very long story."}}]}}
+        threading.Thread(target=lambda: httpx.post(srv.base_url + "/chat/completions", json=body, timeout=600),
+                         daemon=True).start()
+        time.sleep(2)
+        open({str(info)!r}, "w").write(str(srv.pid))
+        time.sleep(600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+    try:
+        end = time.monotonic() + 300
+        while not (info.exists() and info.read_text()) and time.monotonic() < end and parent.poll() is None:
+            time.sleep(0.2)
+        assert info.exists(), "the server did not start"
+        server = int(info.read_text())
+        os.kill(server, 0)  # generating
+        parent.kill()
+        parent.wait()
+        end = time.monotonic() + 15
+        gone = False
+        while time.monotonic() < end and not gone:
+            try:
+                os.kill(server, 0)
+                with open(f"/proc/{server}/stat") as f:
+                    gone = f.read().split(") ", 1)[1].startswith("Z")
+            except (ProcessLookupError, OSError):
+                gone = True
+            time.sleep(0.2)
+        assert gone, "the model server outlived its killed parent by 15 s"
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+        try:
+            os.killpg(int(info.read_text()), 9) if info.exists() and info.read_text() else None
+        except (ProcessLookupError, ValueError, PermissionError):
+            pass

@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Mapping
@@ -798,12 +799,28 @@ LAUNCHER_FLAGS = {"--cb-attention": install_cb_attention, "--packed-linear": ins
                   "--safe-tool-parsing": install_safe_tool_parsing, "--token-ids": install_token_ids}
 
 
+def _exit_when_orphaned(poll_s: float = 0.5) -> None:
+    """Exit at once when the process that started this server is gone. PR_SET_PDEATHSIG delivers SIGTERM, but
+    uvicorn answers SIGTERM with a graceful shutdown that waits for every request in flight — a generation of
+    thousands of tokens on CPU kept an orphaned server busy for many minutes. A daemon thread watches the parent
+    pid instead and leaves with os._exit."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="clawgym-orphan-watch", daemon=True).start()
+
+
 def _launch(argv: list[str]) -> None:
     """`python clawgym/train/serve.py [--safe-tool-parsing] [--token-ids] [--cb-attention] [--packed-linear] serve
     MODEL ...`: `transformers serve` with badly written tool calls answered as text, token ids / log-probabilities
     on request, the per-sequence CB attention and/or the pre-packed oneDNN linear layers installed."""
     while argv and argv[0] in LAUNCHER_FLAGS:
         LAUNCHER_FLAGS[argv.pop(0)]()
+    _exit_when_orphaned()
     from transformers.cli.transformers import main
 
     sys.argv = ["transformers", *argv]
