@@ -207,14 +207,22 @@ def main(argv=None) -> int:
     from clawgym.train.sft import SFTRunConfig, run_sft
 
     ckpt = work / "sft"
+    sft = {"max_steps": a.max_steps, "learning_rate": a.learning_rate, "num_train_epochs": a.num_train_epochs,
+           "per_device_train_batch_size": a.per_device_train_batch_size, "max_length": a.max_length,
+           "gradient_accumulation_steps": a.gradient_accumulation_steps, "logging_steps": 1,
+           "save_steps": max(5, a.max_steps // 4), "lr_scheduler_type": "cosine", "warmup_steps": 2}
+    if a.gpu:
+        sft["bf16"] = True
+    marker = ckpt / "_lift_sft.json"
+    if ckpt.exists() and (not marker.exists() or json.loads(marker.read_text()) != {**sft, "lora": a.lora}):
+        import shutil
+
+        _log("SFT settings changed: training from scratch")
+        shutil.rmtree(ckpt)  # a resumed Trainer would keep the old schedule
+    ckpt.mkdir(parents=True, exist_ok=True)
+    marker.write_text(json.dumps({**sft, "lora": a.lora}))
     rec = CheckpointRecord.load(ckpt) if (ckpt / "model.safetensors").exists() else None
     if rec is None or rec.steps < a.max_steps:
-        sft = {"max_steps": a.max_steps, "learning_rate": a.learning_rate, "num_train_epochs": a.num_train_epochs,
-               "per_device_train_batch_size": a.per_device_train_batch_size, "max_length": a.max_length,
-               "gradient_accumulation_steps": a.gradient_accumulation_steps, "logging_steps": 1,
-               "save_steps": max(5, a.max_steps // 4), "lr_scheduler_type": "cosine", "warmup_steps": 2}
-        if a.gpu:
-            sft["bf16"] = True
         rec = run_sft(SFTRunConfig(base_model=str(base_dir), dataset_path=str(ds_dir), output_dir=str(ckpt),
                                    name="lift-sft", lora=a.lora, sft_config=sft))
     _log(f"SFT: {rec.steps} steps, loss {rec.loss_curve[0]['loss'] if rec.loss_curve else None} -> {rec.final_loss}")
