@@ -15,7 +15,8 @@ from clawgym_resources import GraphSettings, default_resources
 
 # the default graph's assets (DEFAULT_SHARDS shards); build_defs swaps in trajectories/steps for other counts
 ASSETS = [
-    synthesis.personas, synthesis.skills, synthesis.imported_tasks, synthesis.synthetic_tasks,
+    synthesis.personas, synthesis.skills, synthesis.imported_tasks, synthesis.llm_candidates,
+    synthesis.synthetic_tasks,
     synthesis.mock_workspaces, synthesis.verifiers,
     rollouts.trajectories, rollouts.steps, rollouts.sft_dataset,
     training.base_model, training.checkpoints,

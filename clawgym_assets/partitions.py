@@ -16,6 +16,8 @@ policy_partitions = dg.DynamicPartitionsDefinition(name="policy")
 checkpoint_partitions = dg.DynamicPartitionsDefinition(name="checkpoint")
 model_partitions = dg.DynamicPartitionsDefinition(name="model")  # bench_scores: checkpoints, policies, endpoints
 suite_partitions = dg.StaticPartitionsDefinition(list(SUITES))
+LLM_SHARDS = 16  # the LLM synthesis route's shards: candidate i of each route belongs to shard i % LLM_SHARDS
+llm_shard_partitions = dg.StaticPartitionsDefinition([f"{i:02d}" for i in range(LLM_SHARDS)])
 
 
 @lru_cache(maxsize=None)

@@ -10,6 +10,7 @@ import dagster as dg
 from clawgym.lake import TRAIN_SOURCES, Table, TaskSource
 from clawgym.lake.records import counts, group_mean, task_row, verification_row
 from clawgym_assets._util import md_counts, md_histogram, md_table
+from clawgym_assets.partitions import LLM_SHARDS, llm_shard_partitions
 from clawgym_resources import (JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource,
                                SandboxResource)
 
@@ -98,20 +99,15 @@ def imported_tasks(context: dg.AssetExecutionContext, config: ImportedTasksConfi
     })
 
 
-class SyntheticTasksConfig(dg.Config):
-    route: str = "procedural"  # procedural (offline default) | llm | both (llm needs named endpoints)
-    n: int = 24  # procedural tasks (route procedural | both)
+class LLMRouteConfig(dg.Config):
+    """The LLM route's plan (ClawGym-SynData): `llm_candidates[shard]` and `synthetic_tasks` with the same values
+    make the same requests, so shards filled by a backfill are read from the caches by `synthetic_tasks`."""
+
     seed: int = 0
-    families: List[str] = []  # [] = all registered families
-    heldout_per_category: int = 1  # whole families per category kept out of training (procedural bench)
-    gates: bool = True  # run the procedural tasks through the synthesis gates here (in the sandbox)
-    dedupe_threshold: float = 0.90  # MiniLM cosine at or above which a task is a near-duplicate
-    workers: int = 1  # gate workers (sandboxes) for the procedural tasks
-    # LLM route (route llm | both): endpoints registered by name in ModelEndpointsResource
     n_llm: int = 8  # LLM candidates (persona-driven + skill-grounded)
     skill_fraction: float = 0.25  # share of the LLM candidates grounded in a skill (the rest: a persona)
     categories: List[str] = []  # [] = the whole category taxonomy
-    generator: str = "generator"  # endpoint name of the task generator
+    generator: str = "generator"  # endpoint name of the task generator (ModelEndpointsResource)
     reviewer: str = ""  # endpoint name of the reviewer ("" = the generator's)
     auditor: str = ""  # endpoint name of the auditor ("" = the reviewer's)
     max_repairs: int = 3
@@ -120,22 +116,61 @@ class SyntheticTasksConfig(dg.Config):
     llm_hacker: str = "reject"  # hacker gate for LLM candidates: reject (repaired) | report | off
 
 
+class SyntheticTasksConfig(LLMRouteConfig):
+    route: str = "procedural"  # procedural (offline default) | llm | both (llm needs named endpoints)
+    n: int = 24  # procedural tasks (route procedural | both)
+    families: List[str] = []  # [] = all registered families
+    heldout_per_category: int = 1  # whole families per category kept out of training (procedural bench)
+    gates: bool = True  # run the procedural tasks through the synthesis gates here (in the sandbox)
+    dedupe_threshold: float = 0.90  # MiniLM cosine at or above which a task is a near-duplicate
+    workers: int = 1  # gate workers (sandboxes) for the procedural tasks
+
+
+class LLMCandidatesConfig(LLMRouteConfig):
+    n_llm: int = 0  # 0: nothing to make (the offline default graph has no generator endpoint)
+
+
 ROUTES = ("procedural", "llm", "both")
 
 
-def _client_cfg(endpoints: ModelEndpointsResource, name: str, role: str) -> dict:
+def _client_cfg(endpoints: ModelEndpointsResource, name: str, role: str, asset: str = "synthetic_tasks") -> dict:
     """llm_route.ClientConfig fields of the endpoint registered as `name` (dg.Failure naming it otherwise)."""
     try:
         spec = endpoints.policy(name)
     except KeyError as e:
-        raise dg.Failure(f"synthetic_tasks.config.{role}: {e.args[0] if e.args else e}") from None
+        raise dg.Failure(f"{asset}.config.{role}: {e.args[0] if e.args else e}") from None
     if spec.kind != "openai" or not spec.base_url:
-        raise dg.Failure(f"synthetic_tasks.config.{role}: endpoint {name!r} is not an OpenAI-compatible endpoint "
+        raise dg.Failure(f"{asset}.config.{role}: endpoint {name!r} is not an OpenAI-compatible endpoint "
                          f"with a base_url (kind {spec.kind!r})")
     cfg = {"base_url": spec.base_url, "model": spec.model or name, "extra": dict(spec.extra or {})}
     if spec.api_key_env:
         cfg["api_key_env"] = spec.api_key_env
     return cfg
+
+
+def _llm_plan(config: LLMRouteConfig, lake: LakeResource, endpoints: ModelEndpointsResource, pdicts: list,
+              asset: str = "synthetic_tasks"):
+    """The pipeline's LLMPlan for `config` (dg.Failure naming the bad field)."""
+    import json
+
+    from clawgym.synth.pipeline import LLMPlan
+    from clawgym.synth.taxonomy import SUBCATEGORIES
+
+    unknown = sorted(set(config.categories) - set(SUBCATEGORIES))
+    if unknown:
+        raise dg.Failure(f"{asset}.config.categories: unknown {unknown}; known: {sorted(SUBCATEGORIES)}")
+    gen = {**_client_cfg(endpoints, config.generator, "generator", asset), "max_in_flight": config.max_in_flight}
+    rev = {**_client_cfg(endpoints, config.reviewer, "reviewer", asset), "max_in_flight": config.max_in_flight} \
+        if config.reviewer else None
+    aud = {**_client_cfg(endpoints, config.auditor, "auditor", asset), "max_in_flight": config.max_in_flight} \
+        if config.auditor else rev
+    sks = [json.loads(s) for s in lake.skills().column("skill_json").to_pylist()]
+    sks = [s for s in sks if s.get("usable_offline", True)]
+    return LLMPlan(generator=gen, reviewer=rev, auditor=aud, n=config.n_llm, personas=pdicts, skills=sks,
+                   skill_fraction=config.skill_fraction, max_repairs=config.max_repairs,
+                   taxonomy={c: SUBCATEGORIES[c] for c in (config.categories or SUBCATEGORIES)},
+                   workers=config.llm_workers or None, cache_dir=str(lake.path("cache", "llm")),
+                   hacker=config.llm_hacker, gate_cache_dir=str(lake.path("cache", "gates")))
 
 
 def _gate_table(counts_: dict) -> str:
@@ -147,6 +182,36 @@ def _gate_table(counts_: dict) -> str:
     return md_table(["route", "category", "candidates", *[f"passed {g}" for g in gates], "accepted"], rows)
 
 
+@dg.asset(group_name=GROUP, kinds={"python"}, partitions_def=llm_shard_partitions, deps=[personas, skills],
+          description="The LLM route's candidates of one shard (candidate i of each route is in shard i % 16), made "
+                      "and gated into the content-addressed response and gate caches: a backfill over the shards "
+                      "spreads a large LLM synthesis over runs (and run workers); `synthetic_tasks` with the same "
+                      "LLM config then reads every answer from the caches. Without a partition key: all shards.")
+def llm_candidates(context: dg.AssetExecutionContext, config: LLMCandidatesConfig, lake: LakeResource,
+                   sandbox: SandboxResource, endpoints: ModelEndpointsResource) -> dg.MaterializeResult:
+    import json
+
+    from clawgym.synth.pipeline import generate_llm, rejection_stage_counts
+
+    if config.n_llm <= 0:
+        return dg.MaterializeResult(metadata={"n_candidates": 0, "status": "n_llm is 0: nothing to make"})
+    pdicts = [json.loads(s) for s in lake.personas().column("persona_json").to_pylist()]
+    plan = _llm_plan(config, lake, endpoints, pdicts, asset="llm_candidates")
+    if context.has_partition_key:
+        plan.shard, plan.n_shards = int(context.partition_key), LLM_SHARDS
+    with sandbox.factory() as factory:
+        acc, rej, stats = generate_llm(plan, factory=factory, seed=config.seed)
+    return dg.MaterializeResult(metadata={
+        "shard": context.partition_key if context.has_partition_key else "all",
+        "n_candidates": int(stats.get("candidates") or 0), "n_accepted": len(acc), "n_rejected": len(rej),
+        "rejected_by_gate": md_counts("gate", rejection_stage_counts(rej)),
+        "llm": dg.MetadataValue.json(stats), "llm_requests": int(stats.get("requests") or 0),
+        "llm_cache_hits": int(stats.get("cache_hits") or 0),
+    })
+
+
+# no declared dep on llm_candidates: it fills caches synthetic_tasks would otherwise fill itself (it reads no table
+# of it), and a partitioned upstream would make `--select *verifiers` need a partition key
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"}, deps=[personas, skills],
           description="Task specs from clawgym.synth.pipeline.synthesize: the procedural route (default), the LLM "
                       "route (persona-driven and skill-grounded, via named endpoints) or both -> gates -> dedupe -> "
@@ -158,31 +223,13 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
 
     from clawgym.synth.embed import minilm_embedder
     from clawgym.synth.personas import Persona
-    from clawgym.synth.pipeline import LLMPlan, synthesize
+    from clawgym.synth.pipeline import synthesize
 
     if config.route not in ROUTES:
         raise dg.Failure(f"synthetic_tasks.config.route: {config.route!r} is not one of {', '.join(ROUTES)}")
     pdicts = [json.loads(s) for s in lake.personas().column("persona_json").to_pylist()]
     people = [Persona(**{**d, "goals": tuple(d["goals"]), "tools": tuple(d["tools"])}) for d in pdicts]
-    plan = None
-    if config.route in ("llm", "both"):
-        from clawgym.synth.taxonomy import SUBCATEGORIES
-
-        unknown = sorted(set(config.categories) - set(SUBCATEGORIES))
-        if unknown:
-            raise dg.Failure(f"synthetic_tasks.config.categories: unknown {unknown}; known: {sorted(SUBCATEGORIES)}")
-        gen = {**_client_cfg(endpoints, config.generator, "generator"), "max_in_flight": config.max_in_flight}
-        rev = {**_client_cfg(endpoints, config.reviewer, "reviewer"), "max_in_flight": config.max_in_flight} \
-            if config.reviewer else None
-        aud = {**_client_cfg(endpoints, config.auditor, "auditor"), "max_in_flight": config.max_in_flight} \
-            if config.auditor else rev
-        sks = [json.loads(s) for s in lake.skills().column("skill_json").to_pylist()]
-        sks = [s for s in sks if s.get("usable_offline", True)]
-        plan = LLMPlan(generator=gen, reviewer=rev, auditor=aud, n=config.n_llm, personas=pdicts, skills=sks,
-                       skill_fraction=config.skill_fraction, max_repairs=config.max_repairs,
-                       taxonomy={c: SUBCATEGORIES[c] for c in (config.categories or SUBCATEGORIES)},
-                       workers=config.llm_workers or None, cache_dir=str(lake.path("cache", "llm")),
-                       hacker=config.llm_hacker, gate_cache_dir=str(lake.path("cache", "gates")))
+    plan = _llm_plan(config, lake, endpoints, pdicts) if config.route in ("llm", "both") else None
     n_proc = config.n if config.route in ("procedural", "both") else 0
     embed = minilm_embedder(str(lake.path("cache", "minilm_embeddings.npz")))
     with sandbox.factory() as factory:

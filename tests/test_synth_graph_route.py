@@ -239,3 +239,49 @@ def test_unknown_route_and_endpoint_fail_clearly(server, tmp_path):
     r, _ = _materialize(tmp_path / "b", url, {"route": "llm", "generator": "nope"}, raise_on_error=False)
     msg = str(r.get_step_failure_events()[0].event_specific_data.error.message)
     assert not r.success and "generator" in msg and "nope" in msg
+
+
+def test_llm_candidates_backfill_fills_the_caches(server, tmp_path):
+    """A backfill of `llm_candidates` over its 16 shards makes every candidate once; `synthetic_tasks` with the same
+    LLM config then makes no request and gates nothing, and accepts the same tasks as a whole run."""
+    from clawgym_assets import synthesis
+    from clawgym_assets.partitions import llm_shard_partitions
+    from clawgym_resources import LakeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
+
+    url, script = server
+    data = tmp_path / "data"
+    lake = LakeResource(data_dir=str(data))
+    eps = [{"name": n, "base_url": url, "model": f"{n}-model"} for n in ("gen-ep", "review-ep", "audit-ep")]
+    res = {"lake": lake, "sandbox": SandboxResource(backend=BACKEND), "openclaw": OpenClawResource(),
+           "endpoints": ModelEndpointsResource(lake=lake, endpoints_json=json.dumps(eps))}
+    assets = [synthesis.personas, synthesis.skills, synthesis.llm_candidates, synthesis.synthetic_tasks]
+    llm_cfg = {k: v for k, v in LLM_CFG.items()}
+    with dg.instance_for_test() as inst:
+        assert dg.materialize(assets, selection=["personas", "skills"], resources=res, instance=inst,
+                              run_config={"ops": {"personas": {"config": {"n": N_PERSONAS}}}}).success
+        n0 = len(script.requests)
+        made, slots = {}, 0
+        for key in llm_shard_partitions.get_partition_keys():
+            r = dg.materialize(assets, selection=["llm_candidates"], partition_key=key, resources=res,
+                               instance=inst, run_config={"ops": {"llm_candidates": {"config": llm_cfg}}})
+            assert r.success
+            m = r.asset_materializations_for_node("llm_candidates")[0].metadata
+            made[key] = m["n_candidates"].value
+            # requests sent + answered from the cache (the duplicate task's review was asked by an earlier shard)
+            slots += m.get("llm_requests", dg.IntMetadataValue(0)).value + \
+                m.get("llm_cache_hits", dg.IntMetadataValue(0)).value
+        # 5 candidates: persona 0-3 in shards 00-03, the skill candidate 0 in shard 00; the other shards are empty
+        assert made == {k: {"00": 2, "01": 1, "02": 1, "03": 1}.get(k, 0) for k in made}
+        backfill_requests = len(script.requests) - n0
+        assert backfill_requests > 0
+        r = dg.materialize(assets, selection=["synthetic_tasks"], resources=res, instance=inst,
+                           run_config={"ops": {"synthetic_tasks": {"config": {"route": "llm", **llm_cfg}}}})
+        assert r.success
+        md = r.asset_materializations_for_node("synthetic_tasks")[0].metadata
+    assert len(script.requests) - n0 == backfill_requests  # synthetic_tasks made no request
+    assert md["llm_requests"].value == 0 and md["llm_cache_hits"].value == slots >= backfill_requests
+    assert md["llm"].value["gates"]["gated"] == 0 and md["llm"].value["gates"]["cache_hits"] >= 1
+    tasks = lk.read_table("tasks", {"source": "synthetic"}, root=data / "lake").to_pylist()
+    personas = [p.persona_id for p in __import__("clawgym.synth.personas", fromlist=["x"]).expand_personas(
+        limit=N_PERSONAS, seed=0)]
+    assert sorted(t["persona_id"] for t in tasks) == sorted(personas[:2])  # as the whole run (_llm_checks)

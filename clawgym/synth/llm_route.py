@@ -480,6 +480,7 @@ def generate_llm_tasks(
     max_in_flight: int | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     hacker: str = "reject",
+    indices: Iterable[int] | None = None,
     gate_cache_dir: str | os.PathLike[str] | None = None,
     gate_batch: int = 64,
     gate_workers: int = 2,
@@ -504,7 +505,9 @@ def generate_llm_tasks(
     Stats: requests, cache_hits/misses, prompt/completion tokens (total and per accepted task), cost and
     cost per accepted task when a price per 1K tokens is configured, peak_in_flight (per server), wall_s,
     candidates_per_s, gates (gated, batches, cache_hits).
-    Results are in candidate order and deterministic in `seed` for a deterministic endpoint.
+    Results are in candidate order and deterministic in `seed` for a deterministic endpoint. `indices` (default
+    range(n)) are the candidates to make: candidate i is the same request whichever run makes it, so shards of one
+    plan (indices i % k == shard) fill the same caches a whole run reads.
     """
     import time
 
@@ -531,7 +534,8 @@ def generate_llm_tasks(
     try:
         with GateBatcher(factory, hacker=hacker, max_batch=gate_batch, gate_workers=gate_workers,
                          cache_dir=gate_cache_dir or (os.path.join(cdir, "gates") if cdir else None)) as gates:
-            accepted, rejected = _generate(personas, skills, taxonomy, rt, n, route, max_repairs, gates, seed,
+            idx = list(range(n)) if indices is None else [int(i) for i in indices]
+            accepted, rejected = _generate(personas, skills, taxonomy, rt, idx, route, max_repairs, gates, seed,
                                            workers)
     finally:
         if own_factory is not None:
@@ -541,7 +545,7 @@ def generate_llm_tasks(
     rt.stats.peak_in_flight = rt.peak
     pp = cfg.price_per_1k_prompt if cfg.price_per_1k_prompt is not None else cfg.price_per_1k_tokens
     pc = cfg.price_per_1k_completion if cfg.price_per_1k_completion is not None else cfg.price_per_1k_tokens
-    stats = rt.stats.summary(len(accepted), n, price_per_1k_prompt=pp, price_per_1k_completion=pc,
+    stats = rt.stats.summary(len(accepted), len(idx), price_per_1k_prompt=pp, price_per_1k_completion=pc,
                              wall_s=time.perf_counter() - t0)
     stats["max_in_flight"] = rt.limiters[0].limit
     stats["servers"] = len(rt.limiters)
@@ -552,7 +556,7 @@ def generate_llm_tasks(
     return accepted, rejected, stats
 
 
-def _generate(personas, skills, taxonomy, rt: _Runtime, n: int, route: str, max_repairs: int,
+def _generate(personas, skills, taxonomy, rt: _Runtime, indices: list[int], route: str, max_repairs: int,
               gates, seed: int, workers: int = 1) -> tuple[list[Task], list[dict[str, Any]]]:
     seeds = [_as_dict(p) for p in (personas if route == "persona" else skills)]
     if not seeds:
@@ -562,14 +566,14 @@ def _generate(personas, skills, taxonomy, rt: _Runtime, n: int, route: str, max_
     def one(i: int) -> tuple[Task | None, dict[str, Any] | None]:
         return _one_task(i, seeds[i % len(seeds)], slots, rt, route, max_repairs, gates, seed)
 
-    workers = max(1, min(int(workers), n))
+    workers = max(1, min(int(workers), len(indices)))
     if workers <= 1:
-        results = [one(i) for i in range(n)]
+        results = [one(i) for i in indices]
     else:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(workers, thread_name_prefix="llm-cand") as ex:
-            results = list(ex.map(one, range(n)))  # map keeps candidate order
+            results = list(ex.map(one, indices))  # map keeps candidate order
     accepted = [t for t, _ in results if t is not None]
     rejected = [r for _, r in results if r is not None]
     return accepted, rejected

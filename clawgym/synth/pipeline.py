@@ -53,6 +53,8 @@ class LLMPlan:
     cache_dir: str | None = None
     hacker: str = "reject"  # the hacker gate's mode for LLM candidates (a hackable verifier is repaired)
     gate_cache_dir: str | None = None  # gate verdicts (default <cache_dir>/gates)
+    shard: int | None = None  # make only candidates i with i % n_shards == shard (per route); None: all
+    n_shards: int = 1
 
 
 @dataclass
@@ -164,15 +166,26 @@ def generate_llm(plan: LLMPlan, factory: Any = None, seed: int = 0
     for route, k in (("persona", n_persona), ("skill", n_skill)):
         if k <= 0:
             continue
+        idx = [i for i in range(k) if plan.shard is None or i % max(1, plan.n_shards) == plan.shard]
+        if not idx:
+            continue
         acc, rej, st = generate_llm_tasks(plan.personas, plan.skills, plan.taxonomy, gen, k, route=route,
-                                      max_repairs=plan.max_repairs, factory=factory, seed=seed, reviewer=rev,
-                                      auditor=aud, cache_dir=plan.cache_dir, workers=plan.workers,
-                                      hacker=plan.hacker, gate_cache_dir=plan.gate_cache_dir,
-                                      return_stats=True)
+                                          indices=idx, max_repairs=plan.max_repairs, factory=factory, seed=seed,
+                                          reviewer=rev, auditor=aud, cache_dir=plan.cache_dir,
+                                          workers=plan.workers, hacker=plan.hacker,
+                                          gate_cache_dir=plan.gate_cache_dir, return_stats=True)
         accepted += acc
         rejected += [{**r, "route": r.get("route") or route} for r in rej]
         stats = _merge_stats(stats, {kk: vv for kk, vv in st.items() if kk != "rejected_by_reason"})
     return accepted, rejected, stats
+
+
+def rejection_stage_counts(rejected: list[dict[str, Any]]) -> dict[str, int]:
+    """{gate: count} of LLM-route rejection records (their `reason`), in GATE_ORDER."""
+    c: dict[str, int] = {}
+    for r in rejected:
+        c[r.get("reason") or "gates"] = c.get(r.get("reason") or "gates", 0) + 1
+    return {g: c[g] for g in sorted(c, key=lambda g: GATE_ORDER.index(g) if g in GATE_ORDER else len(GATE_ORDER))}
 
 
 def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] | None = None,
@@ -242,4 +255,5 @@ def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] |
                        llm_stats)
 
 
-__all__ = ["GATE_ORDER", "LLMPlan", "SynthResult", "generate_llm", "procedural_gate", "synthesize"]
+__all__ = ["GATE_ORDER", "LLMPlan", "SynthResult", "generate_llm", "procedural_gate", "rejection_stage_counts",
+           "synthesize"]
