@@ -32,6 +32,15 @@ def graph_assets(n_shards: int) -> list:
     return [traj if a is rollouts.trajectories else steps if a is rollouts.steps else a for a in ASSETS]
 
 
+def _executor(name: str):
+    """The run executor named by GraphSettings.executor."""
+    if name == "docker":  # each step in its own container of the run's image (settings from the DockerRunLauncher)
+        from dagster_docker import docker_executor
+
+        return docker_executor
+    return dg.multiprocess_executor if name == "multiprocess" else dg.in_process_executor
+
+
 def build_defs(settings: Optional[GraphSettings] = None, resources: Optional[dict] = None) -> dg.Definitions:
     settings = settings or GraphSettings()
     return dg.Definitions(
@@ -42,8 +51,9 @@ def build_defs(settings: Optional[GraphSettings] = None, resources: Optional[dic
         schedules=[automation.weekly_rescore_schedule],
         resources=default_resources() if resources is None else resources,
         # one machine, few cores: steps run in the run's own process (no per-step re-import). Set
-        # CLAWGYM_EXECUTOR=multiprocess to run steps in parallel subprocesses (bounded by the "sandboxes" pool).
-        executor=dg.multiprocess_executor if settings.executor == "multiprocess" else dg.in_process_executor,
+        # CLAWGYM_EXECUTOR=multiprocess to run steps in parallel subprocesses (bounded by the "sandboxes" pool), or
+        # =docker for dagster-docker's docker_executor (a container per step; deploy/ and docs/DEPLOY.md).
+        executor=_executor(settings.executor),
     )
 
 

@@ -321,11 +321,11 @@ class GraphSettings:
     trajectory shards (partition keys "0".."n_shards-1" of the `shard` dimension) and the executor."""
 
     n_shards: int = 4
-    executor: str = "in_process"  # in_process | multiprocess
+    executor: str = "in_process"  # in_process | multiprocess | docker (dagster-docker's step-per-container)
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "GraphSettings":
-        """CLAWGYM_SHARDS (default 4) and CLAWGYM_EXECUTOR (multiprocess, else in-process)."""
+        """CLAWGYM_SHARDS (default 4) and CLAWGYM_EXECUTOR (in_process (default) | multiprocess | docker)."""
         env = os.environ if env is None else env
         n = env.get("CLAWGYM_SHARDS", "") or str(cls.n_shards)
         try:
@@ -334,5 +334,7 @@ class GraphSettings:
             raise ValueError(f"CLAWGYM_SHARDS: {n!r} is not an integer") from None
         if n_shards < 1:
             raise ValueError(f"CLAWGYM_SHARDS: must be at least 1, got {n_shards}")
-        return cls(n_shards=n_shards,
-                   executor="multiprocess" if env.get("CLAWGYM_EXECUTOR") == "multiprocess" else "in_process")
+        executor = env.get("CLAWGYM_EXECUTOR", "") or cls.executor
+        if executor not in ("in_process", "multiprocess", "docker"):
+            raise ValueError(f"CLAWGYM_EXECUTOR: {executor!r} is not one of in_process, multiprocess, docker")
+        return cls(n_shards=n_shards, executor=executor)
