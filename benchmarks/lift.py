@@ -232,9 +232,9 @@ def main(argv=None) -> int:
     limits = Limits(max_turns=a.max_turns, max_completion_tokens=a.max_completion_tokens, max_wall_s=a.max_wall_s)
     server = {"device": "cuda" if a.gpu else "cpu", "startup_timeout_s": 600}
     rows = {}
-    for name, path in (("base", base_dir), ("sft", ckpt)):
-        spec = PolicySpec(name=f"lift-{name}", kind="local", model=str(path), extra=server)
-        for suite, tasks in (("new_seeds", bench_new), ("heldout", bench_held)):
+    for suite, tasks in (("new_seeds", bench_new), ("heldout", bench_held)):  # suite by suite: a paired result
+        for name, path in (("base", base_dir), ("sft", ckpt)):                 # as early as possible
+            spec = PolicySpec(name=f"lift-{name}", kind="local", model=str(path), extra=server)
             rows[(name, suite)] = rollout_rows(tasks, spec, factory, work / f"bench_{name}_{suite}.jsonl", limits,
                                                a.workers, f"{name}/{suite}")
     # 6. report
