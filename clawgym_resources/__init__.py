@@ -255,7 +255,7 @@ class TrainerResource(dg.ConfigurableResource):
     learning_rate: float = 1e-5
     per_device_train_batch_size: int = 1
     gradient_accumulation_steps: int = 1
-    max_length: int = 2048
+    max_length: int = 4096  # the demo's rows reach ~4K tokens: shorter cuts their final answer and stop token
     use_cpu: bool = True
     sft_config: Dict[str, Any] = {}  # further trl.SFTConfig fields, by TRL's names
     # LoRA (peft) instead of full fine-tuning
