@@ -102,7 +102,7 @@ def test_trainer_resource_speaks_trl_names():
                           lora_config={"r": 8}).sft_run(name="ck", base_model="b", dataset_path="d", output_dir="o")
     f = run.trl_fields()
     assert ((f["max_steps"], f["learning_rate"], f["warmup_steps"], f["max_length"], f["use_cpu"])
-            == (2, 3e-4, 1, 2048, True))
+            == (2, 3e-4, 1, 4096, True))  # the resource default (long rows keep their stop token)
     assert run.peft_fields()["r"] == 8 and run.name == "ck" and run.output_dir == "o"
     with pytest.raises(TrainConfigError, match=r"TrainerResource: .*unknown field 'lr'"):
         TrainerResource(sft_config={"lr": 1.0}).sft_run(output_dir="o")
