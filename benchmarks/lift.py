@@ -10,7 +10,10 @@ rollouts task by task):
   1. tasks      procedural families split by category: per category the first --families-per-category families
                 train, the next ones are held out; train tasks = seeds [0, --train-seeds), bench = seeds
                 [1000, 1000 + --bench-seeds) of the training families ("new seeds") and of the held-out families
-  2. oracle     oracle rollouts of the train tasks in sandboxes (real verifier scores)
+  2. oracle     teacher rollouts of the train tasks in sandboxes (real verifier scores). --teacher program (default):
+                one exec of the family's program solution (clawgym.synth.solutions) and a short answer, so a student
+                learns *how* to solve the family; --teacher reference: the family's reference calls (they write
+                answers the generator computed, which a small student can copy but not compute)
   3. sft set    build_sft_dataset (score filter, decontamination against both bench suites)
   4. sft        run_sft: full fine-tuning (or --lora) of the embedded SmolLM2, TRL's SFTTrainer, loss curve
   5. bench      base and SFT checkpoint served by ModelServer, builtin agent loop, greedy, same sandboxes
@@ -140,8 +143,11 @@ def main(argv=None) -> int:
     ap.add_argument("--train-seeds", type=int, default=4)
     ap.add_argument("--bench-seeds", type=int, default=2)
     ap.add_argument("--backend", default="auto")
-    ap.add_argument("--workers", type=int, default=1, help="rollouts in flight per model")
-    ap.add_argument("--max-turns", type=int, default=12)
+    ap.add_argument("--teacher", choices=["program", "reference"], default="program")
+    ap.add_argument("--workers", type=int, default=8,
+                    help="rollouts in flight per model (the server batches them: continuous batching)")
+    ap.add_argument("--bench-models", default="base,sft", help="which models to bench (base alone needs no SFT)")
+    ap.add_argument("--max-turns", type=int, default=4)
     ap.add_argument("--max-completion-tokens", type=int, default=768)
     ap.add_argument("--max-wall-s", type=float, default=900.0)
     # trl.SFTConfig fields
@@ -174,15 +180,29 @@ def main(argv=None) -> int:
     if a.stop_after == "tasks":
         return 0
     factory = get_factory(a.backend)
-    # 2. oracle trajectories
+    models = [m.strip() for m in a.bench_models.split(",") if m.strip()]
+    base_dir = prepare_base_model()
+    limits = Limits(max_turns=a.max_turns, max_completion_tokens=a.max_completion_tokens, max_wall_s=a.max_wall_s)
+    server = {"device": "cuda" if a.gpu else "cpu", "startup_timeout_s": 600}
+    if "sft" not in models:  # the base model's rollouts only (they need no teacher, no SFT)
+        for suite, tasks in (("new_seeds", bench_new), ("heldout", bench_held)):
+            spec = PolicySpec(name="lift-base", kind="local", model=str(base_dir), extra=server)
+            rollout_rows(tasks, spec, factory, work / f"bench_base_{suite}.jsonl", limits, a.workers, f"base/{suite}")
+        return 0
+    # 2. teacher trajectories
+    if a.teacher == "program":
+        from clawgym.synth.solutions import with_program_reference
+
+        train_tasks = [with_program_reference(t) for t in train_tasks]
     oracle = rollout_rows(train_tasks, PolicySpec(name="oracle", kind="oracle", model="oracle"), factory,
-                          work / "oracle.jsonl", Limits(), max(1, a.workers), "oracle")
+                          work / f"teacher_{a.teacher}.jsonl", Limits(), 2, "teacher")
+    if any((r["score"] or 0.0) < 1.0 for r in oracle):
+        _log(f"teacher below 1.0 on {[r['task_id'] for r in oracle if (r['score'] or 0.0) < 1.0]} (score-filtered)")
     if a.stop_after == "oracle":
         return 0
     # 3. the SFT set
     from clawgym.trajectories.sft import SFTCleanConfig, build_sft_dataset, save_hf_dataset
 
-    base_dir = prepare_base_model()
     ds_dir = work / "sft_hf"
     if not (ds_dir / "clawgym_stats.json").exists():
         # new seeds of a training family share its instruction text by construction (same template, other
@@ -229,8 +249,6 @@ def main(argv=None) -> int:
     if a.stop_after == "sft":
         return 0
     # 5. bench: base vs SFT, same tasks, greedy
-    limits = Limits(max_turns=a.max_turns, max_completion_tokens=a.max_completion_tokens, max_wall_s=a.max_wall_s)
-    server = {"device": "cuda" if a.gpu else "cpu", "startup_timeout_s": 600}
     rows = {}
     for suite, tasks in (("new_seeds", bench_new), ("heldout", bench_held)):  # suite by suite: a paired result
         for name, path in (("base", base_dir), ("sft", ckpt)):                 # as early as possible
@@ -238,7 +256,7 @@ def main(argv=None) -> int:
             rows[(name, suite)] = rollout_rows(tasks, spec, factory, work / f"bench_{name}_{suite}.jsonl", limits,
                                                a.workers, f"{name}/{suite}")
     # 6. report
-    report = {"command": " ".join([sys.executable, *sys.argv]), "args": vars(a), "train_families": train_f,
+    report = {"command": " ".join(["python", *sys.argv]), "args": vars(a), "train_families": train_f,
               "heldout_families": held_f, "n_train_tasks": len(train_tasks),
               "oracle_mean": _mean({r["task_id"]: r["score"] or 0.0 for r in oracle}), "sft_set": sft_stats,
               "checkpoint": {"steps": rec.steps, "loss_curve": rec.loss_curve, "final_loss": rec.final_loss,

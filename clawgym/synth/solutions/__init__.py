@@ -57,15 +57,16 @@ def with_program_reference(task: Task) -> Task:
 
 
 def check_programs(families: list[str] | None = None, seeds=range(10), backend: str = "auto",
-                   workers: int = 2) -> dict[str, dict[int, float | None]]:
-    """Score each family's program on `seeds` with the family's real verifier: {family: {seed: score}}."""
+                   workers: int = 2, factory=None) -> dict[str, dict[int, float | None]]:
+    """Score each family's program on `seeds` with the family's real verifier: {family: {seed: score}}
+    (`factory`: a sandbox factory, else one of `backend`)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from clawgym.agent.rollout import run_rollout
     from clawgym.sandbox import get_factory
     from clawgym.synth.families import get_family
 
-    factory = get_factory(backend)
+    factory = factory or get_factory(backend)
     jobs = [(f, s) for f in (families or program_families()) for s in seeds]
 
     def one(job):
