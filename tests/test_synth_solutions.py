@@ -49,3 +49,24 @@ def test_a_program_run_on_another_family_scores_low(any_isolating_factory):
     wrong = t.model_copy(update={"reference": program_reference(get_family("backup_retention").generate(0))})
     ro = run_rollout(wrong, "oracle", any_isolating_factory)
     assert ro.score is not None and ro.score < 0.5
+
+
+def test_program_policy_in_the_registry_teaches_with_the_program(any_isolating_factory):
+    """The built-in `program` policy (a trajectories partition like `oracle`): one exec of the family's program
+    and a final answer; a family without a program gets the reference replayed."""
+    import json
+
+    from clawgym.agent.rollout import run_rollout
+    from clawgym.synth.families import all_families
+
+    t = get_family("backup_retention").generate(17)
+    ro = run_rollout(t, "program", any_isolating_factory)
+    calls = [c for m in ro.messages if m.get("role") == "assistant" for c in (m.get("tool_calls") or [])]
+    assert ro.score == 1.0 and ro.policy == "program"
+    assert [c["function"]["name"] for c in calls] == ["exec"]
+    assert json.loads(calls[0]["function"]["arguments"])["command"] == program_reference(t)[0].arguments["command"]
+    other = next(f for f in sorted(all_families(), key=lambda f: f.name) if f.name not in program_families())
+    u = other.generate(0)
+    ro2 = run_rollout(u, "program", any_isolating_factory)
+    n_calls = sum(len(m.get("tool_calls") or []) for m in ro2.messages if m.get("role") == "assistant")
+    assert ro2.score == 1.0 and n_calls == len(u.reference)

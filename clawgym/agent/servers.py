@@ -6,7 +6,9 @@ endpoint, so the builtin loop and the real OpenClaw exercise one code path for e
 - ``oracle``: given a session's messages, replays the task's ``reference`` tool calls one per turn
   (the task is found by the ``X-Clawgym-Task`` header, a ``model`` of ``oracle/<task_id>``, or the
   task instruction inside the first user message) and then answers a final text;
-- ``noop``: answers a short text and never calls a tool (the "do nothing" baseline).
+- ``noop``: answers a short text and never calls a tool (the "do nothing" baseline);
+- ``program``: the program teacher, like ``oracle`` but replaying one exec of the task family's program
+  solution (clawgym.synth.solutions) where the family has one: trajectories that show *how* to solve.
 
 Tool calls are adapted to the tool schemas the client sent (OpenClaw's ``edit{path, edits[]}``,
 ``exec{timeoutSeconds}``, no ``ls`` …). Plain JSON and SSE streaming are both supported.
@@ -218,7 +220,8 @@ NOOP_TEXT = "I will not make any changes."
 
 class PolicyServer(AppServer):
     """Oracle + noop policies behind one OpenAI-compatible server (models: "oracle", "noop",
-    "oracle/<task_id>"). Register tasks with :meth:`register` before a rollout."""
+    "oracle/<task_id>", and "program": the program teacher, which replays the task family's program solution
+    (clawgym.synth.solutions) where it has one, else the reference). Register tasks with :meth:`register`."""
 
     def __init__(self):
         self.tasks: dict[str, Any] = {}
@@ -240,7 +243,7 @@ class PolicyServer(AppServer):
     def _find_task(self, headers, body: dict):
         tid = headers.get("x-clawgym-task")
         model = str(body.get("model") or "")
-        if not tid and "/" in model and model.split("/", 1)[0] in ("oracle", "noop"):
+        if not tid and "/" in model and model.split("/", 1)[0] in ("oracle", "noop", "program"):
             tid = model.split("/", 1)[1]
         if tid and tid in self.tasks:
             return self.tasks[tid]
@@ -261,6 +264,11 @@ class PolicyServer(AppServer):
             return {"role": "assistant", "content": "oracle: unknown task (no X-Clawgym-Task header, "
                                                     "model oracle/<task_id> or known instruction)"}
         ref = list(task.reference or [])
+        if kind == "program":  # the program teacher: the family's program solution where it has one
+            from clawgym.synth.solutions import program_reference, program_source
+
+            if program_source(task.family or "") is not None:
+                ref = program_reference(task)
         done = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
         if done >= len(ref):
             return {"role": "assistant", "content": FINAL_TEXT}
@@ -278,7 +286,7 @@ class PolicyServer(AppServer):
         @app.get("/v1/models")
         async def models():
             return {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "clawgym"}
-                                               for m in ("oracle", "noop")]}
+                                               for m in ("oracle", "noop", "program")]}
 
         @app.get("/health")
         async def health():
@@ -299,7 +307,7 @@ class PolicyServer(AppServer):
                                     status_code=status)
             model = str(body.get("model") or "oracle")
             kind = "noop" if model.split("/")[0].endswith("noop") or request.headers.get(
-                "x-clawgym-policy") == "noop" else "oracle"
+                "x-clawgym-policy") == "noop" else "program" if model.split("/")[0] == "program" else "oracle"
             task = server._find_task(request.headers, body)
             msg = server.reply(kind, task, body)
             usage = {"prompt_tokens": approx_tokens(body.get("messages") or []),
