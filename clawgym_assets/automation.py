@@ -13,13 +13,14 @@ bench_job = dg.define_asset_job("bench_scores_job", selection=[bench_scores],
                                 description="Score one model / checkpoint / policy on the bench suites.")
 
 
-def discover_checkpoints(data_root=None) -> list[str]:
+def discover_checkpoints(data_root=None, lake=None) -> list[str]:
     """Checkpoint names known to the lake: registry rows plus model folders dropped under <data>/checkpoints/
-    (`data_root`: the data folder, default <repo>/data; the sensor passes its LakeResource's)."""
+    (`data_root`: the data folder, default <repo>/data; `lake`: the tables to read the registry from, e.g. a
+    LakeResource on object storage, default the local lake of `data_root`; the sensor passes its LakeResource)."""
     root = _data_root(data_root)
     names = set()
     try:
-        names |= {r for r in Lake.at(root).checkpoints().column("checkpoint").to_pylist() if r}
+        names |= {r for r in (lake or Lake.at(root)).checkpoints().column("checkpoint").to_pylist() if r}
     except Exception:  # an unreadable registry must not stop the sensor from seeing folders
         pass
     ck = root / "checkpoints"
@@ -34,7 +35,7 @@ def discover_checkpoints(data_root=None) -> list[str]:
                        "partition and requests its scoring.")
 def new_checkpoint_sensor(context: dg.SensorEvaluationContext, lake: LakeResource) -> dg.SensorResult:
     known = set(context.instance.get_dynamic_partitions(model_partitions.name))
-    new = [n for n in discover_checkpoints(lake.root()) if n not in known]
+    new = [n for n in discover_checkpoints(lake.root(), lake) if n not in known]
     if not new:
         return dg.SensorResult(skip_reason="no new checkpoints")
     return dg.SensorResult(

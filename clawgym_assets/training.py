@@ -3,6 +3,7 @@ SFT on the sft table, or GRPO on training tasks with verifier rewards from sandb
 
 import dataclasses
 import hashlib
+from pathlib import Path
 from typing import Any, Dict
 
 import dagster as dg
@@ -13,6 +14,36 @@ from clawgym_assets.rollouts import sft_dataset
 from clawgym_resources import LakeResource, ModelEndpointsResource, SandboxResource, TrainerResource
 
 GROUP = "training"
+
+
+def sft_table_files(lake: LakeResource) -> tuple[Path, list[str]]:
+    """(a local folder of the sft table's Parquet files, their names) for the trainer, which reads local files.
+    A local lake's folder is used as is; an object-store lake's files are downloaded byte for byte once per
+    table version into <data>/cache/sft-snapshots/<version hash> (a folder renamed into place whole)."""
+    import os
+
+    from clawgym.lake import is_remote
+
+    root = lake.lake_dir
+    if not is_remote(root):
+        d = root / "sft"
+        return d, sorted(p.name for p in d.glob("*.parquet"))
+    prefix = root.key("sft")
+    infos = [i for i in root.list_files(prefix) if i.path.endswith(".parquet") and i.path.rsplit("/", 1)[0] == prefix]
+    files = sorted(i.base_name for i in infos)
+    snap = Path(lake.root()) / "cache" / "sft-snapshots" / hashlib.sha1(",".join(files).encode()).hexdigest()[:16]
+    if files and not snap.is_dir():
+        tmp = snap.with_name(f"{snap.name}.tmp-{os.getpid()}")
+        tmp.mkdir(parents=True, exist_ok=True)
+        for i in infos:
+            (tmp / i.base_name).write_bytes(root.get(i.path))
+        try:
+            os.replace(tmp, snap)
+        except OSError:  # another run put the same version in place first
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return snap, files
 
 
 @dg.asset(group_name=GROUP, kinds={"python", "pytorch"},
@@ -94,8 +125,7 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig, lak
                   "sandbox": {"backend": sandbox.backend, "config": dataclasses.asdict(sandbox.config())}}
         context.log.info(f"GRPO {name} from {base} on {n_tasks} tasks, sandbox backend {sandbox.backend}")
     elif config.method == "sft":
-        sft_dir = lake.lake_dir / "sft"
-        sft_files = sorted(p.name for p in sft_dir.glob("*.parquet"))
+        sft_dir, sft_files = sft_table_files(lake)
         if not sft_files:
             raise dg.Failure("the sft table is empty: materialize sft_dataset first")
         data_version = ",".join(sft_files)

@@ -427,3 +427,38 @@ def test_demo_data_stages_on_s3(s3, tmp_path):
            "CLAWGYM_S3_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET}
     r = CliRunner().invoke(app, ["bench", "leaderboard", "--suite", "procedural"], env=env)
     assert r.exit_code == 0 and "oracle" in r.output and "noop" in r.output, r.output
+
+
+def test_checkpoints_read_the_sft_table_from_s3_as_local_files(s3, tmp_path):
+    """The trainer reads local Parquet: an S3 lake's sft files are downloaded byte for byte, once per version."""
+    import pyarrow.parquet as pq
+
+    from clawgym_assets.training import sft_table_files
+
+    data = tmp_path / "data"
+    lake = _resource(s3, "train", data)
+    assert sft_table_files(lake)[1] == []
+    lake.write("sft", _rows("sft", 4))
+    d, files = sft_table_files(lake)
+    assert files and d.is_dir() and str(d).startswith(str(data)) and sorted(p.name for p in d.iterdir()) == files
+    remote = {i.base_name: i.path for i in s3["fs"].get_file_info(pafs.FileSelector("lake/train/sft"))}
+    for f in files:
+        with s3["fs"].open_input_stream(remote[f]) as src:
+            assert (d / f).read_bytes() == src.read()
+    assert pq.read_table(d).num_rows == 4
+    assert sft_table_files(lake) == (d, files)  # same version: the same snapshot
+    lake.write("sft", _rows("sft", 2, start=10))
+    d2, files2 = sft_table_files(lake)
+    assert d2 != d and pq.read_table(d2).num_rows == 2
+
+
+def test_new_checkpoint_sensor_reads_the_registry_on_s3(s3, tmp_path):
+    from clawgym_assets.automation import discover_checkpoints
+
+    data = tmp_path / "data"
+    lake = _resource(s3, "registry", data)
+    assert discover_checkpoints(data, lake) == []
+    rows = [{**r, "checkpoint": f"ck-{i}"} for i, r in enumerate(_rows("checkpoints", 2))]
+    lake.write("checkpoints", rows)
+    assert discover_checkpoints(data, lake) == ["ck-0", "ck-1"]
+    assert discover_checkpoints(data) == []  # the local lake of `data` has no registry

@@ -158,6 +158,14 @@ class RemoteLake:
             raise self.error(f"listing {self.uri_of(path)}", e) from None
         return [i for i in infos if i.type == pafs.FileType.File]
 
+    def get(self, path: str) -> bytes:
+        """The bytes of the object `path`."""
+        try:
+            with self.fs.open_input_stream(path) as f:
+                return f.read()
+        except OSError as e:
+            raise self.error(f"reading {self.uri_of(path)}", e) from None
+
     def put(self, path: str, data) -> None:
         """Upload `data` (bytes or a pyarrow Buffer, already complete in memory) as the object `path`:
         one request, so the object appears whole or not at all."""
