@@ -274,10 +274,15 @@ def main(argv=None) -> int:
         o = r["overall"]
         lines.append(f"## {suite}: base {o['base']:.1f} -> SFT {o['sft']:.1f}, delta {o['delta']:+.1f} "
                      f"[{o['ci_low']:+.1f}, {o['ci_high']:+.1f}] (n={o['n']}); ended {r['ended']}")
-        lines += ["", "| family | n | base | SFT | delta | 95% CI |", "|---|---|---|---|---|---|"]
-        lines += [f"| {x['group']} | {x['n']} | {x['base']:.1f} | {x['sft']:.1f} | {x['delta']:+.1f} | "
-                  f"[{x['ci_low']:+.1f}, {x['ci_high']:+.1f}] |" for x in r["per_family"]]
+        for key, head in (("per_category", "category"), ("per_family", "family")):
+            lines += ["", f"| {head} | n | base | SFT | delta | 95% CI |", "|---|---|---|---|---|---|"]
+            lines += [f"| {x['group']} | {x['n']} | {x['base']:.1f} | {x['sft']:.1f} | {x['delta']:+.1f} | "
+                      f"[{x['ci_low']:+.1f}, {x['ci_high']:+.1f}] |" for x in r[key]]
         lines.append("")
+    curve = report["checkpoint"]["loss_curve"] or []
+    if curve:
+        pts = [curve[i] for i in sorted({0, len(curve) // 4, len(curve) // 2, 3 * len(curve) // 4, len(curve) - 1})]
+        lines.append("SFT loss: " + ", ".join(f"step {p.get('step')}: {p.get('loss'):.3f}" for p in pts))
     (work / "report.md").write_text("\n".join(lines))
     print("\n".join(lines))
     return 0
