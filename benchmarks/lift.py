@@ -115,6 +115,21 @@ def _how_it_ended(ro) -> str:
     return ro.failure_class
 
 
+def _wrote_program(row: dict) -> bool:
+    """Whether the rollout's first tool call is exactly the program teacher's exec for its family."""
+    from clawgym.synth.solutions import program_command, program_source
+
+    src = program_source(row.get("family") or "")
+    for m in json.loads(row.get("messages_json") or "[]"):
+        for c in m.get("tool_calls") or []:
+            try:
+                cmd = json.loads(c["function"]["arguments"]).get("command")
+            except (ValueError, KeyError, AttributeError):
+                return False
+            return src is not None and cmd == program_command(src)
+    return False
+
+
 def compare_rows(sft_rows: list[dict], base_rows: list[dict], key: str | None = None) -> list[dict]:
     from clawgym.bench.stats import compare, task_means
 
@@ -267,13 +282,15 @@ def main(argv=None) -> int:
         ends = {m: dict(sorted({e: sum(1 for r in rows[(m, suite)] if r["finish"] == e)
                                 for e in {r["finish"] for r in rows[(m, suite)]}}.items())) for m in ("base", "sft")}
         report["suites"][suite] = {"overall": compare_rows(s, b)[0], "per_category": compare_rows(s, b, "category"),
-                                   "per_family": compare_rows(s, b, "family"), "ended": ends}
+                                   "per_family": compare_rows(s, b, "family"), "ended": ends,
+                                   "program_exact": sum(_wrote_program(r) for r in s), "n": len(s)}
     (work / "report.json").write_text(json.dumps(report, indent=1, default=str))
     lines = [f"# lift report ({time.strftime('%Y-%m-%d %H:%M')})", "", f"`{report['command']}`", ""]
     for suite, r in report["suites"].items():
         o = r["overall"]
         lines.append(f"## {suite}: base {o['base']:.1f} -> SFT {o['sft']:.1f}, delta {o['delta']:+.1f} "
-                     f"[{o['ci_low']:+.1f}, {o['ci_high']:+.1f}] (n={o['n']}); ended {r['ended']}")
+                     f"[{o['ci_low']:+.1f}, {o['ci_high']:+.1f}] (n={o['n']}); ended {r['ended']}; SFT wrote the "
+                     f"teacher's program exactly in {r['program_exact']}/{r['n']}")
         for key, head in (("per_category", "category"), ("per_family", "family")):
             lines += ["", f"| {head} | n | base | SFT | delta | 95% CI |", "|---|---|---|---|---|---|"]
             lines += [f"| {x['group']} | {x['n']} | {x['base']:.1f} | {x['sft']:.1f} | {x['delta']:+.1f} | "
