@@ -75,6 +75,16 @@ def make_tasks(families: list[str], seeds: range):
     return [get_family(f).generate(s) for s in seeds for f in families]
 
 
+def _add_time(work: Path, stage: str, seconds: float) -> None:
+    """Add `seconds` to `stage` in <work>/timings.json (stage wall times summed over resumed runs)."""
+    p = work / "timings.json"
+    t = json.loads(p.read_text()) if p.exists() else {}
+    t[stage] = round(t.get(stage, 0.0) + seconds, 1)
+    tmp = p.with_suffix(".tmp")
+    tmp.write_text(json.dumps(t, indent=1))
+    os.replace(tmp, p)
+
+
 def rollout_rows(tasks, policy, factory, out: Path, limits, workers: int, tag: str) -> list[dict]:
     """Rollouts of `tasks` (skipping those already in `out`), appended to `out` as they finish."""
     from concurrent.futures import ThreadPoolExecutor
@@ -85,6 +95,7 @@ def rollout_rows(tasks, policy, factory, out: Path, limits, workers: int, tag: s
     done = {r["task_id"] for r in _jsonl_rows(out)}
     todo = [t for t in tasks if t.task_id not in done]
     if todo:
+        t0 = time.time()
         _log(f"{tag}: {len(todo)} rollouts to run ({len(done)} done)")
         with open_endpoint(policy, tasks=todo) as ep:
             ep.policy = policy.name
@@ -99,6 +110,7 @@ def rollout_rows(tasks, policy, factory, out: Path, limits, workers: int, tag: s
 
             with ThreadPoolExecutor(max(1, workers)) as ex:
                 list(ex.map(one, todo))
+        _add_time(out.parent, tag, time.time() - t0)
     rows = _jsonl_rows(out)
     keep = {t.task_id for t in tasks}
     return [r for r in rows if r["task_id"] in keep]
@@ -258,8 +270,10 @@ def main(argv=None) -> int:
     marker.write_text(json.dumps({**sft, "lora": a.lora}))
     rec = CheckpointRecord.load(ckpt) if (ckpt / "model.safetensors").exists() else None
     if rec is None or rec.steps < a.max_steps:
+        t_sft = time.time()
         rec = run_sft(SFTRunConfig(base_model=str(base_dir), dataset_path=str(ds_dir), output_dir=str(ckpt),
                                    name="lift-sft", lora=a.lora, sft_config=sft))
+        _add_time(work, "sft", time.time() - t_sft)
     _log(f"SFT: {rec.steps} steps, loss {rec.loss_curve[0]['loss'] if rec.loss_curve else None} -> {rec.final_loss}")
     if a.stop_after == "sft":
         return 0
@@ -276,7 +290,8 @@ def main(argv=None) -> int:
               "oracle_mean": _mean({r["task_id"]: r["score"] or 0.0 for r in oracle}), "sft_set": sft_stats,
               "checkpoint": {"steps": rec.steps, "loss_curve": rec.loss_curve, "final_loss": rec.final_loss,
                              "train_runtime_s": rec.train_runtime_s, "tokens": rec.hyperparams.get("tokens")},
-              "suites": {}, "wall_s": time.time() - t0}
+              "suites": {}, "wall_s_this_invocation": time.time() - t0,
+              "stage_wall_s": json.loads(tp.read_text()) if (tp := work / "timings.json").exists() else {}}
     for suite in ("new_seeds", "heldout"):
         b, s = rows[("base", suite)], rows[("sft", suite)]
         ends = {m: dict(sorted({e: sum(1 for r in rows[(m, suite)] if r["finish"] == e)
@@ -284,8 +299,11 @@ def main(argv=None) -> int:
         report["suites"][suite] = {"overall": compare_rows(s, b)[0], "per_category": compare_rows(s, b, "category"),
                                    "per_family": compare_rows(s, b, "family"), "ended": ends,
                                    "program_exact": sum(_wrote_program(r) for r in s), "n": len(s)}
+    report["stage_wall_s_total"] = round(sum(report["stage_wall_s"].values()), 1)
     (work / "report.json").write_text(json.dumps(report, indent=1, default=str))
-    lines = [f"# lift report ({time.strftime('%Y-%m-%d %H:%M')})", "", f"`{report['command']}`", ""]
+    lines = [f"# lift report ({time.strftime('%Y-%m-%d %H:%M')})", "", f"`{report['command']}`", "",
+             f"stage wall times (s, summed over resumed runs): {report['stage_wall_s']} = "
+             f"{report['stage_wall_s_total'] / 60:.1f} min", ""]
     for suite, r in report["suites"].items():
         o = r["overall"]
         lines.append(f"## {suite}: base {o['base']:.1f} -> SFT {o['sft']:.1f}, delta {o['delta']:+.1f} "
