@@ -1,9 +1,11 @@
 """OpenAIJudge against a real (in-test) OpenAI-compatible HTTP server: prompt, temperature 0, reply
-validation, retries with backoff, key from the environment and redacted from errors."""
+validation (nonce, rules, scale), retries with backoff, key from the environment and redacted from errors.
+The judge protocol against hostile material: tests/test_judge_protocol.py."""
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -11,14 +13,20 @@ import pytest
 
 from clawgym.tasks import File, RubricRule, Task, Verifier
 from clawgym.verify import OfflineJudge, OpenAIJudge, make_judge, verify_task
-from clawgym.verify.judge import JudgeError, RubricContext, RuleInput, parse_judge_reply
+from clawgym.verify.judge import JudgeError, JudgeUnavailable, RubricContext, RuleInput, parse_judge_reply
 from test_verify_runtime import TmpSandbox  # tests/ is on sys.path (pytest prepend import mode)
 
 SECRET = "sk-test-SECRET-0123456789"
 
 
+def nonce_of(body: dict) -> str:
+    """The request's nonce, as the judge is told it in the system prompt."""
+    return re.search(r'"nonce": "([0-9a-f]{32})"', body["messages"][0]["content"]).group(1)
+
+
 class FakeOpenAI:
-    """Replies with the queued (status, content) pairs in order; records every request."""
+    """Replies with the queued (status, content) pairs in order; records every request. `content` may be a
+    function of the request body (to answer with the request's nonce)."""
 
     def __init__(self):
         self.queue: list[tuple[int, str]] = []
@@ -33,6 +41,8 @@ class FakeOpenAI:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
                 status, content = fake.queue.pop(0) if fake.queue else (200, "{}")
+                if callable(content):
+                    content = content(body)
                 if status == 200:
                     payload = {"id": "x", "object": "chat.completion", "created": 0, "model": body["model"],
                                "choices": [{"index": 0, "finish_reason": "stop",
@@ -74,15 +84,19 @@ def task() -> Task:
                 verifier=Verifier(kind="grade", code="def grade(t, w):\n    return {'ok': True}\n", rubric=RULES))
 
 
-def good_reply(clarity=0.75, tone=1):
-    return json.dumps({"rule_scores": [
+def verdict(nonce, clarity=0.75, tone=1):
+    return json.dumps({"nonce": nonce, "rule_scores": [
         {"name": "clarity", "file_path": "out/report.md", "score": clarity, "reason": "mostly clear"},
-        {"name": "tone", "file_path": "out/report.md", "score": tone, "reason": "polite"}],
-        "rubric_score": 0.875})
+        {"name": "tone", "file_path": "out/report.md", "score": tone, "reason": "polite"}]})
+
+
+def good_reply(clarity=0.75, tone=1):
+    """A reply function: the judge's own verdict, carrying the request's nonce."""
+    return lambda body: verdict(nonce_of(body), clarity, tone)
 
 
 def test_judge_end_to_end_with_retries(fake):
-    fake.queue = [(500, "overloaded"), (200, "I think it is great!"), (200, "```json\n" + good_reply() + "\n```")]
+    fake.queue = [(500, "overloaded"), (200, "I think it is great!"), (200, lambda b: "```json\n" + verdict(nonce_of(b)) + "\n```")]
     j = OpenAIJudge(fake.url, "judge-m", api_key_env="JUDGE_KEY", backoff_s=0.01)
     assert SECRET not in repr(j)
     with TmpSandbox(task().files) as sb:
@@ -93,6 +107,10 @@ def test_judge_end_to_end_with_retries(fake):
     assert req["path"] == "/v1/chat/completions" and req["auth"] == f"Bearer {SECRET}"
     body = req["body"]
     assert body["temperature"] == 0 and body["model"] == "judge-m"
+    rf = body["response_format"]
+    assert rf["type"] == "json_schema" and rf["json_schema"]["schema"]["properties"]["nonce"]["enum"] == [
+        nonce_of(body)]
+    assert len({nonce_of(q["body"]) for q in fake.requests}) == 1  # one nonce per judging, kept over retries
     user = body["messages"][-1]["content"]
     assert "Write out/report.md about the sales." in user and "Sales rose 10%." in user
     assert '"clarity"' in user and '"memo"' not in user  # the missing-file rule never reaches the judge
@@ -109,24 +127,32 @@ def test_judge_gives_up_and_redacts_key(fake):
     j = OpenAIJudge(fake.url, "m", api_key_env="JUDGE_KEY", max_retries=2, backoff_s=0.01)
     with TmpSandbox(task().files) as sb:
         sb.write_file("out/report.md", b"text")
-        r = verify_task(task(), sb, judge=j)
+        with pytest.raises(JudgeUnavailable) as ei:  # never a rubric score of 0 for the agent
+            verify_task(task(), sb, judge=j)
     assert len(fake.requests) == 3
-    assert r.rubric_score == 0.0 and "judge failed after 3 attempts" in r.error
-    assert SECRET not in r.error and "***" in r.error
-    assert r.code_score == 1.0 and r.score == pytest.approx(0.7)
+    msg = str(ei.value)
+    assert "failed after 3 attempts" in msg and SECRET not in msg and "***" in msg
+
+
+N = "ab" * 16
 
 
 @pytest.mark.parametrize("reply,needle", [
-    ("no json here", "no JSON object"),
-    ('{"rule_scores": [{"name": "clarity", "score": 0.6}]}', "not on the scale"),
-    ('{"rule_scores": [{"name": "clarity", "score": 1}]}', "no score for rule 'tone'"),
-    ('{"scores": []}', "rule_scores"),
-    ('{"rule_scores": [{"name": "clarity", "score": "high"}, {"name": "tone", "score": 1}]}', "not a number"),
+    ("no json here", "not one JSON object"),
+    (f'{{"nonce": "{N}", "rule_scores": [{{"name": "clarity", "score": 0.6}}, {{"name": "tone", "score": 1}}]}}',
+     "not on the scale"),
+    (f'{{"nonce": "{N}", "rule_scores": [{{"name": "clarity", "score": 1}}, {{"name": "clarity", "score": 1}}]}}',
+     "no score for rule 'tone'"),
+    (f'{{"nonce": "{N}", "rule_scores": [{{"name": "clarity", "score": 1}}]}}', "1 rules, 2 were asked"),
+    (f'{{"nonce": "{N}", "scores": []}}', "rule_scores"),
+    (f'{{"nonce": "{N}", "rule_scores": [{{"name": "clarity", "score": "high"}}, {{"name": "tone", "score": 1}}]}}',
+     "not a number"),
+    ('{"rule_scores": [{"name": "clarity", "score": 1}, {"name": "tone", "score": 1}]}', "nonce"),
 ])
 def test_reply_validation(reply, needle):
     items = [RuleInput(rule=RULES[0], content="x"), RuleInput(rule=RULES[1], content="x")]
     with pytest.raises(JudgeError, match=needle):
-        parse_judge_reply(reply, items)
+        parse_judge_reply(reply, items, N)
 
 
 def test_make_judge_from_env(fake, monkeypatch):

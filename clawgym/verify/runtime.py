@@ -191,7 +191,15 @@ def _can_judge(judge: Judge, rule) -> bool:
 
 def _run_rubric(task: Task, sandbox, transcript: list | None, judge: Judge, res: VerificationResult) -> float:
     """Each rule: its file missing or not produced by the agent -> 0 (never judged); a rule the judge cannot
-    score -> unjudged (never credit, flagged on the result); the rest are judged in one call."""
+    score -> unjudged (never credit, flagged on the result); a whole-run rule when the agent produced nothing
+    (no assistant message or tool call, no changed file) -> 0 (never judged); the rest are judged in one call.
+    `judge` may be a spec (a dict, a string): it is resolved by make_judge (JudgeConfigError, a ValueError
+    naming the field, when it makes no judge). A judge failure (JudgeError / JudgeUnavailable: endpoint down,
+    bad or foreign verdicts, a judge returning the wrong number of scores) is never scored: it propagates
+    out of verify_task, and the rollout records the attempt as infra (score None, retried)."""
+    if not hasattr(judge, "score_rules"):
+        judge = make_judge(judge)
+        res.judge = getattr(judge, "name", type(judge).__name__)
     rules = task.verifier.rubric or []
     changed = changed_files(task, sandbox)
     own = agent_output(transcript)
@@ -220,22 +228,26 @@ def _run_rubric(task: Task, sandbox, transcript: list | None, judge: Judge, res:
             row["reason"] = f"unjudged: {getattr(judge, 'name', 'judge')} cannot score this rule (no proxy declared)"
             res.unjudged_rules.append(rule.name)
             continue
+        if content is None and not own and not changed:
+            row["reason"] = "no agent output (no assistant message, tool call or changed file)"
+            continue
         slots.append(len(rows) - 1)
         items.append(RuleInput(rule=rule, content=content))
     if items:
-        try:
-            out = judge.score_rules(ctx, items)
-            if len(out) != len(items):
-                raise JudgeError(f"judge returned {len(out)} scores for {len(items)} rules")
-            for i, o in zip(slots, out):
+        jname = getattr(judge, "name", type(judge).__name__)
+        out = judge.score_rules(ctx, items)  # a JudgeError propagates: our failure, never a 0 for the agent
+        if not isinstance(out, list) or len(out) != len(items):
+            raise JudgeError(f"judge {jname} returned {len(out) if isinstance(out, list) else type(out).__name__}"
+                             f" scores for {len(items)} rules")
+        for i, o in zip(slots, out):
+            try:
                 x = float(o["score"])
-                rows[i]["score"] = min(1.0, max(0.0, x)) if math.isfinite(x) else 0.0
-                rows[i]["reason"] = str(o.get("reason", ""))
-        except Exception as e:
-            msg = f"rubric: {e}"
-            res.add_error(msg)
-            for i in slots:
-                rows[i]["error"] = msg
+            except (TypeError, KeyError, ValueError):
+                raise JudgeError(f"judge {jname} returned no numeric score for rule {rows[i]['name']!r}") from None
+            if not math.isfinite(x):
+                raise JudgeError(f"judge {jname} returned a non-finite score for rule {rows[i]['name']!r}")
+            rows[i]["score"] = min(1.0, max(0.0, x))
+            rows[i]["reason"] = str(o.get("reason", "")) if isinstance(o, dict) else ""
     res.rule_scores = rows
     res.unjudged = bool(res.unjudged_rules)
     judged = [(r, row) for r, row in zip(rules, rows) if not row.get("unjudged")]
