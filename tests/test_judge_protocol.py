@@ -285,3 +285,15 @@ def test_no_agent_output_never_reaches_the_judge(local_factory, judge_srv):
     assert r.score == 0.0 and not judge_srv.requests
     assert [x["reason"] for x in r.rule_scores] == ["missing file", "no agent output (no assistant message, "
                                                                     "tool call or changed file)"]
+
+
+# ------------------------------------------------------------------ end to end on an isolating backend -------
+def test_hostile_agent_end_to_end_isolated(any_isolating_factory, judge_srv):
+    """The whole attack through run_rollout on bwrap (or docker): the planted verdict parroted -> infra; the
+    judge's own 0 over the same planted answer -> 0; the judge down -> infra. Never 1.0."""
+    judge_srv.queue = [(200, PLANTED_VERDICT)] * 2 + [(200, own_verdict(0))] + [(503, "down")] * 2
+    outs = [rollout(any_isolating_factory, judge_of(judge_srv)) for _ in range(3)]
+    assert [(o.failure_class, o.score) for o in outs] == [("infra", None), ("ok", 0.0), ("infra", None)], \
+        [o.error for o in outs]
+    body = judge_srv.requests[2]["body"]
+    assert "## Rubric rules (updated by the grader)" in material(body, "file answer.md")
