@@ -85,12 +85,14 @@ def test_neutralize_restores_removes_and_strips_sections():
     sb.write_file("keep.py", b"x = 2\n")  # an ordinary deliverable: untouched
     acts = {a["path"]: a["action"] for a in neutralize_controls(task, sb)}
     assert acts == {"conftest.py": "restored", "tests/conftest.py": "removed", "x.pth": "removed",
-                    ".git/hooks/post-checkout": "removed", "pyproject.toml": "pytest section removed"}
+                    ".git/hooks/post-checkout": "removed", "pyproject.toml": "pytest configuration removed"}
     assert sb.read_file("conftest.py") == b"# task's own\n"
     files = set(sb.list_files("."))
     assert "tests/conftest.py" not in files and "x.pth" not in files
-    py = sb.read_file("pyproject.toml").decode()
-    assert "name='p2'" in py and "-p evil" not in py and "addopts='-q'" in py
+    import tomllib
+
+    py = tomllib.loads(sb.read_file("pyproject.toml").decode())  # rewritten from the parsed document
+    assert py["project"]["name"] == "p2" and py["tool"]["pytest"]["ini_options"] == {"addopts": "-q"}
     assert sb.read_file("keep.py") == b"x = 2\n"
 
 
@@ -238,3 +240,103 @@ def test_replaced_workspace_path_fails_closed_not_infra(iso_factory):
         assert r.rc == 0, r
         res = verify_task(task, sb, [], judge="offline")
     assert res.score == 0.0 and any("could not be made safe" in e for e in res.errors), res.errors
+
+
+# ---- session 9: parsed pytest configuration, the shipped protected-module list, the workspace export ---------
+@pytest.mark.parametrize("text", [
+    'tool.pytest.ini_options.addopts = "--co"\n',
+    '[tool]\npytest.ini_options.addopts = "--co"\n',
+    '[ tool . pytest . ini_options ]\naddopts = "--co"\n',
+    '["tool"."pytest".ini_options]\naddopts = "--co"\n',
+    'tool = {pytest = {ini_options = {addopts = "--co"}}}\n',
+    '[project]\nname = "x"\n[tool."pytest".ini_options]\naddopts = "--co"\n',
+])
+def test_pyproject_pytest_table_removed_in_every_spelling(text):
+    import tomllib
+
+    from clawgym.verify.guard import strip_pytest_config
+
+    out = strip_pytest_config("pyproject.toml", text, None)
+    assert out is not None
+    doc = tomllib.loads(out)
+    assert "pytest" not in (doc.get("tool") or {})
+    if "project" in text:
+        assert doc["project"] == {"name": "x"}  # the rest of the agent's file is kept
+
+
+def test_pyproject_keeps_the_tasks_own_pytest_table():
+    import tomllib
+
+    from clawgym.verify.guard import strip_pytest_config
+
+    orig = '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n'
+    assert strip_pytest_config("pyproject.toml", orig, orig) is None
+    out = strip_pytest_config("pyproject.toml", 'tool.pytest.ini_options = {addopts = "--co"}\n', orig)
+    assert tomllib.loads(out)["tool"]["pytest"] == {"ini_options": {"testpaths": ["tests"]}}
+    assert strip_pytest_config("pyproject.toml", '[project]\nname = "y"\n', None) is None
+
+
+@pytest.mark.parametrize("text", ["[tool:pytest]\naddopts = --co\n", "[tool:pytest] ; c\naddopts = --co\n",
+                                  "[metadata]\nname = x\n  [tool:pytest]\naddopts = --co\n"])
+def test_setup_cfg_pytest_sections_removed(text):
+    from clawgym.verify.guard import _ini_pytest_sections, strip_pytest_config
+
+    out = strip_pytest_config("setup.cfg", text, None)
+    assert out is not None and not _ini_pytest_sections(out)
+
+
+def test_shipped_protected_list_covers_the_rootfs():
+    """The import guard's data: every name the sandbox's own library imports is in the shipped list."""
+    import os
+
+    from clawgym.verify.protected import library_dirs, scan, shipped
+
+    rootfs = os.environ.get("CLAWGYM_ROOTFS", "/var/lib/clawgym/rootfs")
+    if not library_dirs(rootfs):
+        pytest.skip(f"no sandbox rootfs with a python library at {rootfs} (scripts/build_sandbox_image.sh)")
+    missing = scan(rootfs) - shipped()
+    assert not missing, f"regenerate with `python -m clawgym.verify.protected`: {sorted(missing)[:20]}"
+    assert {"org", "java", "vms_lib"} <= shipped()  # platform shims outside sys.stdlib_module_names
+
+
+def test_export_resolves_links_inside_and_drops_the_rest(tmp_path):
+    import os
+
+    from clawgym.sandbox import get_factory
+
+    f = get_factory("local")
+    try:
+        with f.open([File(path="in.txt", content=b"data\n")]) as sb:
+            ws = sb.host_workspace
+            os.makedirs(f"{ws}/out/empty")
+            os.symlink("../in.txt", f"{ws}/out/rel.txt")
+            os.symlink("/etc/passwd", f"{ws}/abs.txt")
+            os.symlink(f"/proc/self/root{ws}/in.txt", f"{ws}/proc.txt")
+            os.symlink("out", f"{ws}/outlink")
+            os.symlink("outlink/rel.txt", f"{ws}/chain.txt")
+            os.symlink("loop2", f"{ws}/loop1")
+            os.symlink("loop1", f"{ws}/loop2")
+            os.symlink("reward/check.py", f"{ws}/r.txt")
+            os.mkfifo(f"{ws}/fifo")
+            with open(f"{ws}/x.sh", "w") as fh:
+                fh.write("#!/bin/sh\n")
+            os.chmod(f"{ws}/x.sh", 0o6777)
+            e = sb.export_workspace()
+            # the link's target, inside the workspace, changes after the export: the export keeps the old bytes
+            with open(f"{ws}/in.txt", "w") as fh:
+                fh.write("changed\n")
+        assert sorted(e.files) == ["chain.txt", "in.txt", "out/rel.txt", "x.sh"]
+        assert e.files["chain.txt"] == e.files["out/rel.txt"] == b"data\n"
+        assert e.modes["x.sh"] == 0o755 and e.modes["in.txt"] == 0o644
+        assert e.empty_dirs() == ["out/empty"]
+        dropped = {d["path"]: d["why"] for d in e.dropped}
+        assert set(dropped) == {"abs.txt", "proc.txt", "outlink", "loop1", "loop2", "r.txt", "fifo"}
+        assert "outside" in dropped["abs.txt"] and "outside" in dropped["proc.txt"]
+        assert "directory" in dropped["outlink"] and "levels" in dropped["loop1"]
+        with f.rooms().open(e.file_objects()) as room:
+            room.make_dirs(e.empty_dirs())
+            assert room.read_file("chain.txt") == b"data\n"
+            assert os.path.isdir(f"{room.host_workspace}/out/empty")
+            assert not os.path.islink(f"{room.host_workspace}/chain.txt")
+    finally:
+        f.close()

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from clawgym.agent.loop import Limits, count_tool_calls, run_builtin, tool_types
+from clawgym.agent.loop import Limits, bound_messages, count_tool_calls, run_builtin, tool_types
 from clawgym.agent.policies import Endpoint, PolicySpec, RetryPolicy, get_policy, open_endpoint
 from clawgym.agent.secrets import redact, redact_obj
 from clawgym.agent.tools import TOOL_SCHEMAS
@@ -73,15 +73,26 @@ class Rollout(BaseModel):
     meta: dict = Field(default_factory=dict)  # runtime facts (openclaw: proxy divergence, refused requests)
     created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
 
-    def to_row(self, shard: int = 0, run_id: str = "") -> dict[str, Any]:
-        """A flat row in the lake's `trajectories` schema (nested values as JSON text)."""
+    def to_row(self, shard: int = 0, run_id: str = "", max_record_bytes: int | None = None) -> dict[str, Any]:
+        """A flat row in the lake's `trajectories` schema (nested values as JSON text). Never unbounded: a
+        transcript over `max_record_bytes` (default Limits().max_record_bytes) is stored with its middle
+        dropped (clawgym.agent.loop.bound_messages) and a scored rollout is stored as `limit`
+        (:func:`bound_record` does the same on the Rollout itself)."""
+        cap = max_record_bytes or Limits().max_record_bytes
+        fc, err, n_calls = self.failure_class, self.error, self.tool_calls
+        messages_json = json.dumps(self.messages, ensure_ascii=False, default=str)
+        if len(messages_json) > cap // 4 and len(messages_json.encode("utf-8", "surrogatepass")) > cap:
+            msgs, dropped = bound_messages(self.messages, cap)
+            messages_json = json.dumps(msgs, ensure_ascii=False, default=str)
+            n_calls = count_tool_calls(msgs)
+            fc, err = _record_limit(fc, err, cap, dropped)
         return {
             "rollout_id": self.rollout_id, "task_id": self.task_id, "suite": self.suite, "policy": self.policy,
             "shard": shard, "category": self.category, "family": self.family, "route": self.route,
-            "score": self.score, "failure_class": self.failure_class, "n_turns": self.turns,
-            "n_tool_calls": self.tool_calls, "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens, "duration_s": self.wall_s, "error": self.error,
-            "messages_json": json.dumps(self.messages, ensure_ascii=False, default=str),
+            "score": self.score, "failure_class": fc, "n_turns": self.turns,
+            "n_tool_calls": n_calls, "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens, "duration_s": self.wall_s, "error": err,
+            "messages_json": messages_json,
             "tools_json": json.dumps(self.tools, ensure_ascii=False),
             "diff_json": json.dumps(self.workspace_diff, ensure_ascii=False, default=_fsdecode),
             "verification_json": json.dumps(self.verification, ensure_ascii=False, default=str)
@@ -111,6 +122,59 @@ class Rollout(BaseModel):
         return rows
 
 
+
+
+MAX_ERROR_CHARS = 8192  # a stored error message
+UNLISTED_DIFF = "unlisted"  # the `change` of a workspace_diff entry standing for entries not listed
+
+
+def _record_limit(failure_class: str, error: str | None, cap: int, dropped: dict | None) -> tuple[str, str | None]:
+    """(class, error) of a rollout whose transcript was cut to `cap` bytes: a scored class becomes `limit`
+    (infra and unjudged keep theirs: their score is None, `limit` is scored)."""
+    why = (f"record size limit ({cap} bytes): {(dropped or {}).get('dropped_messages', 0)} messages "
+           f"({(dropped or {}).get('dropped_bytes', 0)} bytes) dropped from the middle of the transcript")
+    if error and error.startswith("record size limit"):
+        why = error
+    elif error and failure_class != "ok":
+        why = f"{why}; also: {error}"
+    return ("limit" if failure_class in SCORED_CLASSES else failure_class), why[:MAX_ERROR_CHARS]
+
+
+def bound_record(ro: "Rollout", limits: Limits | None = None) -> "Rollout":
+    """Bound what `ro` will store (in place; returns it), whatever its runtime produced: the transcript under
+    ``limits.max_record_bytes`` (bytes of its JSON; the middle dropped with a marker message,
+    clawgym.agent.loop.bound_messages; a scored rollout becomes `limit` with an error saying so, its score kept:
+    the workspace was verified as it was), the workspace diff under an eighth of it (the entries past that
+    replaced by one ``unlisted`` entry), and the error under MAX_ERROR_CHARS. Call it on every attempt's
+    Rollout before it is redacted or stored."""
+    limits = limits or Limits()
+    cap = limits.max_record_bytes
+    if ro.error and len(ro.error) > MAX_ERROR_CHARS:
+        ro.error = ro.error[:MAX_ERROR_CHARS - 20] + " …[cut]"
+    diff_cap = cap // 8
+    if len(ro.workspace_diff) * 64 > diff_cap // 4 and _json_bytes(ro.workspace_diff) > diff_cap:
+        kept, size = [], 2
+        for d in ro.workspace_diff:
+            n = _json_bytes(d) + 2  # + ", "
+            if size + n > diff_cap - 300:
+                break
+            kept.append(d)
+            size += n
+        left = len(ro.workspace_diff) - len(kept)
+        ro.workspace_diff = kept + [{"path": "", "change": UNLISTED_DIFF, "size": 0,
+                                     "error": f"{left} more entries not listed (record size limit)"}]
+    msgs, dropped = bound_messages(ro.messages, cap)
+    if dropped is not None:
+        ro.messages = msgs
+        ro.tool_calls = count_tool_calls(msgs)
+        if ro.tool_calls < len(ro.tool_durations):  # the calls kept are the last ones
+            ro.tool_durations = ro.tool_durations[len(ro.tool_durations) - ro.tool_calls:]
+        ro.failure_class, ro.error = _record_limit(ro.failure_class, ro.error, cap, dropped)
+    return ro
+
+
+def _json_bytes(obj: Any) -> int:
+    return len(json.dumps(obj, ensure_ascii=False, default=_fsdecode).encode("utf-8", "surrogatepass"))
 
 
 def _fsdecode(x: Any) -> str:
@@ -182,6 +246,7 @@ def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, limit
     ro = Rollout(task_id=task.task_id, suite=task.suite, category=task.category, family=task.family,
                  route=task.route, policy=getattr(spec, "name", None) or spec.policy, runtime=runtime,
                  tools=TOOL_SCHEMAS)
+    rooms = factory.rooms()  # the clean rooms: a pool of the same backend that never holds an agent phase
     if runtime == "openclaw":
         factory = _openclaw_factory(factory, openclaw_opts)
     try:
@@ -208,19 +273,13 @@ def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, limit
         ro.meta = dict(getattr(lr, "meta", None) or {})
         ro.tool_durations = [round(x, 4) for x in lr.tool_durations]
         if ro.failure_class != "infra":
-            try:
-                after = sandbox.snapshot()
-            except SandboxError:
-                raise
-            except Exception as e:  # odd workspace contents are the agent's doing: recorded, still verified
-                ro.workspace_diff = [{"path": "", "change": "unlisted", "size": 0,
-                                      "error": f"{type(e).__name__}: {str(e)[:300]}"}]
-            else:
-                before = task.file_map()
-                ro.workspace_diff = workspace_diff(before, after)
-            from clawgym.verify import verify_task
+            from clawgym.verify import verify_after_agent
 
-            v = verify_task(task, sandbox, ro.messages, judge)  # SandboxError from here: infra
+            # the clean room: the workspace leaves as data (SandboxError: infra), the agent's sandbox closes,
+            # a fresh room receives the export and the verifier runs there
+            export = sandbox.export_workspace()
+            ro.workspace_diff = workspace_diff(task.file_map(), export.files)
+            v = verify_after_agent(task, sandbox, rooms, ro.messages, judge, export=export)
             ro.verification = v.to_dict()
             ro.score = float(v.score)
             if v.unjudged:
@@ -247,6 +306,10 @@ def run_rollout(task, policy: str | PolicySpec | Endpoint, factory: SandboxFacto
     """Run one rollout; infra failures are retried up to `attempts` times (score None if they persist)."""
     spec = policy if isinstance(policy, Endpoint) else get_policy(policy)
     limits = limits or Limits()
+    if judge is not None and not hasattr(judge, "score_rules"):  # a spec (dict / str): resolved, or a clear
+        from clawgym.verify.judge import make_judge          # error now -- never at scoring time
+
+        judge = make_judge(judge)
     errors: list[str] = []
     ro: Rollout | None = None
     for i in range(1, max(1, attempts) + 1):
@@ -291,4 +354,4 @@ def rollout_id_for(task_id: str, policy: str, repeat: int = 0) -> str:
 
 
 __all__ = ["Rollout", "run_rollout", "run_rollouts", "workspace_diff", "Limits", "FailureClass", "rollout_id_for",
-           "SCORED_CLASSES"]
+           "SCORED_CLASSES", "bound_record"]

@@ -9,12 +9,15 @@ absolute (then they must lie under the workspace or /tmp of the sandbox).
 from __future__ import annotations
 
 import abc
+import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING, ClassVar, Iterable
 
 from clawgym import DEFAULT_WORKSPACE
 
+if TYPE_CHECKING:
+    from clawgym.sandbox.export import WorkspaceExport
 
 
 class SandboxError(RuntimeError):
@@ -66,6 +69,11 @@ class Sandbox(abc.ABC):
     """One live sandbox. Use as a context manager; close() is idempotent and always tears down."""
 
     backend: str = "abstract"
+    #: What the backend promises against a hostile agent, declared by the backend (a capability, never read
+    #: from its name): True -- commands run as an unprivileged uid in namespaces of their own, quiesce() stops
+    #: every process earlier execs left, scrub() and seal() work from the host (docker, bwrap). False (local,
+    #: test doubles): nothing; the verifier's clean room still gets the workspace as data.
+    isolating: ClassVar[bool] = False
 
     def __init__(self, config: SandboxConfig):
         self.config = config
@@ -149,11 +157,33 @@ class Sandbox(abc.ABC):
         """All regular files of the workspace: {relative path: content}."""
         return {p: self.read_file(p) for p in self.list_files(".")}
 
+    def export_workspace(self) -> "WorkspaceExport":
+        """The workspace as data for the verifier's clean room (clawgym.sandbox.export): regular files with
+        their bytes and clean modes, directories, symlinks resolved inside the workspace as they are now (or
+        dropped), special files dropped. Host-side backends walk it without following links; this default
+        (regular files through list_files/read_file, no links, no empty directories) serves the others."""
+        from clawgym.sandbox.export import WorkspaceExport
+
+        exp = WorkspaceExport()
+        for p in self.list_files("."):
+            exp.files[p] = self.read_file(p)
+            exp.modes[p] = 0o644
+        return exp
+
+    def make_dirs(self, paths: Iterable[str]) -> None:
+        """Make these workspace directories (and their parents), e.g. an export's empty ones."""
+        for p in paths:
+            self.write_file(f"{p}/.clawgym-dir", b"")
+            self.remove(f"{p}/.clawgym-dir")
+
     def __enter__(self) -> "Sandbox":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+_ROOMS_LOCK = threading.Lock()
 
 
 class SandboxFactory(abc.ABC):
@@ -179,8 +209,34 @@ class SandboxFactory(abc.ABC):
     def open(self, files: Iterable = ()) -> Sandbox:
         """A fresh sandbox whose workspace holds `files` (clawgym.tasks.File)."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook: a factory that holds nothing has nothing to tear down
-        """Tear down pools and anything else the factory holds."""
+    def close(self) -> None:
+        """Tear down pools and anything else the factory holds (its rooms() factory included)."""
+        self._close_rooms()
+
+    # ---- clean rooms ------------------------------------------------------------------------
+    def rooms(self) -> "SandboxFactory":
+        """The factory of this factory's *clean rooms*: sandboxes of the same backend and config from a pool
+        of their own, that only ever hold verifications -- no agent phase ever runs in one. Made on first use,
+        closed with this factory. A room factory's own rooms() is itself."""
+        if self.__dict__.get("_is_room"):
+            return self
+        with _ROOMS_LOCK:
+            r = self.__dict__.get("_rooms")
+            if r is None:
+                r = self._make_rooms()
+                r._is_room = True
+                self._rooms = r
+            return r
+
+    def _make_rooms(self) -> "SandboxFactory":
+        """A sibling factory for rooms(): this class with the same config and constructor settings
+        (`_init_kwargs`, recorded by the backend's __init__)."""
+        return type(self)(self.config, **self.__dict__.get("_init_kwargs", {}))
+
+    def _close_rooms(self) -> None:
+        r = self.__dict__.pop("_rooms", None)
+        if r is not None:
+            r.close()
 
     # ---- pool operations --------------------------------------------------------------------
     def warm(self, timeout: float = 60.0) -> bool:

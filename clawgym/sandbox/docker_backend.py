@@ -75,6 +75,7 @@ class DockerSandbox(DockerExecMixin, CountedHostFileMixin, Sandbox):
     """A sandbox backed by one docker container of the factory's pool."""
 
     backend = "docker"
+    isolating = True
 
     def __init__(self, config: SandboxConfig, factory: "DockerFactory", slot: Slot):
         super().__init__(config)
@@ -213,6 +214,9 @@ class DockerFactory(PooledFactory):
                  max_uses: int = 200, close_wait_s: float = 10.0):
         super().__init__(config)
         self.client = client or docker_client()
+        self._init_kwargs = {"pool_size": pool_size, "client": self.client, "max_idle": max_idle,
+                             "use_execd": use_execd, "recycle": recycle, "max_uses": max_uses,
+                             "close_wait_s": close_wait_s}
         try:
             self.client.images.get(self.config.image)
         except Exception as e:

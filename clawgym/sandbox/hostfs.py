@@ -21,9 +21,13 @@ import posixpath
 import secrets
 import stat
 import time
+from typing import TYPE_CHECKING
 
 from clawgym.sandbox import cleanup
 from clawgym.sandbox.fstree import _O_DIR, FS_IMMUTABLE_FL, _remove_at, _seal_at, _seal_fd, _set_fs_flags, iter_tree
+
+if TYPE_CHECKING:
+    from clawgym.sandbox.export import WorkspaceExport
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +149,11 @@ class HostFS:
         finally:
             os.close(dfd)
 
+    def mkdir(self, path: str) -> None:
+        """Make the directory `path` and its parents (0755, owned like written files), never following links."""
+        _, host_root, parts = self.split(path)
+        os.close(self._walk(path, parts, host_root, create=True))
+
     def read(self, path: str, max_bytes: int | None = None) -> bytes:
         _, host_root, parts = self.split(path)
         if not parts:
@@ -221,6 +230,75 @@ class HostFS:
         finally:
             os.close(dfd)
         return sorted(out)
+
+    def export(self, max_file: int | None = None) -> "WorkspaceExport":
+        """The workspace as data (clawgym.sandbox.export): regular files with their bytes and clean modes,
+        directories, symlinks resolved inside the workspace at this moment or dropped, everything else
+        dropped. Never follows a link, never blocks on a FIFO; an entry that cannot be read is dropped and
+        listed (the agent's doing), never an error."""
+        from clawgym.sandbox.export import WorkspaceExport, clean_mode, resolve_links
+
+        exp = WorkspaceExport()
+        limit = max_file if max_file is not None else self.max_read
+        root, host_root, parts = self.split(".")
+        dfd = self._walk(".", parts, host_root, create=False)
+        try:
+            for ev, fd, rel, e in iter_tree(dfd):
+                if ev == "enter":
+                    if rel:
+                        exp.dirs.append("/".join(rel))
+                    continue
+                if ev != "entry":
+                    continue
+                p = "/".join(rel + (e.name,))
+                try:
+                    st = os.stat(e.name, dir_fd=fd, follow_symlinks=False)
+                except OSError as err:
+                    exp.dropped.append({"path": p, "kind": "unreadable", "why": str(err)[:200]})
+                    continue
+                if stat.S_ISLNK(st.st_mode):
+                    try:
+                        exp.links[p] = os.fsdecode(os.readlink(e.name, dir_fd=fd))
+                    except OSError as err:
+                        exp.dropped.append({"path": p, "kind": "symlink", "why": str(err)[:200]})
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    exp.dropped.append({"path": p, "kind": "special", "why": "not a regular file"})
+                    continue
+                if limit is not None and st.st_size > limit:
+                    exp.dropped.append({"path": p, "kind": "file", "why": f"larger than {limit} bytes"})
+                    continue
+                try:
+                    f = os.open(e.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+                except OSError as err:
+                    exp.dropped.append({"path": p, "kind": "file", "why": str(err)[:200]})
+                    continue
+                try:
+                    fst = os.fstat(f)
+                    if not stat.S_ISREG(fst.st_mode):
+                        exp.dropped.append({"path": p, "kind": "special", "why": "replaced while exported"})
+                        continue
+                    chunks, total = [], 0
+                    while True:
+                        b = os.read(f, 1 << 20)
+                        if not b:
+                            break
+                        chunks.append(b)
+                        total += len(b)
+                        if limit is not None and total > limit:
+                            break
+                    if limit is not None and total > limit:
+                        exp.dropped.append({"path": p, "kind": "file", "why": f"larger than {limit} bytes"})
+                        continue
+                    exp.files[p] = b"".join(chunks)
+                    exp.modes[p] = clean_mode(fst.st_mode)
+                finally:
+                    os.close(f)
+        finally:
+            os.close(dfd)
+        aliases = [r for r, h in self.roots.items() if h == host_root] + [root, self.workspace]
+        resolve_links(exp, tuple(dict.fromkeys(aliases)))
+        return exp
 
     def seal(self, path: str, uid: int, gid: int, pin: bool = True) -> None:
         """Make the file or tree at `path` owned by uid:gid and read-only (directories 0755, files 0444, or
@@ -344,6 +422,23 @@ class HostFileMixin:
         self._enter()
         try:
             return self._snapshot()
+        finally:
+            self._leave()
+
+    def export_workspace(self) -> "WorkspaceExport":
+        """See Sandbox.export_workspace (HostFS.export)."""
+        self._enter()
+        try:
+            return self.fs.export()
+        finally:
+            self._leave()
+
+    def make_dirs(self, paths) -> None:
+        """See Sandbox.make_dirs."""
+        self._enter()
+        try:
+            for p in paths:
+                self.fs.mkdir(p)
         finally:
             self._leave()
 

@@ -145,5 +145,6 @@ class LocalFactory(SandboxFactory):
 
     def close(self) -> None:
         self._closed = True
+        self._close_rooms()
         self._close_adopted()
         cleanup.unregister(self)

@@ -321,6 +321,7 @@ class PooledFactory(SandboxFactory):
     def close(self) -> None:
         """Handed-out sandboxes are torn down at once; waits for the pool's threads: no process, container,
         mount, cgroup or temp dir outlives it."""
+        self._close_rooms()
         self.pool.close(before_join=self._close_adopted)
         cleanup.unregister(self)
 

@@ -47,8 +47,7 @@ CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 CONTROL_NAMES = {"conftest.py", "pytest.ini", "tox.ini", "sitecustomize.py", "usercustomize.py", ".pytest.ini",
                  "noxfile.py", ".pdbrc", ".pythonrc", ".pythonrc.py"}
 CONTROL_SUFFIXES = (".pth", ".pyc", ".pyo")
-SECTION_FILES = {"setup.cfg": re.compile(r"^\s*\[\s*tool:pytest\s*\]", re.I),
-                 "pyproject.toml": re.compile(r"^\s*\[\s*tool\.pytest", re.I)}
+SECTION_FILES = ("setup.cfg", "pyproject.toml")  # files whose pytest part is read as pytest reads it
 # git config keys kept when the agent changed a repository's config: inert settings only
 GIT_ALLOWED = re.compile(
     r"^(core\.(repositoryformatversion|filemode|bare|logallrefupdates|ignorecase|precomposeunicode|symlinks|"
@@ -143,15 +142,92 @@ def sanitize_git_config(text: str) -> str:
     return "\n".join(out) + ("\n" if out else "")
 
 
-def _strip_section(text: str, pattern: re.Pattern) -> str:
-    """Drop every table/section whose header matches `pattern` (up to the next header)."""
+def _ini_header(line: str) -> str | None:
+    """The section name of an ini header line, read leniently (any indentation, any spacing), else None."""
+    t = line.strip()
+    if not t.startswith("["):
+        return None
+    end = t.find("]")
+    return t[1:end].strip().lower() if end > 0 else t[1:].strip().lower()
+
+
+def _ini_pytest_sections(text: str) -> set[str]:
+    """Sections of an ini file pytest could take for its own (read as iniconfig, pytest's parser, reads
+    them, plus every header that merely mentions pytest)."""
+    found = {h for h in (_ini_header(ln) for ln in text.splitlines()) if h is not None and "pytest" in h}
+    try:
+        import iniconfig
+
+        found |= {n for n in iniconfig.IniConfig("setup.cfg", data=text).sections if "pytest" in n.lower()}
+    except Exception:  # pytest cannot read it either: it then fails to start, which pays nothing
+        pass
+    return found
+
+
+def _toml_pytest(text: str):
+    """(parsed document, its `tool.pytest` value or None) -- TOML read as pytest reads it (tomllib), so every
+    spelling (dotted keys, quoted keys, inline tables, spaces around dots) is the same key; (None, None) when
+    it does not parse (pytest then fails to start)."""
+    import tomllib
+
+    try:
+        doc = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, ValueError):
+        return None, None
+    tool = doc.get("tool")
+    return doc, (tool.get("pytest") if isinstance(tool, dict) else None)
+
+
+def strip_pytest_config(name: str, text: str, original: str | None) -> str | None:
+    """`text` of an agent-written `setup.cfg` / `pyproject.toml` without any pytest configuration the task's
+    own version (`original`, None when the agent added the file) did not have; None when nothing must change.
+    pyproject.toml is parsed with tomllib and rewritten (tomli_w) without `tool.pytest` (the task's own
+    `tool.pytest` value put back); setup.cfg loses every section whose header mentions pytest (the task's own
+    pytest sections appended back). The result is parsed again: if pytest would still find configuration of
+    the agent's, the file is replaced by the task's own version (or emptied)."""
+    if name == "pyproject.toml":
+        doc, mine = _toml_pytest(text)
+        theirs = _toml_pytest(original)[1] if original is not None else None
+        if doc is None or mine is None or mine == theirs:
+            return None
+        tool = dict(doc["tool"])
+        tool.pop("pytest", None)
+        if theirs is not None:
+            tool["pytest"] = theirs
+        doc = {**doc, "tool": tool} if tool else {k: v for k, v in doc.items() if k != "tool"}
+        import tomli_w
+
+        out = tomli_w.dumps(doc)
+        if _toml_pytest(out)[1] != theirs:
+            return original if original is not None else ""
+        return out
+    mine = _ini_pytest_sections(text)
+    if not mine:
+        return None
+    if original is not None and text == original:
+        return None
     out, skip = [], False
     for line in text.splitlines(keepends=True):
-        if line.lstrip().startswith("["):
-            skip = bool(pattern.match(line))
+        h = _ini_header(line)
+        if h is not None:
+            skip = "pytest" in h
         if not skip:
             out.append(line)
-    return "".join(out)
+    new = "".join(out)
+    if original is not None:  # keep the task's own pytest sections
+        kept, keep = [], False
+        for line in original.splitlines(keepends=True):
+            h = _ini_header(line)
+            if h is not None:
+                keep = "pytest" in h
+            if keep:
+                kept.append(line)
+        if kept:
+            new += ("\n" if new and not new.endswith("\n") else "") + "".join(kept)
+    theirs = _ini_pytest_sections(original) if original is not None else set()
+    if not _ini_pytest_sections(new) <= theirs:
+        return original if original is not None else ""
+    return new
 
 
 def neutralize_controls(task, sandbox: Sandbox, odd: list[list] | None = None) -> list[dict]:
@@ -192,18 +268,14 @@ def _neutralize_one(rel: str, sandbox: Sandbox, original: dict, modes: dict, act
     if now is not None and before is not None and now == before:
         return  # shipped with the task, unchanged: trusted
     if kind == "section":
-        pat = SECTION_FILES[rel.split("/")[-1]]
+        name = rel.split("/")[-1]
         text = (now or b"").decode("utf-8", errors="surrogateescape")
-        if not any(pat.match(ln) for ln in text.splitlines()):
+        old = before.decode("utf-8", errors="surrogateescape") if before is not None else None
+        new = strip_pytest_config(name, text, old)
+        if new is None:
             return
-        new = _strip_section(text, pat)
-        if before is not None:  # keep the task's own pytest section
-            old = before.decode("utf-8", errors="surrogateescape")
-            kept = "".join(ln for ln in old.splitlines(keepends=True)
-                           if ln not in _strip_section(old, pat).splitlines(keepends=True))
-            new = new + ("\n" if new and not new.endswith("\n") else "") + kept
         sandbox.write_file(rel, new.encode("utf-8", errors="surrogateescape"), modes.get(rel, 0o644))
-        actions.append({"path": rel, "action": "pytest section removed", "why": kind})
+        actions.append({"path": rel, "action": "pytest configuration removed", "why": kind})
     elif kind == "git config":
         text = (now or b"").decode("utf-8", errors="surrogateescape")
         clean = sanitize_git_config(text)
@@ -237,49 +309,45 @@ def verifier_env(home: str, guard_dir: str, workspace: str) -> dict[str, str]:
     return env  # empty values override whatever the sandbox's defaults set (exec merges env over them)
 
 
-def _quiesce(sandbox: Sandbox) -> None:
-    q = getattr(sandbox, "quiesce", None)
-    if q is None:
-        raise SandboxError(f"{type(sandbox).__name__} cannot stop the agent's processes (no quiesce())")
-    q()
+GUARD_FILES = ("sitecustomize.py", "protected_modules.txt")
 
 
-def _seal(sandbox: Sandbox, path: str) -> None:
-    s = getattr(sandbox, "seal", None)
-    if s is None:
-        raise SandboxError(f"{type(sandbox).__name__} cannot seal verifier files (no seal())")
-    s(path)
+def _isolating(sandbox) -> bool:
+    """The backend's declared capability (Sandbox.isolating); objects that are no Sandbox promise nothing."""
+    return isinstance(sandbox, Sandbox) and type(sandbox).isolating
 
 
-ISOLATING = ("docker", "bwrap")
-
-
-def prepare_for_verification(task, sandbox: Sandbox) -> Prepared:
+def prepare_for_verification(task, sandbox: Sandbox, clean_room: bool = False) -> Prepared:
     """Steps 1-5 of the module docstring; raises SandboxError only when the sandbox itself fails,
-    UnsafeWorkspace when a control file cannot be neutralised. Backends without isolation (`local`, test
-    doubles) only get step 3: they promise nothing against a hostile agent."""
-    isolating = getattr(sandbox, "backend", "") in ISOLATING
+    UnsafeWorkspace when a control file cannot be neutralised. `clean_room`: `sandbox` is a room no agent
+    ever ran in, holding an export of the agent's workspace (clawgym.verify.runtime.verify_after_agent):
+    there is nothing to stop and HOME and /tmp are fresh, so steps 1-2 are skipped. Backends without
+    isolation (`local`, test doubles; `Sandbox.isolating` False) only get step 3: they promise nothing against
+    a hostile agent."""
     odd: list[list] = []
     errors: list[str] = []
-    if not isolating:
+    if not _isolating(sandbox):
         actions = neutralize_controls(task, sandbox, odd)
         return Prepared(env={}, home="", guard_dir="", actions=actions)
     # the guard lives in a directory of its own, sealed as a whole (in sticky /tmp the sandbox user can
     # neither rename nor replace a root-owned entry); HOME is a separate, writable directory
     tag = secrets.token_hex(8)
     home, guard_dir = f"/tmp/.clawgym-home-{tag}", f"/tmp/.clawgym-verify-{tag}"
-    _quiesce(sandbox)
-    try:
-        odd = sandbox.scrub()  # from the host: no process in the sandbox, ~1 ms
-    except NotImplementedError:
-        raise SandboxError(f"{type(sandbox).__name__} cannot empty HOME and /tmp from the host (no scrub())") from None
-    except OSError as e:  # the agent replaced a directory on the way to the workspace, or pinned an entry
-        raise UnsafeWorkspace(f"HOME and /tmp could not be emptied: {e}") from e
+    if not clean_room:
+        sandbox.quiesce()  # SandboxError from a backend that cannot
+        try:
+            odd = sandbox.scrub()  # from the host: no process in the sandbox, ~1 ms
+        except NotImplementedError:
+            raise SandboxError(f"{type(sandbox).__name__} cannot empty HOME and /tmp from the host "
+                               "(no scrub())") from None
+        except OSError as e:  # the agent replaced a directory on the way to the workspace, or pinned an entry
+            raise UnsafeWorkspace(f"HOME and /tmp could not be emptied: {e}") from e
     actions = neutralize_controls(task, sandbox, odd)
     try:
         sandbox.write_file(f"{home}/.keep", b"", 0o644)
-        sandbox.write_file(f"{guard_dir}/sitecustomize.py", (SIDE / "sitecustomize.py").read_bytes(), 0o644)
-        _seal(sandbox, guard_dir)
+        for name in GUARD_FILES:
+            sandbox.write_file(f"{guard_dir}/{name}", (SIDE / name).read_bytes(), 0o644)
+        sandbox.seal(guard_dir)
     except SandboxError:
         raise
     except (OSError, ValueError) as e:  # e.g. the agent filled the sandbox's disk: its doing, fail closed
@@ -290,8 +358,8 @@ def prepare_for_verification(task, sandbox: Sandbox) -> Prepared:
 
 def seal_reward(sandbox: Sandbox, path: str) -> None:
     """Seal the reward files at `path` against the agent on isolating backends (a no-op on others)."""
-    if getattr(sandbox, "backend", "") in ISOLATING:
-        _seal(sandbox, path)
+    if _isolating(sandbox):
+        sandbox.seal(path)
 
 
 __all__ = ["prepare_for_verification", "neutralize_controls", "sanitize_git_config", "verifier_env",

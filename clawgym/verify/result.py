@@ -29,6 +29,7 @@ class VerificationResult:
     unjudged: bool = False  # the score needs a rubric rule no judge could score: not a score at all
     unjudged_rules: list[str] = field(default_factory=list)
     hardening: list[dict[str, Any]] = field(default_factory=list)  # harness-control files restored/removed
+    export: dict[str, Any] | None = None  # clean room: what the agent's workspace export held and dropped
 
     def add_error(self, msg: str) -> None:
         self.errors.append(msg)

@@ -122,7 +122,8 @@ def _run_grade(task: Task, sandbox, transcript: list | None, res: VerificationRe
     nonce = secrets.token_hex(16)
     payload = json.dumps({"code": v.code, "transcript": transcript or [], "workspace": sandbox.workspace,
                           "nonce": nonce}, default=str).encode("utf-8", errors="surrogateescape")
-    r = sandbox.exec(["python3", "-c", GRADE_DRIVER], timeout=v.timeout_s, workdir=sandbox.workspace,
+    # -P: the workspace (cwd) is not on sys.path; the check code puts it there itself when it imports by design
+    r = sandbox.exec(["python3", "-P", "-c", GRADE_DRIVER], timeout=v.timeout_s, workdir=sandbox.workspace,
                      stdin=payload, env=prep.env)
     if not _exec_ok(r, res, "grade()", v.timeout_s, "crashed (rc {rc})", 800):
         return 0.0
@@ -263,8 +264,10 @@ def _run_rubric(task: Task, sandbox, transcript: list | None, judge: Judge, res:
 
 
 def verify_task(task: Task, sandbox=None, transcript: list | None = None, judge: Judge | str | None = None, *,
-                files: Iterable | None = None, factory=None) -> VerificationResult:
-    """Score `task` on the sandbox's current workspace (call after the agent ends, same sandbox).
+                files: Iterable | None = None, factory=None, clean_room: bool = False) -> VerificationResult:
+    """Score `task` on the sandbox's current workspace, in place. After an agent phase use
+    `verify_after_agent` (the clean room) instead: in place is for sandboxes only the host wrote to (no-op
+    scores, synthesis gates). `clean_room`: `sandbox` is a room no agent ran in (skips quiesce/scrub).
 
     Convenience: without a sandbox, a fresh one is opened from `factory` (default: get_factory("auto"))
     holding `files` (default task.files), verified and closed."""
@@ -287,7 +290,7 @@ def verify_task(task: Task, sandbox=None, transcript: list | None = None, judge:
         res.duration_s = time.perf_counter() - t0
         return res
     try:
-        prep = prepare_for_verification(task, sandbox)  # SandboxError: infra
+        prep = prepare_for_verification(task, sandbox, clean_room=clean_room)  # SandboxError: infra
     except UnsafeWorkspace as e:  # the agent left something we could not neutralise: fail closed
         res.add_error(f"code: workspace could not be made safe to verify: {e}")
         if v.kind != "none":
@@ -329,6 +332,29 @@ def verify_task(task: Task, sandbox=None, transcript: list | None = None, judge:
     return res
 
 
+def verify_after_agent(task: Task, sandbox, rooms, transcript: list | None = None,
+                       judge: Judge | str | None = None, export=None) -> VerificationResult:
+    """Verify in a clean room: the agent's sandbox `sandbox` gives up its workspace *as data*
+    (`Sandbox.export_workspace`: regular files and directories, links resolved inside the workspace as they
+    are now or dropped, special files dropped; or `export` when the caller made it already), the agent's
+    sandbox is closed (its processes, IPC, HOME, /tmp, caches and mounts go with it), and a room of `rooms`
+    (`SandboxFactory.rooms()`: a pool that only ever holds verifications) receives the export; the verifier
+    then runs there. A SandboxError (export or room failed) propagates: infra."""
+    if export is None:
+        export = sandbox.export_workspace()
+    try:
+        sandbox.close()
+    except Exception:  # the agent's sandbox is done with either way; its pool resets or destroys it
+        pass
+    with rooms.open(export.file_objects()) as room:
+        empty = export.empty_dirs()
+        if empty:
+            room.make_dirs(empty)
+        res = verify_task(task, room, transcript, judge, clean_room=True)
+    res.export = export.summary()
+    return res
+
+
 def verify_noop(task: Task, factory, judge: Judge | str | None = None) -> VerificationResult:
     """The no-op score: open a sandbox holding task.files, verify without any agent action."""
     with factory.open(task.files) as sb:
@@ -348,5 +374,5 @@ def verify_noop_many(tasks: Iterable[Task], factory, judge: Judge | str | None =
         return list(ex.map(lambda t: verify_noop(t, factory, judge), tasks))
 
 
-__all__ = ["verify_task", "verify_noop", "verify_noop_many", "mean_of_checks", "parse_last_float",
+__all__ = ["verify_task", "verify_after_agent", "verify_noop", "verify_noop_many", "mean_of_checks", "parse_last_float",
            "GRADE_DRIVER", "OfflineJudge", "clamp_score", "agent_output", "changed_files"]
