@@ -7,6 +7,11 @@ assistant ``message`` dict (to send malformed replies, e.g. a tool call without 
 The turn is derived from the request itself (number of assistant messages already in it), so the server is
 stateless per conversation and a rollout-level retry replays the script from the start.
 
+Huge replies without building them in memory: put :data:`FILL` anywhere in a step (the text of a raw
+message, a tool call's argument value) or as ``final`` and construct with ``fill_chars=N``: each FILL in the
+reply's JSON is replaced by N filler characters, streamed in pieces (a chunked body; memory stays small on
+the server's side, so a test can measure the client's).
+
 Helpers build exec commands that plant files anywhere the sandbox user may write (the ``write`` tool is
 confined to the workspace and /tmp): :func:`put` writes bytes through base64, so no quoting can break.
 """
@@ -20,7 +25,7 @@ import uuid
 from typing import Any, Iterable, Union
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from clawgym.agent.policies import Endpoint
 from clawgym.agent.servers import ServerThread
@@ -28,6 +33,7 @@ from clawgym.agent.servers import ServerThread
 ToolCall = tuple  # (name, arguments dict)
 Step = Union[list, dict]  # list[ToolCall] | raw assistant message
 FINAL = "Done. I finished the task."
+FILL = "@@clawgym-fill@@"  # replaced by `fill_chars` filler characters in the reply as sent
 
 
 def put(path: str, content: Union[str, bytes], mode: int = 0o644) -> str:
@@ -62,9 +68,11 @@ def _message(step: Step, turn: int) -> dict:
 class HostileEndpoint:
     """``with HostileEndpoint(steps) as ep: run_rollout(task, ep.endpoint, factory)``."""
 
-    def __init__(self, steps: Iterable[Step], final: str = FINAL):
+    def __init__(self, steps: Iterable[Step], final: str = FINAL, fill_chars: int = 0, fill_char: str = "x"):
         self.steps = list(steps)
         self.final = final
+        self.fill_chars, self.fill_char = fill_chars, fill_char
+        self.bytes_sent = 0  # filler bytes produced (not necessarily read: the server may outrun a client that hung up)
         self.requests: list[dict] = []
         self._lock = threading.Lock()
         self._srv = None  # ServerThread while serving
@@ -89,9 +97,27 @@ class HostileEndpoint:
 
         @app.post("/v1/chat/completions")
         async def chat(request: Request):  # noqa: ANN202
-            return JSONResponse(self.reply(await request.json()))
+            data = self.reply(await request.json())
+            if not self.fill_chars:
+                return JSONResponse(data)
+            text = json.dumps(data)
+            if FILL not in text:
+                return JSONResponse(data)
+            return StreamingResponse(self._filled(text.split(FILL)), media_type="application/json")
 
         return app
+
+    async def _filled(self, pieces: list):
+        piece = (self.fill_char * 65536).encode()
+        for i, p in enumerate(pieces):
+            yield p.encode()
+            if i + 1 < len(pieces):
+                left = self.fill_chars
+                while left > 0:
+                    chunk = piece if left >= 65536 else piece[:left]
+                    left -= len(chunk)
+                    self.bytes_sent += len(chunk)
+                    yield chunk
 
     @property
     def endpoint(self) -> Endpoint:
@@ -108,4 +134,4 @@ class HostileEndpoint:
             self._srv = None
 
 
-__all__ = ["HostileEndpoint", "put", "exec_call", "write_call", "FINAL"]
+__all__ = ["HostileEndpoint", "put", "exec_call", "write_call", "FINAL", "FILL"]

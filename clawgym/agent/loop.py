@@ -18,6 +18,14 @@ Wall time: ``max_wall_s`` bounds the whole rollout, model requests included. Eac
 is cut to the time left (a request cut that way ends the rollout as `limit`); each exec's timeout is
 min(its own ``timeout``, ``tool_timeout_s``, the time left); once the budget is spent the remaining tool
 calls of the turn are not run (answered with a limit error) and the rollout ends as `limit`.
+
+Bounded records: nothing the model sends may make the record unbounded. The reply body is read up to
+``max_response_bytes`` (ChatClient; past it the rollout ends as `limit` without parsing it); a reply with more
+than ``max_tool_calls_per_turn`` calls, text over ``max_message_chars`` or a call whose arguments exceed
+``max_argument_chars`` is stored cut to the caps (what was cut under the message's ``clawgym_truncated``),
+none of its calls is run (each is answered "Not run") and the rollout ends as `limit` -- scored: the workspace
+as it is is verified. The transcript as a whole is kept under ``max_record_bytes`` (:func:`bound_messages`
+drops the middle, with a marker; the rollout ends as `limit`).
 """
 
 from __future__ import annotations
@@ -41,11 +49,16 @@ MALFORMED_KEY = "clawgym_malformed_tool_calls"  # on an assistant message: the o
 # on an assistant message, when the endpoint returned them (`Endpoint.token_ids`: the embedded server, vLLM):
 # {"prompt_token_ids": [...], "token_ids": [...], "logprobs": [...] | None} exactly as sampled
 TOKENS_KEY = "clawgym_tokens"
+# on a message cut to the caps of Limits: what was cut ({"content": {"chars", "kept"}, "tool_calls": {"received",
+# "kept"}, "arguments": [{"index", "chars", "kept"}], "calls": [{"index", "bytes"}]}); on the marker message
+# that stands for the dropped middle of a transcript: {"dropped_messages", "dropped_bytes"}
+TRUNCATED_KEY = "clawgym_truncated"
 
 
 @dataclass
 class Limits:
-    """Budgets of one rollout: turns, tokens, wall time, malformed-call streak and per-exec timeout."""
+    """Budgets of one rollout: turns, tokens, wall time, malformed-call streak, per-exec timeout and the sizes
+    of what is recorded (module docstring, "Bounded records")."""
 
     max_turns: int = 30
     max_total_tokens: int = 400_000  # prompt + completion tokens summed over the rollout
@@ -53,6 +66,11 @@ class Limits:
     max_completion_tokens: int = 2048  # per request
     max_bad_calls: int = 5  # consecutive turns of malformed/unknown/badly-argued tool calls before agent_error
     tool_timeout_s: float = 120.0  # the most one exec may run, whatever timeout the model asks for
+    max_tool_calls_per_turn: int = 32  # tool calls in one reply
+    max_message_chars: int = 65_536  # the model's text (content) of one reply
+    max_argument_chars: int = 262_144  # one tool call's arguments (JSON text; `write` content rides here)
+    max_response_bytes: int = 16 * 2**20  # one reply body as read from the endpoint (or through the proxy)
+    max_record_bytes: int = 16 * 2**20  # the whole transcript as stored (the lake row's messages_json, UTF-8)
 
 
 @dataclass
@@ -171,14 +189,127 @@ def token_record(resp: dict, choice: dict) -> dict | None:
     return {"prompt_token_ids": prompt, "token_ids": ids, "logprobs": logprobs}
 
 
+def _size(obj: Any) -> int:
+    """Bytes of `obj` as the lake stores it (JSON, UTF-8)."""
+    return len(json.dumps(obj, ensure_ascii=False, default=str).encode("utf-8", "surrogatepass"))
+
+
+_CALL_SLACK = 4096  # a call's id, name and framing beside its (already cut) arguments
+
+
+def _bound_reply(msg: dict, limits: Limits) -> tuple[dict, dict]:
+    """The endpoint's assistant message cut to the caps of `limits`, and what was cut ({} when nothing):
+    text over max_message_chars, calls past max_tool_calls_per_turn, arguments over max_argument_chars, and a
+    call that is oversized anywhere else (a huge name, non-string arguments, extra fields) replaced by a stub
+    that is answered as malformed."""
+    cut: dict[str, Any] = {}
+    content = msg.get("content")
+    if content is not None and not isinstance(content, str) and _size(content) > limits.max_message_chars:
+        content = json.dumps(content, ensure_ascii=False, default=str)  # content parts: cut as their JSON
+    if isinstance(content, str) and len(content) > limits.max_message_chars:
+        cut["content"] = {"chars": len(content), "kept": limits.max_message_chars}
+        content = content[:limits.max_message_chars]
+    out = {**msg, "content": content}
+    raw_calls = msg.get("tool_calls")
+    if raw_calls is None or raw_calls == []:
+        return out, cut
+    if not isinstance(raw_calls, list):
+        raw_calls = [raw_calls]
+    if len(raw_calls) > limits.max_tool_calls_per_turn:
+        cut["tool_calls"] = {"received": len(raw_calls), "kept": limits.max_tool_calls_per_turn}
+        raw_calls = raw_calls[:limits.max_tool_calls_per_turn]
+    calls = []
+    for i, raw in enumerate(raw_calls):
+        fn = raw.get("function") if isinstance(raw, dict) else None
+        args = fn.get("arguments") if isinstance(fn, dict) else None
+        if isinstance(args, str) and len(args) > limits.max_argument_chars:
+            cut.setdefault("arguments", []).append({"index": i, "chars": len(args), "kept": limits.max_argument_chars})
+            raw = {**raw, "function": {**fn, "arguments": args[:limits.max_argument_chars]}}
+        n = _size(raw)
+        if n > limits.max_argument_chars + _CALL_SLACK:
+            cut.setdefault("calls", []).append({"index": i, "bytes": n})
+            raw = {"clawgym_oversized_call": json.dumps(raw, ensure_ascii=False, default=str)[:1000]}
+        calls.append(raw)
+    out["tool_calls"] = calls
+    return out, cut
+
+
+def _cut_reason(cut: dict, limits: Limits, has_calls: bool) -> str:
+    """The rollout's error for a reply cut to the caps: which caps it broke."""
+    why = []
+    if "tool_calls" in cut:
+        why.append(f"{cut['tool_calls']['received']} tool calls in one reply "
+                   f"(max_tool_calls_per_turn={limits.max_tool_calls_per_turn})")
+    if "content" in cut:
+        why.append(f"{cut['content']['chars']} characters of text (max_message_chars={limits.max_message_chars})")
+    if "arguments" in cut:
+        n = max(a["chars"] for a in cut["arguments"])
+        why.append(f"tool call arguments of {n} characters (max_argument_chars={limits.max_argument_chars})")
+    if "calls" in cut:
+        n = max(a["bytes"] for a in cut["calls"])
+        why.append(f"a tool call of {n} bytes (max_argument_chars={limits.max_argument_chars})")
+    return "reply size limit: " + "; ".join(why) + \
+        (" (stored cut to the caps, its tool calls not run)" if has_calls else " (stored cut to the caps)")
+
+
+def _shrink(m: dict, max_bytes: int) -> dict:
+    """`m` reduced to about `max_bytes`: role, its text cut, the ids that pair it, and a truncation marker."""
+    out: dict[str, Any] = {"role": m.get("role")}
+    for k in ("tool_call_id", "name"):
+        if isinstance(m.get(k), str):
+            out[k] = m[k][:200]
+    text = text_of(m.get("content")) if m.get("content") is not None else \
+        json.dumps(m.get("tool_calls"), ensure_ascii=False, default=str)
+    keep = max(0, max_bytes - 1024) // 4  # UTF-8: at most 4 bytes a character
+    out["content"] = text[:keep]
+    out[TRUNCATED_KEY] = {"message_bytes": _size(m), "kept_chars": len(out["content"])}
+    return out
+
+
+def bound_messages(messages: list[dict], max_bytes: int) -> tuple[list[dict], dict | None]:
+    """`messages` kept under `max_bytes` (their JSON, UTF-8): unchanged when they fit; else the leading
+    system/user messages, a marker message (role "system", TRUNCATED_KEY {"dropped_messages",
+    "dropped_bytes"}) and as many of the last messages as fit, starting at a non-tool message so every
+    kept tool result has its call. Messages too big on their own are shrunk (:func:`_shrink`). Returns
+    (messages, what was dropped or None)."""
+    sizes = [_size(m) + 2 for m in messages]  # + the separating ", " of json.dumps
+    total = sum(sizes) + 2
+    if total <= max_bytes:
+        return messages, None
+    budget = max(0, max_bytes - 2 - 600)  # 600: the marker
+    head: list[dict] = []
+    i = 0
+    while i < len(messages) and i < 2 and messages[i].get("role") in ("system", "user"):
+        m = messages[i] if sizes[i] <= budget // 4 else _shrink(messages[i], budget // 4)
+        head.append(m)
+        budget -= _size(m) + 2
+        i += 1
+    j = len(messages)
+    while j > i and sizes[j - 1] <= budget:
+        budget -= sizes[j - 1]
+        j -= 1
+    while j < len(messages) and messages[j].get("role") == "tool":  # its call was dropped
+        budget += sizes[j]
+        j += 1
+    tail = messages[j:]
+    if not tail and j > i:  # the last message alone does not fit: shrunk
+        tail = [_shrink(messages[-1], budget)]
+        j = len(messages) - 1
+    dropped = {"dropped_messages": j - i, "dropped_bytes": sum(sizes[i:j])}
+    marker = {"role": "system", "content": f"[clawgym] {dropped['dropped_messages']} messages "
+              f"({dropped['dropped_bytes']} bytes) dropped here: the transcript exceeded the record limit "
+              f"({max_bytes} bytes)", TRUNCATED_KEY: dropped}
+    return head + [marker] + tail, dropped
+
+
 def wire_messages(messages: list[dict]) -> list[dict]:
     """The transcript as sent to the endpoint: without clawgym's own keys, and with the malformed calls'
     arguments replaced by "{}" (servers that re-parse history would refuse the whole request otherwise;
     the model still sees what was wrong in the tool error that answers the call)."""
     out = []
     for m in messages:
-        if TOKENS_KEY in m:
-            m = {k: v for k, v in m.items() if k != TOKENS_KEY}
+        if TOKENS_KEY in m or TRUNCATED_KEY in m:
+            m = {k: v for k, v in m.items() if k not in (TOKENS_KEY, TRUNCATED_KEY)}
         bad = m.get(MALFORMED_KEY)
         if not bad:
             out.append(m)
@@ -211,6 +342,7 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
     deadline = t0 + limits.max_wall_s
     wall_error = f"wall-time limit ({limits.max_wall_s:g} s) reached"
     bad_streak = 0
+    recorded = _size(res.messages)  # bytes of the transcript so far, as stored
     # the sampled token ids / log-probabilities, when the endpoint can return them (vLLM's request fields)
     token_kw = ({"extra_body": {"return_token_ids": True, "logprobs": True}}
                 if getattr(endpoint, "token_ids", False) else {})
@@ -225,10 +357,14 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
             if res.prompt_tokens + res.completion_tokens >= limits.max_total_tokens:
                 res.failure_class, res.error = "limit", f"token limit ({limits.max_total_tokens}) reached"
                 break
+            if recorded > limits.max_record_bytes:
+                res.failure_class, res.error = "limit", f"record size limit ({limits.max_record_bytes} bytes) reached"
+                break
             try:
                 resp = client.complete(messages=wire_messages(res.messages), tools=TOOL_SCHEMAS,
                                        max_tokens=limits.max_completion_tokens, temperature=0.0,
-                                       extra_headers=extra_headers, deadline=deadline, **token_kw)
+                                       extra_headers=extra_headers, deadline=deadline,
+                                       max_response_bytes=limits.max_response_bytes, **token_kw)
             except AgentRequestError as e:
                 res.failure_class, res.error = e.failure_class, str(e)
                 break
@@ -241,15 +377,31 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
             msg = choice.get("message") if isinstance(choice, dict) else None
             if not isinstance(msg, dict):  # the endpoint broke the protocol, not the model
                 raise InfraError(f"endpoint returned a choice without a message: {str(choice)[:300]}")
+            msg, cut = _bound_reply(msg, limits)
             amsg, calls = _assistant_message(msg, res.turns)
             toks = token_record(resp, choice) if token_kw else None
             if toks is not None:
                 amsg[TOKENS_KEY] = toks
+            finish = choice.get("finish_reason")
+            del resp, choice, msg  # the reply as received: only its bounded record is kept
+            if cut:
+                amsg[TRUNCATED_KEY] = cut
             res.messages.append(amsg)
+            recorded += _size(amsg) + 2
+            if cut:  # the reply broke a bound: recorded cut to the caps, none of its calls run
+                res.failure_class, res.error = "limit", _cut_reason(cut, limits, bool(calls))
+                for c in calls:
+                    tmsg = {"role": "tool", "tool_call_id": c.record["id"], "name": c.record["function"]["name"],
+                            "content": f"Not run: the reply exceeded the rollout's limits ({res.error})."}
+                    res.messages.append(tmsg)
+                    recorded += _size(tmsg) + 2
+                    res.tool_durations.append(0.0)
+                    res.tool_calls += 1
+                break
             if not calls:
                 if not text_of(amsg.get("content")).strip():
                     res.failure_class, res.error = "agent_error", "model returned an empty answer"
-                elif choice.get("finish_reason") == "length":
+                elif finish == "length":
                     res.failure_class, res.error = "limit", "completion cut at max_completion_tokens"
                 break
             turn_bad = True
@@ -271,8 +423,9 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
                         turn_bad = False
                 res.tool_durations.append(time.monotonic() - ts)
                 res.tool_calls += 1
-                res.messages.append({"role": "tool", "tool_call_id": c.record["id"], "name": name,
-                                     "content": content})
+                tmsg = {"role": "tool", "tool_call_id": c.record["id"], "name": name, "content": content}
+                res.messages.append(tmsg)
+                recorded += _size(tmsg) + 2
             if out_of_time or time.monotonic() >= deadline:
                 res.failure_class, res.error = "limit", wall_error
                 break
@@ -285,6 +438,27 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
     except SandboxError as e:
         res.failure_class, res.error = "infra", f"sandbox: {e}"
     res.retries = client.retries
+    bound_result(res, limits)
+    return res
+
+
+def bound_result(res: LoopResult, limits: Limits) -> LoopResult:
+    """Keep `res.messages` under ``limits.max_record_bytes`` (:func:`bound_messages`); when they were cut, a
+    scored rollout ends as `limit` (the error says so; infra stays infra) and tool_durations keep pace with the
+    tool calls still in the transcript. Used by both runtimes."""
+    msgs, dropped = bound_messages(res.messages, limits.max_record_bytes)
+    if dropped is None:
+        return res
+    res.messages = msgs
+    n_calls = count_tool_calls(msgs)
+    if n_calls < len(res.tool_durations):  # the calls kept are the last ones (the head has none)
+        res.tool_durations = res.tool_durations[len(res.tool_durations) - n_calls:]
+    why = (f"record size limit ({limits.max_record_bytes} bytes): {dropped['dropped_messages']} messages "
+           f"({dropped['dropped_bytes']} bytes) dropped from the middle of the transcript")
+    if res.failure_class != "infra":
+        res.error = why if res.failure_class == "ok" or not res.error or res.error.startswith("record size") \
+            else f"{why}; also: {res.error}"
+        res.failure_class = "limit"
     return res
 
 
@@ -311,4 +485,4 @@ def dumps(obj: Any) -> str:
 
 
 __all__ = ["Limits", "LoopResult", "run_builtin", "SYSTEM_PROMPT", "tool_types", "count_tool_calls", "wire_messages",
-           "MALFORMED_KEY", "TOKENS_KEY", "token_record"]
+           "MALFORMED_KEY", "TOKENS_KEY", "TRUNCATED_KEY", "token_record", "bound_messages", "bound_result"]

@@ -246,11 +246,15 @@ class ChatClient:
     def _redact(self, text: str) -> str:
         return redact(text, [self.endpoint.api_key_env or ""])
 
-    def complete(self, deadline: float | None = None, **kwargs) -> dict:
+    def complete(self, deadline: float | None = None, max_response_bytes: int | None = None, **kwargs) -> dict:
         """One chat completion as the endpoint's JSON (a dict with a non-empty ``choices`` list).
 
         `deadline` (time.monotonic()) bounds the whole call: each request's timeout is cut to the time left,
-        and a request cut that way, or a call made after it, raises AgentRequestError(failure_class="limit")."""
+        and a request cut that way, or a call made after it, raises AgentRequestError(failure_class="limit").
+        `max_response_bytes`: the body is read in pieces and never past this size; a bigger reply (the model's
+        output: an endpoint that ignored ``max_tokens``) raises AgentRequestError(failure_class="limit")."""
+        import httpx
+
         oa = self._openai
         last: str = ""
         tries = 0
@@ -264,9 +268,10 @@ class ChatClient:
                 if left < timeout:
                     timeout, capped = left, True
             try:
-                raw = self.client.chat.completions.with_raw_response.create(
-                    model=self.endpoint.model, timeout=timeout, **kwargs)
-                body = raw.http_response.text
+                with self.client.chat.completions.with_streaming_response.create(
+                        model=self.endpoint.model, timeout=timeout, **kwargs) as raw:
+                    body = _read_bounded(raw.http_response, max_response_bytes, deadline)
+                    status = raw.http_response.status_code
                 try:
                     data = json.loads(body)
                 except ValueError:
@@ -274,13 +279,14 @@ class ChatClient:
                 if isinstance(data, dict) and isinstance(data.get("choices"), list) and data["choices"]:
                     self.accepted += 1
                     return data
-                last = f"HTTP {raw.http_response.status_code} without a chat completion: {body[:300]!r}"
-            except oa.APITimeoutError as e:
+                del data
+                last = f"HTTP {status} without a chat completion: {body[:300].decode(errors='replace')!r}"
+            except (oa.APITimeoutError, httpx.TimeoutException) as e:
                 if capped:
                     raise AgentRequestError(f"wall-time budget ran out while waiting for the model "
                                             f"({timeout:.1f} s left for the request)", "limit") from None
                 last = f"{type(e).__name__}: {e}"
-            except oa.APIConnectionError as e:
+            except (oa.APIConnectionError, httpx.TransportError) as e:  # httpx's: raised while reading the body
                 last = f"{type(e).__name__}: {e}"
             except oa.APIStatusError as e:
                 st = e.status_code
@@ -302,6 +308,22 @@ class ChatClient:
                 self.retries += 1
                 time.sleep(delay)
         raise InfraError(self._redact(f"endpoint failed after {tries} tries: {last}"))
+
+
+def _read_bounded(resp: Any, max_bytes: int | None, deadline: float | None) -> bytes:
+    """The body of a streamed httpx response, read in pieces: AgentRequestError("limit") past `max_bytes`
+    (nothing more is read) or past `deadline`."""
+    parts: list[bytes] = []
+    n = 0
+    for part in resp.iter_bytes():
+        n += len(part)
+        if max_bytes is not None and n > max_bytes:
+            raise AgentRequestError(f"reply size limit: the model's reply exceeded max_response_bytes "
+                                    f"({max_bytes} bytes); not read further", "limit")
+        if deadline is not None and time.monotonic() >= deadline:
+            raise AgentRequestError("wall-time budget ran out while reading the model's reply", "limit")
+        parts.append(part)
+    return b"".join(parts)
 
 
 __all__ = ["PolicySpec", "Endpoint", "PolicyKind", "BUILTIN_POLICIES", "policy_registry", "get_policy",

@@ -15,6 +15,13 @@ Hostile clients (the OpenClaw runtime runs one proxy per rollout; the agent unde
   ``{"kind": "refused", ...}`` line without the request body.
 * limits (``max_requests``, ``max_total_tokens``, ``max_wall_s``) count every request the proxy answers,
   whatever its path or session id; past them the proxy answers a final text itself (logged with "limit").
+* bounded records (the size caps of clawgym.agent.loop.Limits): a request body over ``max_record_bytes`` is
+  not read further (413, logged with "limit"); an upstream body is read up to ``max_response_bytes``; a
+  reply with more than ``max_tool_calls_per_turn`` calls, text over ``max_message_chars`` or arguments over
+  ``max_argument_chars`` is logged cut to the caps (loop's ``clawgym_truncated``) with "limit" and, when not
+  streamed, replaced by the proxy's own final text. A stream is cut where it breaks a cap (what was relayed
+  before stays relayed) and is re-assembled incrementally, so memory stays bounded whatever the chunking.
+  After any of these the proxy answers every later request with its final text (logged with "limit").
 * ``uds``: the unix socket is served through :class:`clawgym.agent.proxy_gate.PeerGate`, which pins the
   mount+network namespaces of the first process that connects (the rollout's in-sandbox forwarder,
   clawgym.agent.proxy_forwarder) and refuses connections from any other namespace, i.e. from any other
@@ -38,6 +45,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from clawgym.agent.loop import TRUNCATED_KEY, Limits, _bound_reply, _cut_reason
 from clawgym.agent.proxy_gate import PeerGate
 from clawgym.agent.proxy_log import (HEARTBEAT_MARKERS, INTERNAL_MARKERS, canonical, clean_messages, read_log,
                                      rebuild_sessions)
@@ -88,6 +96,70 @@ def merge_stream(chunks: list[dict]) -> dict:
             "choices": [{"index": 0, "message": msg, "finish_reason": finish}], "usage": usage}
 
 
+def _as_chunk(completion: dict) -> dict:
+    """A merged chat.completion (:func:`merge_stream`) as one chunk, so a stream can be merged as it goes."""
+    msg = completion["choices"][0]["message"]
+    delta: dict[str, Any] = {"content": msg.get("content")}
+    if msg.get("reasoning_content"):
+        delta["reasoning_content"] = msg["reasoning_content"]
+    if msg.get("tool_calls"):
+        delta["tool_calls"] = [{**tc, "index": i} for i, tc in enumerate(msg["tool_calls"])]
+    return {"id": completion.get("id"), "model": completion.get("model"), "usage": completion.get("usage"),
+            "choices": [{"index": 0, "delta": delta, "finish_reason": completion["choices"][0]["finish_reason"]}]}
+
+
+def _reply_cut(response: dict, bounds: Optional[Limits]) -> Optional[tuple]:
+    """(the response with its message cut to the caps, why) when its first choice's message breaks a size cap
+    of `bounds`, else None."""
+    if bounds is None:
+        return None
+    choices = response.get("choices")
+    msg = choices[0].get("message") if isinstance(choices, list) and choices and isinstance(choices[0], dict) \
+        else None
+    if not isinstance(msg, dict):
+        return None
+    cut_msg, cut = _bound_reply(msg, bounds)
+    if not cut:
+        return None
+    cut_msg[TRUNCATED_KEY] = cut
+    why = _cut_reason(cut, bounds, bool(cut_msg.get("tool_calls")))
+    return {**response, "choices": [{**choices[0], "message": cut_msg}]}, why
+
+
+class _StreamCaps:
+    """The size caps applied to a stream as its chunks arrive: text chars, tool-call count, argument chars."""
+
+    def __init__(self, bounds: Limits):
+        self.b = bounds
+        self.text = 0
+        self.args: dict = {}
+
+    def over(self, chunk: dict) -> Optional[str]:
+        b = self.b
+        for ch in chunk.get("choices") or []:
+            d = (ch.get("delta") or {}) if isinstance(ch, dict) else {}
+            for k in ("content", "reasoning_content"):
+                if isinstance(d.get(k), str):
+                    self.text += len(d[k])
+            if self.text > b.max_message_chars:
+                return f"reply size limit: more than {b.max_message_chars} characters of text " \
+                       f"(max_message_chars={b.max_message_chars}); stream cut"
+            for tc in d.get("tool_calls") or []:
+                if not isinstance(tc, dict):
+                    continue
+                i = tc.get("index", len(self.args))
+                fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+                grown = len(str(fn.get("arguments") or "")) + len(str(fn.get("name") or ""))
+                self.args[i] = self.args.get(i, 0) + grown
+                if len(self.args) > b.max_tool_calls_per_turn:
+                    return f"reply size limit: more than {b.max_tool_calls_per_turn} tool calls in one reply " \
+                           f"(max_tool_calls_per_turn={b.max_tool_calls_per_turn}); stream cut"
+                if self.args[i] > b.max_argument_chars:
+                    return f"reply size limit: tool call arguments over {b.max_argument_chars} characters " \
+                           f"(max_argument_chars={b.max_argument_chars}); stream cut"
+        return None
+
+
 class RecordingProxy(AppServer):
     """Forward /v1/chat/completions (and /v1/models) to `upstream` and log each pair.
 
@@ -95,13 +167,16 @@ class RecordingProxy(AppServer):
     X-Clawgym-Task / X-Clawgym-Policy headers (the oracle server uses them); `model` replaces the
     request's model name when set (OpenClaw asks for its own provider-local id).
     client_token / strict_sessions / limits / uds: see the module docstring (one proxy per rollout: the
-    limits count every answered request of the proxy, whatever its session)."""
+    limits count every answered request of the proxy, whatever its session). bounds: the size caps of a
+    clawgym.agent.loop.Limits (max_tool_calls_per_turn, max_message_chars, max_argument_chars,
+    max_response_bytes, max_record_bytes) applied to what is recorded; None: unbounded."""
 
     def __init__(self, upstream: str, log_path: str, api_key_env: Optional[str] = None,
                  model: Optional[str] = None, timeout_s: float = 600.0, uds: Optional[str] = None,
                  max_requests: Optional[int] = None, max_total_tokens: Optional[int] = None,
                  max_wall_s: Optional[float] = None, client_token: Optional[str] = None,
-                 strict_sessions: bool = False, uds_expect: Optional[tuple] = None):
+                 strict_sessions: bool = False, uds_expect: Optional[tuple] = None,
+                 bounds: Optional[Limits] = None):
         self.upstream = upstream.rstrip("/")
         self.log_path = log_path
         self.api_key_env = api_key_env
@@ -115,6 +190,8 @@ class RecordingProxy(AppServer):
         # limits for the whole proxy: past them the proxy answers a final text itself (logged with "limit")
         self.max_requests, self.max_total_tokens, self.max_wall_s = max_requests, max_total_tokens, max_wall_s
         self._usage = [0, 0]  # requests answered or in flight, tokens used
+        self.bounds = bounds
+        self._stopped: Optional[str] = None  # a size cap was hit: every later request gets the final text
         self._t_start: Optional[float] = None
         self.refused = 0
         self._lock = threading.Lock()
@@ -148,8 +225,14 @@ class RecordingProxy(AppServer):
         return JSONResponse({"error": {"message": f"refused by the clawgym proxy: {why}", "type": "forbidden"}},
                             status_code=status)
 
+    def _stop(self, why: str) -> None:
+        with self._lock:
+            self._stopped = self._stopped or why
+
     def _over_limit(self, session: str) -> Optional[str]:
         with self._lock:
+            if self._stopped:
+                return self._stopped
             n, tok = self._usage
             if self.max_requests is not None and n >= self.max_requests:
                 return f"turn limit ({self.max_requests}) reached"
@@ -178,6 +261,28 @@ class RecordingProxy(AppServer):
         with self._lock:
             with open(self.log_path, "a", encoding="utf-8") as f:
                 f.write(line + "\n")
+
+    async def _read_request(self, request: Request) -> Optional[bytes]:
+        """The request body, or None past ``bounds.max_record_bytes`` (not read further)."""
+        if self.bounds is None:
+            return await request.body()
+        parts, n = [], 0
+        async for part in request.stream():
+            n += len(part)
+            if n > self.bounds.max_record_bytes:
+                return None
+            parts.append(part)
+        return b"".join(parts)
+
+    async def _read_response(self, r: httpx.Response) -> Optional[bytes]:
+        """An upstream (streamed) response's body, or None past ``bounds.max_response_bytes``."""
+        parts, n = [], 0
+        async for part in r.aiter_bytes():
+            n += len(part)
+            if self.bounds is not None and n > self.bounds.max_response_bytes:
+                return None
+            parts.append(part)
+        return b"".join(parts)
 
     def _headers(self, request: Request, session: str) -> dict:
         """Upstream headers of an admitted request of `session` (the only place the API key is attached)."""
@@ -213,7 +318,16 @@ class RecordingProxy(AppServer):
             bad = proxy._admit(request, session)
             if bad:  # refused before the body is even read: nothing of it is forwarded or recorded
                 return proxy._refuse(request, session, *bad)
-            raw = await request.body()
+            raw = await proxy._read_request(request)
+            if raw is None:  # over max_record_bytes: not read further, nothing of it recorded
+                with proxy._lock:
+                    proxy._seq += 1
+                    seq = proxy._seq
+                why = f"record size limit: request body over max_record_bytes ({proxy.bounds.max_record_bytes} bytes)"
+                proxy._stop(why)
+                proxy._log({"session": session, "seq": seq, "ts": t0, "status": 413, "limit": why, "latency_s": 0.0})
+                return JSONResponse({"error": {"message": f"refused by the clawgym proxy: {why}",
+                                               "type": "limit"}}, status_code=413)
             try:
                 body = json.loads(raw)
                 if not isinstance(body, dict):
@@ -240,25 +354,46 @@ class RecordingProxy(AppServer):
                                              media_type="text/event-stream")
                 return JSONResponse(entry["response"])
             url = proxy.upstream + "/chat/completions"
+
+            def stop_answer(why: str, response: Optional[dict] = None):
+                """The proxy's own final text instead of a reply that broke a size cap (logged, cut)."""
+                proxy._stop(why)
+                msg = {"role": "assistant", "content": f"[clawgym] {why}: stopping here."}
+                usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+                entry.update(status=200, limit=why, latency_s=time.time() - t0,
+                             response=response or completion_json(msg, body.get("model", ""), usage))
+                proxy._log(entry)
+                return JSONResponse(completion_json(msg, body.get("model", ""), usage))
+
             if not body.get("stream"):
                 try:
-                    r = await client.post(url, json=body, headers=headers)
+                    r = await client.send(client.build_request("POST", url, json=body, headers=headers), stream=True)
+                    try:
+                        content = await proxy._read_response(r)
+                    finally:
+                        await r.aclose()
                 except httpx.HTTPError as e:
                     entry.update(status=502, error=f"upstream unreachable: {type(e).__name__}: {e}",
                                  latency_s=time.time() - t0)
                     proxy._log(entry)
                     return JSONResponse({"error": {"message": entry["error"], "type": "upstream_error"}}, 502)
+                if content is None:
+                    return stop_answer(f"reply size limit: the model's reply exceeded max_response_bytes "
+                                       f"({proxy.bounds.max_response_bytes} bytes); not read further")
                 entry.update(status=r.status_code, latency_s=time.time() - t0)
                 try:
-                    data = r.json()
+                    data = json.loads(content)
                 except Exception:
                     data = None
                 if r.status_code == 200 and isinstance(data, dict):
+                    hit = _reply_cut(data, proxy.bounds)
+                    if hit is not None:
+                        return stop_answer(hit[1], hit[0])
                     entry["response"] = data
                 else:
-                    entry["error"] = r.text[:2000]
+                    entry["error"] = content[:2000].decode(errors="replace")
                 proxy._log(entry)
-                return Response(r.content, status_code=r.status_code,
+                return Response(content, status_code=r.status_code,
                                 media_type=r.headers.get("content-type", "application/json"))
 
             req = client.build_request("POST", url, json=body, headers=headers)
@@ -282,10 +417,18 @@ class RecordingProxy(AppServer):
                 chunks: list[dict] = []
                 buf = b""
                 done = False  # upstream sent [DONE]
+                b = proxy.bounds
+                caps = _StreamCaps(b) if b is not None else None
+                n_bytes = 0
                 try:
                     async for part in r.aiter_raw():
                         buf += part  # parse before yielding: the client may hang up right after the last chunk
-                        while b"\n" in buf:
+                        n_bytes += len(part)
+                        why = None
+                        if b is not None and n_bytes > b.max_response_bytes:
+                            why = f"reply size limit: the model's reply exceeded max_response_bytes " \
+                                  f"({b.max_response_bytes} bytes); stream cut"
+                        while b"\n" in buf and why is None:
                             line, buf = buf.split(b"\n", 1)
                             line = line.strip()
                             if line.startswith(b"data:"):
@@ -296,7 +439,19 @@ class RecordingProxy(AppServer):
                                     try:
                                         chunks.append(json.loads(payload))
                                     except Exception:
-                                        pass
+                                        continue
+                                    why = caps.over(chunks[-1]) if caps is not None else None
+                                    if why is not None:
+                                        chunks.pop()
+                                    elif len(chunks) >= 256:  # merged as it goes: memory stays bounded
+                                        chunks = [_as_chunk(merge_stream(chunks))]
+                        if why is not None:  # this part is not relayed; the client gets the end of a stream
+                            proxy._stop(why)
+                            merged = merge_stream(chunks)
+                            hit = _reply_cut(merged, b)
+                            entry.update(status=200, limit=why, response=hit[0] if hit else merged)
+                            yield b"\n\ndata: [DONE]\n\n"
+                            return
                         yield part
                     done = True
                 except Exception as e:  # client went away or upstream broke mid-stream
