@@ -5,6 +5,7 @@ import datetime as _dt
 import dagster as dg
 
 from clawgym.lake import Lake, data_root as _data_root
+from clawgym.tasks.names import is_name
 from clawgym_assets.bench import bench_scores
 from clawgym_assets.partitions import model_partitions
 from clawgym_resources import LakeResource
@@ -27,7 +28,7 @@ def discover_checkpoints(data_root=None, lake=None) -> list[str]:
     if ck.is_dir():
         names |= {p.name for p in ck.iterdir() if p.is_dir() and (p / "config.json").exists()
                   and not p.name.startswith(".")}
-    return sorted(names)
+    return sorted(n for n in names if is_name(n))  # a name becomes a partition key and a folder (issue 22)
 
 
 @dg.sensor(job=bench_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,

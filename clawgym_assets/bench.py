@@ -6,6 +6,7 @@ import dagster as dg
 
 from clawgym.lake import Table, TaskSource, bench_source
 from clawgym.lake.records import counts, task_row, tasks_from_table
+from clawgym.tasks.names import check_name
 from clawgym_assets._util import md_counts, md_table
 from clawgym_assets.partitions import model_partitions, suite_partitions
 from clawgym_assets.synthesis import synthetic_tasks, verifiers
@@ -122,7 +123,10 @@ def bench_scores(context: dg.AssetExecutionContext, config: BenchScoresConfig, l
     from clawgym.bench.stats import OVERALL, summarize
     from clawgym.lake.records import BENCH_RESULT_KEY, effective_rows
 
-    model = context.partition_key
+    try:  # a model key may name a folder under checkpoints/ (resolve_policy): one plain name (issue 22)
+        model = check_name(context.partition_key, "model partition key")
+    except ValueError as e:
+        raise dg.Failure(str(e)) from None
     spec = endpoints.policy(model)
     reg = lake.checkpoint_registry()
     parent = (reg.get(model) or {}).get("parent")

@@ -8,6 +8,7 @@ import dagster as dg
 from clawgym.lake import Table
 from clawgym.lake.codec import decode_text, loads
 from clawgym.lake.records import counts, effective_rows, group_mean, outcome, outcome_counts
+from clawgym.tasks.names import check_name
 from clawgym_assets._util import md_counts, md_histogram, md_table
 from clawgym_assets.partitions import DEFAULT_SHARDS, SUITES, n_shards_of, trajectory_partitions_def
 from clawgym_assets.synthesis import imported_tasks, synthetic_tasks, verifiers
@@ -31,7 +32,10 @@ class TrajectoriesConfig(dg.Config):
 
 def _partition(context) -> tuple:
     keys = context.partition_key.keys_by_dimension
-    return keys["policy"], int(keys["shard"])
+    try:  # a policy key may name a folder under checkpoints/ (resolve_policy): one plain name (issue 22)
+        return check_name(keys["policy"], "policy partition key"), int(keys["shard"])
+    except ValueError as e:
+        raise dg.Failure(str(e)) from None
 
 
 def train_tasks_for_shard(lake: LakeResource, sources, shard: int, n_shards: int = DEFAULT_SHARDS):

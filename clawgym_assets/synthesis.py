@@ -9,6 +9,7 @@ import dagster as dg
 
 from clawgym.lake import TRAIN_SOURCES, Table, TaskSource
 from clawgym.lake.records import counts, group_mean, task_row, verification_row
+from clawgym.tasks.names import check_name, safe_join
 from clawgym_assets._util import md_counts, md_histogram, md_table
 from clawgym_assets.partitions import LLM_SHARDS, llm_shard_partitions
 from clawgym_resources import (JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource,
@@ -304,7 +305,7 @@ def mock_workspaces(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
     sizes = []
     for t in tasks:
         for f in t.files:
-            p = tmp / t.task_id / f.path
+            p = safe_join(tmp, check_name(t.task_id, "task_id"), f.path)  # never outside data/ (issue 22)
             p.parent.mkdir(parents=True, exist_ok=True)
             p.write_bytes(f.content)
             os.chmod(p, f.mode)

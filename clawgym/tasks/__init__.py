@@ -6,6 +6,7 @@ from clawgym.tasks.model import (  # noqa: F401
     CATEGORIES, CATEGORY_LABELS, RUBRIC_SCALE, File, RubricProxy, RubricRule, Task, TaskError, ToolCall, Verifier,
 )
 from clawgym.tasks._io import ImportReport  # noqa: F401
+from clawgym.tasks.reader import Limits  # noqa: F401
 
 
 def detect_format(path: "str | Path") -> str:
@@ -33,34 +34,48 @@ def detect_format(path: "str | Path") -> str:
     raise TaskError(str(p), None, "not found")
 
 
-def import_any(path: "str | Path", *, suite: "str | None" = None) -> ImportReport:
-    """Import tasks from any supported source, detecting the format. Errors go into the report."""
+def import_any(path: "str | Path", *, suite: "str | None" = None, limits: "Limits | None" = None) -> ImportReport:
+    """Import tasks from any supported source, detecting the format. Errors go into the report: a bad task
+    (a symlink or hard link in it, a file over the size caps of `limits`, a bad name, ...) is one error and
+    the others are still imported. Everything is read through clawgym.tasks.reader (issue 22)."""
     from clawgym.tasks import clawgym_format, parquet_io, pinchbench
+    from clawgym.tasks.names import check_name, to_name
 
     p = Path(path)
     rep = ImportReport()
     try:
+        if suite is not None:
+            try:
+                check_name(suite, "suite")
+            except ValueError as e:
+                raise TaskError(str(p), "suite", str(e)) from None
         fmt = detect_format(p)
         if fmt == "clawgym_task":
-            rep.tasks.append(clawgym_format.import_clawgym_task(p, suite=suite))
+            rep.tasks.append(clawgym_format.import_clawgym_task(p, suite=suite, limits=limits))
         elif fmt == "clawgym_folder":
-            rep = clawgym_format.import_clawgym_folder(p, suite=suite)
+            rep = clawgym_format.import_clawgym_folder(p, suite=suite, limits=limits)
         elif fmt == "pinchbench_file":
-            rep.tasks.append(pinchbench.import_pinchbench_file(p, suite=suite))
+            rep.tasks.append(pinchbench.import_pinchbench_file(p, suite=suite, limits=limits))
         elif fmt == "pinchbench_folder":
             root = p / "tasks" if (p / "tasks").is_dir() and any((p / "tasks").glob("*.md")) else p
-            rep = pinchbench.import_pinchbench_folder(root, suite=suite or p.name)
+            rep = pinchbench.import_pinchbench_folder(root, suite=suite or to_name(p.name, "pinchbench"),
+                                                      limits=limits)
         else:
             files = [p] if p.is_file() else sorted(p.glob("*.parquet"))
+            seen: set[str] = set()
             for f in files:
-                try:
-                    rep.tasks.extend(parquet_io.read_tasks_parquet(f))
-                except TaskError as e:
-                    rep.errors.append(e)
+                one = parquet_io.read_tasks_parquet_report(f, limits=limits, follow=f == p)
+                rep.errors.extend(one.errors)
+                for t in one.tasks:
+                    if t.task_id in seen:
+                        rep.errors.append(TaskError(f.name, "task_id", f"duplicate task_id {t.task_id!r}"))
+                        continue
+                    seen.add(t.task_id)
+                    rep.tasks.append(t)
     except TaskError as e:
         rep.errors.append(e)
     return rep
 
 
 __all__ = ["CATEGORIES", "CATEGORY_LABELS", "RUBRIC_SCALE", "File", "RubricProxy", "RubricRule", "Task",
-           "TaskError", "ToolCall", "Verifier", "ImportReport", "import_any", "detect_format"]
+           "TaskError", "ToolCall", "Verifier", "ImportReport", "Limits", "import_any", "detect_format"]

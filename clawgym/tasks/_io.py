@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from clawgym.tasks.model import File, Task, TaskError
+from clawgym.tasks.names import safe_join
 
 
 @dataclass
@@ -55,6 +56,9 @@ def import_entries(root: Path, entries: Callable[[Path], Iterable[Path]], load: 
         except TaskError as e:
             report.errors.append(e)
             continue
+        except ValueError as e:  # a model validator (e.g. a bad name) the loader did not turn into a TaskError
+            report.errors.append(task_error(dup_file(entry), e))
+            continue
         if t.task_id in seen:
             report.errors.append(TaskError(dup_file(entry), dup_field,
                                            f"duplicate of {seen[t.task_id]} ({t.task_id!r})"))
@@ -62,6 +66,29 @@ def import_entries(root: Path, entries: Callable[[Path], Iterable[Path]], load: 
         seen[t.task_id] = entry.name
         report.tasks.append(t)
     return report
+
+
+def task_error(file: str, e: Exception) -> TaskError:
+    """A TaskError naming `file` and the first failing field of a pydantic ValidationError (or any error)."""
+    errs = getattr(e, "errors", None)
+    if callable(errs):
+        try:
+            first = errs()[0]
+            loc = ".".join(str(x) for x in first.get("loc", ())) or None
+            msg = str(first.get("msg", e)).removeprefix("Value error, ")
+            return TaskError(file, loc, msg)
+        except Exception:
+            pass
+    return TaskError(file, None, f"invalid task: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+
+
+def make_task(file: str, **fields) -> Task:
+    """Task(**fields), a validation error (a bad task_id, suite, family, file path...) as a TaskError naming
+    `file` and the field."""
+    try:
+        return Task(**fields)
+    except ValueError as e:
+        raise task_error(file, e) from None
 
 
 def normalise_mode(st_mode: int) -> int:
@@ -72,35 +99,13 @@ def normalise_mode(st_mode: int) -> int:
     return 0o755 if st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH) else 0o644
 
 
-def read_tree(root: Path, label: str) -> list[File]:
-    """All regular files under root (recursive, sorted), as File objects with normalised modes.
-    Symlinks and special files are rejected: a task tree must be plain data."""
-    files: list[File] = []
-    if not root.is_dir():
-        return files
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames.sort()
-        for d in list(dirnames):
-            if os.path.islink(os.path.join(dirpath, d)):
-                rel = os.path.relpath(os.path.join(dirpath, d), root)
-                raise TaskError(f"{label}/{rel}", None, "is a symlink (not allowed in task files)")
-        for name in sorted(filenames):
-            full = os.path.join(dirpath, name)
-            rel = os.path.relpath(full, root).replace(os.sep, "/")
-            st = os.lstat(full)
-            if stat.S_ISLNK(st.st_mode):
-                raise TaskError(f"{label}/{rel}", None, "is a symlink (not allowed in task files)")
-            if not stat.S_ISREG(st.st_mode):
-                raise TaskError(f"{label}/{rel}", None, "is not a regular file")
-            with open(full, "rb") as fh:
-                files.append(File(path=rel, content=fh.read(), mode=normalise_mode(st.st_mode)))
-    files.sort(key=lambda f: f.path)
-    return files
+# Reading a task folder: clawgym.tasks.reader.TaskDir (no symlinks, no hard links, size caps -- issue 22).
 
 
 def write_tree(root: Path, files: list[File]) -> None:
+    """Write files under root; a path that would leave root (ValueError) is never written."""
     for f in files:
-        p = root / f.path
+        p = safe_join(root, f.path)
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(f.content)
         os.chmod(p, f.mode & 0o7777)

@@ -18,8 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from clawgym import DEFAULT_WORKSPACE
-from clawgym.tasks._io import AtomicDir, ImportReport, import_entries, read_tree, write_tree
+from clawgym.tasks import reader
+from clawgym.tasks._io import AtomicDir, ImportReport, import_entries, make_task, write_tree
 from clawgym.tasks.model import CATEGORY_LABELS, File, RubricRule, Task, TaskError, Verifier
+from clawgym.tasks.names import NAME_RULE, check_name, is_name, safe_join, to_name
+from clawgym.tasks.reader import Budget, Limits, TaskDir, load_json
 
 DATA_ENTRY = "data_entry.json"
 RUBRIC_FILE = "rubric.json"
@@ -73,22 +76,34 @@ def _parse_rubric(data: Any, file: str) -> list[RubricRule]:
     return rules
 
 
-def import_clawgym_task(dir: str | Path, *, suite: str | None = None, split: str | None = None) -> Task:
-    """One ClawGym task folder -> Task. Raises TaskError naming the file and field on bad input."""
+def import_clawgym_task(dir: str | Path, *, suite: str | None = None, split: str | None = None,
+                        limits: Limits | None = None, suite_budget: Budget | None = None,
+                        follow_root: bool = True) -> Task:
+    """One ClawGym task folder -> Task. Raises TaskError naming the file and field on bad input.
+
+    The folder is untrusted (issue 22): it is read through clawgym.tasks.reader.TaskDir, so a symlink anywhere
+    in it (``input_files/`` or ``reward/`` themselves, ``data_entry.json``, any entry below), a hard link, a
+    special file or a file over the size caps (`limits`; `suite_budget` is shared by a folder import) is a
+    TaskError. `follow_root`: the folder itself may be a symlink (True for a path the caller named; a folder
+    import passes False for its entries)."""
     d = Path(dir)
     label = d.name
-    if not d.is_dir():
+    if not d.is_dir() and not d.is_symlink():
         raise TaskError(label, None, "is not a directory")
-    de_path = d / DATA_ENTRY
-    if not de_path.is_file():
-        raise TaskError(f"{label}/{DATA_ENTRY}", None, "missing")
-    raw = de_path.read_bytes()
+    with TaskDir(d, label, limits=limits, suite=suite_budget, follow_root=follow_root) as td:
+        return _import_task_dir(td, d, label, suite, split)
+
+
+def _import_task_dir(td: TaskDir, d: Path, label: str, suite: str | None, split: str | None) -> Task:
     fname = f"{label}/{DATA_ENTRY}"
+    if td.kind(DATA_ENTRY) == "missing":
+        raise TaskError(fname, None, "missing")
+    raw = td.read_bytes(DATA_ENTRY)
     try:
         text = raw.decode("utf-8")
-        data = json.loads(text)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except UnicodeDecodeError as e:
         raise TaskError(fname, None, f"is not valid JSON: {e}") from None
+    data = load_json(text, fname, None, td.limits)
     if not isinstance(data, dict):
         raise TaskError(fname, None, "must be a JSON object")
     for key in ("task_id", "user_query"):
@@ -96,6 +111,8 @@ def import_clawgym_task(dir: str | Path, *, suite: str | None = None, split: str
             raise TaskError(fname, key, "missing")
         if not isinstance(data[key], str) or not data[key].strip():
             raise TaskError(fname, key, "must be a non-empty string")
+    if not is_name(data["task_id"]):
+        raise TaskError(fname, "task_id", f"{data['task_id']!r} is not a valid task id ({NAME_RULE})")
     meta = data.get("metadata", {})
     if meta is None:
         meta = {}
@@ -111,30 +128,32 @@ def import_clawgym_task(dir: str | Path, *, suite: str | None = None, split: str
     if grading_type not in ("automated", "hybrid", "llm_judge"):
         raise TaskError(fname, "metadata.grading_type", f"unknown value {grading_type!r}")
 
-    files = read_tree(d / "input_files", f"{label}/input_files")
-    reward_dir = d / "reward"
-    if not reward_dir.is_dir():
+    files = td.read_tree("input_files")
+    if td.kind("reward") == "missing":
         raise TaskError(f"{label}/reward", None, "missing (a ClawGym task needs reward/reward.sh)")
-    reward_files = read_tree(reward_dir, f"{label}/reward")
+    reward_files = td.read_tree("reward")
     names = {f.path for f in reward_files}
     if "reward.sh" not in names:
         raise TaskError(f"{label}/reward/reward.sh", None, "missing")
     rubric = None
     if RUBRIC_FILE in names:
         rf = next(f for f in reward_files if f.path == RUBRIC_FILE)
+        rname = f"{label}/reward/{RUBRIC_FILE}"
         try:
-            rdata = json.loads(rf.content.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise TaskError(f"{label}/reward/{RUBRIC_FILE}", None, f"is not valid JSON: {e}") from None
-        rubric = _parse_rubric(rdata, f"{label}/reward/{RUBRIC_FILE}") or None
+            rtext = rf.content.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise TaskError(rname, None, f"is not valid JSON: {e}") from None
+        rdata = load_json(rtext, rname, None, td.limits)
+        rubric = _parse_rubric(rdata, rname) or None
     if grading_type == "hybrid" and not rubric:
         raise TaskError(f"{label}/reward/{RUBRIC_FILE}", None, 'missing (metadata.grading_type is "hybrid")')
 
     if split is None:
         split = "train" if "train" in d.parent.name else "bench"
-    return Task(
+    return make_task(
+        fname,
         task_id=data["task_id"],
-        suite=suite or d.parent.name or "clawgym",
+        suite=suite or to_name(d.parent.name, "clawgym"),
         split=split,
         route="imported",
         family="clawgym",
@@ -147,13 +166,18 @@ def import_clawgym_task(dir: str | Path, *, suite: str | None = None, split: str
     )
 
 
-def import_clawgym_folder(dir: str | Path, *, suite: str | None = None, split: str | None = None) -> ImportReport:
+def import_clawgym_folder(dir: str | Path, *, suite: str | None = None, split: str | None = None,
+                          limits: Limits | None = None) -> ImportReport:
     """Every task folder under dir. Bad tasks are reported (one TaskError each); the rest are imported.
-    Plain files beside the task folders (LICENSE, README) and hidden entries are ignored."""
+    Plain files beside the task folders (LICENSE, README) and hidden entries are ignored; a symlink to a
+    folder is a bad task (never followed). All tasks together share the per-suite size cap of `limits`."""
     root = Path(dir)
+    budget = reader.suite_budget(limits)
+    name = suite or to_name(root.name, "clawgym")
     return import_entries(
         root, lambda r: sorted(p for p in r.iterdir() if p.is_dir() and not p.name.startswith(".")),
-        lambda d: import_clawgym_task(d, suite=suite or root.name, split=split),
+        lambda d: import_clawgym_task(d, suite=name, split=split, limits=limits, suite_budget=budget,
+                                      follow_root=False),
         lambda d: f"{d.name}/{DATA_ENTRY}", "task_id")
 
 
@@ -206,7 +230,22 @@ def export_clawgym_task(task: Task, out_dir: str | Path) -> Path:
     return out
 
 
+def export_folder_name(task: Task) -> str:
+    """The folder a task exports to inside an export folder: its original ClawGym folder name when that is a
+    valid name, else its task_id (always a valid name). Never a path: see export_clawgym_folder."""
+    dirname = task.source.get("dirname") if task.source.get("format") == FORMAT else None
+    return dirname if is_name(dirname) else check_name(task.task_id, "task_id")
+
+
 def export_clawgym_folder(tasks: list[Task], out_dir: str | Path) -> list[Path]:
-    """Each task to out_dir/<original folder name or task_id>/."""
+    """Each task to out_dir/<original folder name or task_id>/. Only folders directly inside out_dir are
+    created or replaced (names are checked, paths go through safe_join): nothing outside out_dir is touched.
+    Two tasks that would share a folder are a TaskError before anything is written."""
     out = Path(out_dir)
-    return [export_clawgym_task(t, out / str(t.source.get("dirname") or t.task_id)) for t in tasks]
+    dests: dict[str, str] = {}
+    for t in tasks:
+        name = export_folder_name(t)
+        if name in dests:
+            raise TaskError(name, "task_id", f"{t.task_id!r} and {dests[name]!r} would both export to {name}/")
+        dests[name] = t.task_id
+    return [export_clawgym_task(t, safe_join(out, export_folder_name(t))) for t in tasks]

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 from clawgym import DEFAULT_WORKSPACE
+from clawgym.tasks.names import check_name
 
 CATEGORIES: tuple[str, ...] = (
     "productivity_collaboration",
@@ -169,6 +170,18 @@ class Task(BaseModel):
     timeout_s: float = 600.0
     # source-format details needed for byte-exact export (e.g. ClawGym data_entry.json text, PinchBench sections)
     source: dict[str, Any] = Field(default_factory=dict)
+
+    # Names are identifiers (issue 22; clawgym.tasks.names): a task id, suite or family becomes a path
+    # component (data/workspaces/<task_id>/, lake partitions, export folders), so it must be one plain name.
+    @field_validator("task_id", "suite")
+    @classmethod
+    def _name(cls, v: str, info) -> str:
+        return check_name(v, info.field_name)
+
+    @field_validator("family")
+    @classmethod
+    def _family(cls, v: str) -> str:
+        return v if v == "" else check_name(v, "family")
 
     def file_map(self) -> dict[str, bytes]:
         return {f.path: f.content for f in self.files}

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from clawgym.tasks._io import atomic_write_bytes
+from clawgym.tasks._io import ImportReport, atomic_write_bytes, task_error
+from clawgym.tasks.reader import DEFAULT_LIMITS, Limits
 from clawgym.tasks.model import File, RubricRule, Task, TaskError, ToolCall, Verifier
 
 FILE_TYPE = pa.struct([("path", pa.string()), ("content", pa.binary()), ("mode", pa.int32())])
@@ -101,8 +104,29 @@ def row_to_task(r: dict, where: str = "tasks") -> Task:
     except TaskError:
         raise
     except Exception as e:
-        raise TaskError(where, r.get("task_id") if isinstance(r, dict) else None,
-                        f"invalid row: {str(e).splitlines()[0]}") from None
+        tid = r.get("task_id") if isinstance(r, dict) else None
+        if callable(getattr(e, "errors", None)):  # a pydantic ValidationError: name the field
+            te = task_error(where, e)
+            raise TaskError(where, te.field, f"invalid row (task {tid!r}): {te.problem}") from None
+        raise TaskError(where, tid, f"invalid row: {str(e).splitlines()[0]}") from None
+
+
+def check_row_sizes(r: dict, where: str, limits: Limits | None = None) -> None:
+    """TaskError when a row's inline files break the per-file / per-task caps of `limits` (issue 22)."""
+    lim = limits or DEFAULT_LIMITS
+    tid = r.get("task_id") if isinstance(r.get("task_id"), str) else "?"
+    total = 0
+    for col in ("files", "reward_files"):
+        for f in r.get(col) or []:
+            n = len(f.get("content") or b"") if isinstance(f, dict) else 0
+            if n > lim.file_bytes:
+                raise TaskError(where, f"{col}[{f.get('path')!r}]",
+                                f"task {tid!r}: {n} bytes, over the per-file size cap of {lim.file_bytes}")
+            total += n
+    total += sum(len(r.get(k) or "") for k in ("instruction", "verifier_code", "rubric_json", "reference_json",
+                                                "source_json") if isinstance(r.get(k), str))
+    if total > lim.task_bytes:
+        raise TaskError(where, "files", f"task {tid!r}: {total} bytes, over the per-task size cap of {lim.task_bytes}")
 
 
 def table_to_tasks(table: pa.Table, where: str = "tasks") -> list[Task]:
@@ -111,6 +135,31 @@ def table_to_tasks(table: pa.Table, where: str = "tasks") -> list[Task]:
     if missing:
         raise TaskError(where, missing[0], "missing")
     return [row_to_task(r, where) for r in table.to_pylist()]
+
+
+def table_to_report(table: pa.Table, where: str = "tasks", limits: Limits | None = None) -> ImportReport:
+    """Like table_to_tasks, but a bad row (a bad name, a file over the caps, a duplicate task_id) is one error
+    in the report and the other rows are still imported."""
+    rep = ImportReport()
+    missing = [n for n in TASKS_SCHEMA.names if n not in table.column_names and n != "fingerprint"]
+    if missing:
+        rep.errors.append(TaskError(where, missing[0], "missing"))
+        return rep
+    seen: set[str] = set()
+    for i in range(table.num_rows):
+        r = table.slice(i, 1).to_pylist()[0]
+        try:
+            check_row_sizes(r, where, limits)
+            t = row_to_task(r, where)
+        except TaskError as e:
+            rep.errors.append(e)
+            continue
+        if t.task_id in seen:
+            rep.errors.append(TaskError(where, "task_id", f"duplicate task_id {t.task_id!r}"))
+            continue
+        seen.add(t.task_id)
+        rep.tasks.append(t)
+    return rep
 
 
 def write_tasks_parquet(tasks: Iterable[Task], path: str | Path) -> Path:
@@ -122,14 +171,56 @@ def write_tasks_parquet(tasks: Iterable[Task], path: str | Path) -> Path:
     return Path(path)
 
 
-def read_tasks_parquet(path: str | Path) -> list[Task]:
-    """The Tasks of a Parquet file written by :func:`write_tasks_parquet`; TaskError when it is missing or
-    unreadable."""
-    p = Path(path)
+def _open_table(p: Path, limits: Limits | None, follow: bool) -> pa.Table:
+    """The table of one Parquet file, read safely: not a symlink (unless `follow`, for a path the caller
+    named), a regular file, its size and its uncompressed size (from the footer, before any data is read)
+    within the per-suite cap."""
+    lim = limits or DEFAULT_LIMITS
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
     try:
-        table = pq.read_table(p)
+        fd = os.open(p, flags)
     except FileNotFoundError:
         raise TaskError(str(p), None, "not found") from None
-    except Exception as e:
-        raise TaskError(str(p), None, f"is not a readable Parquet file: {str(e).splitlines()[0]}") from None
-    return table_to_tasks(table, p.name)
+    except OSError as e:
+        if os.path.islink(p):
+            raise TaskError(str(p), None, "is a symlink (not allowed in an imported folder)") from None
+        raise TaskError(str(p), None, f"cannot be opened: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise TaskError(str(p), None, "is not a regular file")
+        if st.st_size > lim.suite_bytes:
+            raise TaskError(str(p), None, f"is {st.st_size} bytes, over the per-suite size cap of {lim.suite_bytes}")
+        try:
+            pf = pq.ParquetFile(fh)
+            md = pf.metadata
+            raw = sum(md.row_group(i).total_byte_size for i in range(md.num_row_groups))
+            if raw > lim.suite_bytes:
+                raise TaskError(str(p), None, f"holds {raw} bytes uncompressed, over the per-suite size cap of "
+                                              f"{lim.suite_bytes}")
+            return pf.read()
+        except TaskError:
+            raise
+        except Exception as e:
+            raise TaskError(str(p), None, f"is not a readable Parquet file: {str(e).splitlines()[0]}") from None
+
+
+def read_tasks_parquet(path: str | Path, *, limits: Limits | None = None) -> list[Task]:
+    """The Tasks of a Parquet file written by :func:`write_tasks_parquet`; TaskError when it is missing or
+    unreadable, or over the size caps of `limits`."""
+    p = Path(path)
+    table = _open_table(p, limits, follow=True)
+    tasks = table_to_tasks(table, p.name)
+    for r in table.select(["task_id", "files", "reward_files"]).to_pylist():
+        check_row_sizes(r, p.name, limits)
+    return tasks
+
+
+def read_tasks_parquet_report(path: str | Path, *, limits: Limits | None = None, follow: bool = True) -> ImportReport:
+    """An ImportReport of a Parquet file: bad rows are errors, good rows tasks (import_any's Parquet path)."""
+    p = Path(path)
+    try:
+        table = _open_table(p, limits, follow)
+    except TaskError as e:
+        return ImportReport(errors=[e])
+    return table_to_report(table, p.name, limits)

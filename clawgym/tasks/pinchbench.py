@@ -48,8 +48,11 @@ from typing import Any
 
 import yaml
 
-from clawgym.tasks._io import ImportReport, atomic_write_bytes, import_entries
+from clawgym.tasks import reader
+from clawgym.tasks._io import ImportReport, atomic_write_bytes, import_entries, make_task
 from clawgym.tasks.model import CATEGORIES, File, RubricRule, Task, TaskError, Verifier
+from clawgym.tasks.names import NAME_RULE, check_relpath, is_name, safe_join, to_name
+from clawgym.tasks.reader import DEFAULT_LIMITS, Budget, Limits, TaskDir, load_yaml
 
 FORMAT = "pinchbench"
 SECTION_PROMPT = "Prompt"
@@ -145,7 +148,51 @@ def parse_rubric_section(section: str) -> list[RubricRule]:
     return rules
 
 
-def _workspace_files(fm: dict, file: str, md_path: Path, assets_dir: Path | None) -> list[File]:
+def _asset_candidates(src: str, md_path: Path, assets_dir: Path | None) -> list[tuple[Path, str]]:
+    """(folder, path relative to it) pairs to look `src` up in, in order. Only: an explicit assets_dir (src,
+    then its basename); the task file's own folder (src, assets/src); and, when that folder is PinchBench's
+    ``<repo>/tasks/``, the repository's ``assets/`` folder only (``<repo>/assets/src``, or ``<repo>/src`` when src
+    itself starts with ``assets/``) -- never anything else beside the imported folder."""
+    out: list[tuple[Path, str]] = []
+    if assets_dir is not None:
+        out += [(assets_dir, src), (assets_dir, src.rsplit("/", 1)[-1])]
+    here = md_path.parent
+    out += [(here, src), (here, f"assets/{src}")]
+    if here.name == "tasks":
+        out.append((here.parent, f"assets/{src}"))
+        if src.startswith("assets/"):
+            out.append((here.parent, src))
+    return out
+
+
+def _read_asset(src: str, file: str, where: str, md_path: Path, assets_dir: Path | None, limits: Limits,
+                task_budget: Budget, suite_budget: Budget | None) -> bytes:
+    """An asset's bytes, looked up only in the places of _asset_candidates through TaskDir (no symlink, no
+    hard link, size caps); TaskError naming the task file and `<where>.source` otherwise."""
+    try:
+        check_relpath(src, "source")
+    except ValueError as e:
+        raise TaskError(file, f"{where}.source", f"{e} (assets are looked up inside the task's folder only)") \
+            from None
+    for folder, rel in _asset_candidates(src, md_path, assets_dir):
+        if not folder.is_dir():
+            continue
+        try:
+            with TaskDir(folder, folder.name, limits=limits, suite=suite_budget, task=task_budget,
+                         follow_root=True) as td:
+                k = td.kind(rel, f"{where}.source")
+                if k == "missing" or k == "dir":
+                    continue
+                return td.read_bytes(rel, f"{where}.source")
+        except TaskError as e:
+            raise TaskError(file, f"{where}.source", f"asset {src!r}: {e}") from None
+    raise TaskError(file, f"{where}.source", f"asset {src!r} not found")
+
+
+def _workspace_files(fm: dict, file: str, md_path: Path, assets_dir: Path | None, limits: Limits | None = None,
+                     task_budget: Budget | None = None, suite_budget: Budget | None = None) -> list[File]:
+    limits = limits or DEFAULT_LIMITS
+    task_budget = task_budget or Budget(limits.task_bytes, "task")
     entries = fm.get("workspace_files") or []
     if not isinstance(entries, list):
         raise TaskError(file, "workspace_files", "must be a list")
@@ -162,16 +209,15 @@ def _workspace_files(fm: dict, file: str, md_path: Path, assets_dir: Path | None
             data = c.encode() if isinstance(c, str) else None
             if data is None:
                 raise TaskError(file, f"{where}.content", "must be a string")
+            if len(data) > limits.file_bytes:
+                raise TaskError(file, f"{where}.content", f"is over the per-file size cap of {limits.file_bytes} bytes")
+            task_budget.take(len(data), file, f"{where}.content")
         elif "source" in e:
-            dest = e.get("dest") or Path(str(e["source"])).name
-            src = str(e["source"])
-            cands = ([assets_dir / src, assets_dir / Path(src).name] if assets_dir else []) + [
-                md_path.parent / src, md_path.parent.parent / src, md_path.parent / "assets" / src,
-                md_path.parent.parent / "assets" / src]
-            hit = next((c for c in cands if c.is_file()), None)
-            if hit is None:
-                raise TaskError(file, f"{where}.source", f"asset {src!r} not found")
-            data = hit.read_bytes()
+            if not isinstance(e["source"], str):
+                raise TaskError(file, f"{where}.source", "must be a string")
+            src = e["source"]
+            dest = e.get("dest") or src.rsplit("/", 1)[-1]
+            data = _read_asset(src, file, where, md_path, assets_dir, limits, task_budget, suite_budget)
         else:
             raise TaskError(file, where, "needs {path, content} or {source, dest}")
         try:
@@ -369,17 +415,19 @@ def add_grade_adapter(code: str) -> str:
 
 
 def parse_pinchbench_text(text: str, file: str, md_path: Path, assets_dir: Path | None = None,
-                          suite: str | None = None) -> Task:
-    """The Task of one PinchBench markdown task (`text` of `file`); TaskError naming the field on bad input."""
+                          suite: str | None = None, *, limits: Limits | None = None,
+                          suite_budget: Budget | None = None, task_budget: Budget | None = None) -> Task:
+    """The Task of one PinchBench markdown task (`text` of `file`); TaskError naming the field on bad input.
+    The front matter is parsed with aliases refused and a size cap (clawgym.tasks.reader.load_yaml); assets
+    are read only from inside the task's bundle root or `assets_dir` (see _read_asset)."""
     fm_text, body = split_front_matter(text, file)
-    try:
-        fm = yaml.safe_load(fm_text) or {}
-    except yaml.YAMLError as e:
-        raise TaskError(file, "front matter", f"is not valid YAML: {str(e).splitlines()[0]}") from None
+    fm = load_yaml(fm_text, file, "front matter", limits) or {}
     if not isinstance(fm, dict):
         raise TaskError(file, "front matter", "must be a mapping")
     if not isinstance(fm.get("id"), str) or not fm["id"].strip():
         raise TaskError(file, "id", "missing" if "id" not in fm else "must be a non-empty string")
+    if not is_name(fm["id"]):
+        raise TaskError(file, "id", f"{fm['id']!r} is not a valid task id ({NAME_RULE})")
     gt = fm.get("grading_type", "automated")
     if gt not in GRADING_TYPES:
         raise TaskError(file, "grading_type", f"must be one of {', '.join(GRADING_TYPES)} (got {gt!r})")
@@ -432,11 +480,13 @@ def parse_pinchbench_text(text: str, file: str, md_path: Path, assets_dir: Path 
     timeout = fm.get("timeout_seconds", 600)
     if not isinstance(timeout, (int, float)) or timeout <= 0:
         raise TaskError(file, "timeout_seconds", "must be a positive number")
-    files = _workspace_files(fm, file, md_path, assets_dir)
+    files = _workspace_files(fm, file, md_path, assets_dir, limits, task_budget, suite_budget)
     raw_cat = str(fm.get("category", "") or "")
     cat = raw_cat if raw_cat in CATEGORIES else CATEGORY_MAP.get(raw_cat.lower(), raw_cat)
-    return Task(
-        task_id=fm["id"], suite=suite or md_path.parent.name or "pinchbench", split="bench", route="imported",
+    return make_task(
+        file,
+        task_id=fm["id"], suite=suite or to_name(md_path.parent.name, "pinchbench"), split="bench",
+        route="imported",
         family="pinchbench", category=cat, subcategory=raw_cat,
         instruction=instruction, files=files, timeout_s=float(timeout),
         verifier=Verifier(kind="none" if gt == "llm_judge" else "grade",
@@ -449,26 +499,35 @@ def parse_pinchbench_text(text: str, file: str, md_path: Path, assets_dir: Path 
 
 
 def import_pinchbench_file(path: str | Path, assets_dir: str | Path | None = None, *,
-                           suite: str | None = None) -> Task:
-    """The Task of one PinchBench markdown file (assets from `assets_dir`); TaskError on bad input."""
+                           suite: str | None = None, limits: Limits | None = None,
+                           suite_budget: Budget | None = None) -> Task:
+    """The Task of one PinchBench markdown file (assets from `assets_dir`); TaskError on bad input. The file
+    is untrusted (issue 22): a symlink or hard link is refused, sizes are capped (`limits`)."""
     p = Path(path)
     file = p.name
+    lim = limits or DEFAULT_LIMITS
+    task_budget = Budget(lim.task_bytes, "task")
+    if not p.parent.is_dir() or (not p.exists() and not p.is_symlink()):
+        raise TaskError(file, None, "not found")
     try:
-        text = p.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise TaskError(file, None, "not found") from None
-    except UnicodeDecodeError as e:
-        raise TaskError(file, None, f"is not UTF-8 text: {e}") from None
-    return parse_pinchbench_text(text, file, p, Path(assets_dir) if assets_dir else None, suite)
+        with TaskDir(p.parent, "", limits=lim, suite=suite_budget, task=task_budget, follow_root=True) as td:
+            text = td.read_text(p.name)
+    except TaskError as e:
+        raise TaskError(file, e.field, "not found" if e.problem == "missing" else e.problem) from None
+    return parse_pinchbench_text(text, file, p, Path(assets_dir) if assets_dir else None, suite, limits=lim,
+                                 suite_budget=suite_budget, task_budget=task_budget)
 
 
 def import_pinchbench_folder(dir: str | Path, assets_dir: str | Path | None = None, *,
-                             suite: str | None = None) -> ImportReport:
-    """Every *.md task file in dir (README.md and TASK_TEMPLATE.md are skipped). Bad files are reported."""
+                             suite: str | None = None, limits: Limits | None = None) -> ImportReport:
+    """Every *.md task file in dir (README.md and TASK_TEMPLATE.md are skipped). Bad files are reported; all
+    files together share the per-suite size cap of `limits`."""
     root = Path(dir)
+    budget = reader.suite_budget(limits)
+    name = suite or to_name(root.name, "pinchbench")
     return import_entries(
         root, lambda r: [p for p in sorted(r.glob("*.md")) if p.name.lower() not in ("readme.md", "task_template.md")],
-        lambda p: import_pinchbench_file(p, assets_dir, suite=suite or root.name),
+        lambda p: import_pinchbench_file(p, assets_dir, suite=name, limits=limits, suite_budget=budget),
         lambda p: p.name, "id")
 
 
@@ -538,18 +597,28 @@ def export_pinchbench_task(task: Task, path: str | Path) -> Path:
         if again is not None and _same(again, task):
             text = raw
         elif again is None:
-            fm = yaml.safe_load(split_front_matter(raw, p.name)[0]) or {}
-            if any("source" in e for e in fm.get("workspace_files") or [] if isinstance(e, dict)):
+            try:
+                fm = load_yaml(split_front_matter(raw, p.name)[0], p.name, "front matter") or {}
+            except TaskError:
+                fm = {}
+            if not isinstance(fm, dict):
+                fm = {}
+            wfs = fm.get("workspace_files") if isinstance(fm.get("workspace_files"), list) else []
+            if any("source" in e for e in wfs if isinstance(e, dict)):
                 # write the assets next to the file so the verbatim text re-imports
                 by_dest = {f.path: f for f in task.files}
                 ok = True
-                for e in fm["workspace_files"]:
+                for e in wfs:
                     if isinstance(e, dict) and "source" in e:
                         dest = str(e.get("dest") or Path(str(e["source"])).name)
-                        if dest not in by_dest or str(e["source"]).startswith("/") or ".." in str(e["source"]):
+                        try:  # only inside the export's own folder (issue 22)
+                            target = safe_join(p.parent, check_relpath(str(e["source"]), "source"))
+                        except ValueError:
+                            target = None
+                        if dest not in by_dest or target is None:
                             ok = False
                             break
-                        atomic_write_bytes(p.parent / str(e["source"]), by_dest[dest].content)
+                        atomic_write_bytes(target, by_dest[dest].content)
                 if ok:
                     try:
                         again = parse_pinchbench_text(raw, p.name, p, None, task.suite)
