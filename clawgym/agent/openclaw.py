@@ -53,7 +53,7 @@ from dataclasses import replace
 
 from clawgym import DEFAULT_OPENCLAW_DIR
 from clawgym.agent import proxy_forwarder
-from clawgym.agent.loop import Limits, LoopResult
+from clawgym.agent.loop import Limits, LoopResult, bound_result
 from clawgym.agent.policies import Endpoint
 from clawgym.agent.proxy import RecordingProxy, read_log, rebuild_sessions
 from clawgym.sandbox.base import Sandbox, SandboxConfig, SandboxError
@@ -258,7 +258,7 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
     timeout = float(timeout_s or min(limits.max_wall_s, task.timeout_s or limits.max_wall_s))
     proxy = RecordingProxy(endpoint.base_url, log_path, api_key_env=endpoint.api_key_env, model=endpoint.model,
                            uds=sock, max_requests=limits.max_turns, max_total_tokens=limits.max_total_tokens,
-                           max_wall_s=timeout + 30, client_token=token, strict_sessions=True)
+                           max_wall_s=timeout + 30, client_token=token, strict_sessions=True, bounds=limits)
     proxy.register_session(session, task_id=task.task_id, policy=endpoint.kind)
     model_id = re.sub(r"[^A-Za-z0-9_.:-]", "-", endpoint.policy or "policy") or "policy"
     svc_uid = getattr(sandbox, "service_uid", None)
@@ -363,6 +363,7 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
     if res.failure_class != "infra" and not res.messages:
         res.failure_class, res.error = "infra", "no trajectory could be rebuilt from the proxy log"
     res.proxy_log = log_path
+    bound_result(res, limits)  # the rebuilt trajectory under limits.max_record_bytes (its middle dropped)
     return res, tools
 
 
