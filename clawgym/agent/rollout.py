@@ -322,6 +322,7 @@ def run_rollout(task, policy: str | PolicySpec | Endpoint, factory: SandboxFacto
         if i < attempts:
             time.sleep(retry_wait_s * i)
     assert ro is not None
+    bound_record(ro, limits)  # before model_dump: an unbounded transcript is never copied
     extra = [spec.api_key_env] if spec.api_key_env else []
     data = redact_obj(ro.model_dump(mode="python"), extra)
     out = Rollout.model_validate(data)
