@@ -75,6 +75,7 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
     """A sandbox made with bubblewrap: its own namespaces, a cgroup where available and a private state dir."""
 
     backend = "bwrap"
+    isolating = True
 
     def __init__(self, config: SandboxConfig, rootfs: str | None, server: bool = True):
         super().__init__(config)
@@ -541,6 +542,8 @@ class BwrapFactory(PooledFactory):
     def __init__(self, config: SandboxConfig | None = None, pool_size: int = 4, server: bool = True, *,
                  recycle: bool = True, max_idle: int | None = None, max_uses: int = 200, close_wait_s: float = 10.0):
         super().__init__(config)
+        self._init_kwargs = {"pool_size": pool_size, "server": server, "recycle": recycle, "max_idle": max_idle,
+                             "max_uses": max_uses, "close_wait_s": close_wait_s}
         if not bwrap_path():
             raise SandboxError("bwrap is not installed (apt-get install bubblewrap)")
         self.rootfs = find_rootfs(self.config)
