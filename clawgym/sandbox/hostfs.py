@@ -231,11 +231,13 @@ class HostFS:
             os.close(dfd)
         return sorted(out)
 
-    def export(self, max_file: int | None = None) -> "WorkspaceExport":
+    def export(self, max_file: int | None = None, max_entries: int = 50_000) -> "WorkspaceExport":
         """The workspace as data (clawgym.sandbox.export): regular files with their bytes and clean modes,
         directories, symlinks resolved inside the workspace at this moment or dropped, everything else
         dropped. Never follows a link, never blocks on a FIFO; an entry that cannot be read is dropped and
-        listed (the agent's doing), never an error."""
+        listed (the agent's doing), never an error. At most `max_entries` files, links and directories are
+        exported (millions of empty files would make the verification the agent's to stretch); the rest are
+        dropped and counted."""
         from clawgym.sandbox.export import WorkspaceExport, clean_mode, resolve_links
 
         exp = WorkspaceExport()
@@ -243,7 +245,12 @@ class HostFS:
         root, host_root, parts = self.split(".")
         dfd = self._walk(".", parts, host_root, create=False)
         try:
+            over = 0
             for ev, fd, rel, e in iter_tree(dfd):
+                if ev in ("enter", "entry") and (ev == "entry" or rel) and \
+                        len(exp.files) + len(exp.links) + len(exp.dirs) >= max_entries:
+                    over += 1
+                    continue
                 if ev == "enter":
                     if rel:
                         exp.dirs.append("/".join(rel))
@@ -294,6 +301,9 @@ class HostFS:
                     exp.modes[p] = clean_mode(fst.st_mode)
                 finally:
                     os.close(f)
+            if over:
+                exp.dropped.append({"path": "", "kind": "entries",
+                                    "why": f"{over} entries beyond the export's {max_entries}-entry cap"})
         finally:
             os.close(dfd)
         aliases = [r for r, h in self.roots.items() if h == host_root] + [root, self.workspace]
