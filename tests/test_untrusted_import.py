@@ -257,6 +257,23 @@ def test_pinchbench_yaml_alias_bomb(tmp_path):
         import_pinchbench_file(d / "task_bad.md")
 
 
+def test_pinchbench_sections_parse_in_linear_time():
+    """Long runs of blanks in a rubric line, a weight heading or a checks block: the old regexes backtracked
+    quadratically (32k spaces: 88 s; an imported file may hold 16 MiB)."""
+    import time
+
+    from clawgym.tasks.pinchbench import extract_python, parse_rubric_section
+
+    n = 20_000
+    t0 = time.monotonic()
+    rules = parse_rubric_section("### rule (weight" + " " * n + "x\n" + " " * n + "x\n- " + " " * n + "Score 1: ok\n")
+    code = extract_python("```python\n" + "\n" * n + "x")
+    assert time.monotonic() - t0 < 2.0
+    assert len(rules) == 1 and rules[0].scores == {"1": "ok"} and code is None
+    block = "```python\ndef grade(t, w):\n    return {}\n\n  ```\n"
+    assert extract_python(block) == "def grade(t, w):\n    return {}\n"
+
+
 def test_yaml_depth_node_and_size_caps(tmp_path):
     from clawgym.tasks.reader import Limits, load_yaml
 

@@ -58,7 +58,7 @@ class File(BaseModel):
     @field_validator("path")
     @classmethod
     def _relative(cls, v: str) -> str:
-        if not v or v.startswith("/") or any(p in ("..", "") for p in v.split("/")):
+        if not v or v.startswith("/") or "\x00" in v or any(p in ("..", ".", "") for p in v.split("/")):
             raise ValueError(f"file path must be relative and normalised: {v!r}")
         return v
 

@@ -72,8 +72,11 @@ CATEGORY_MAP = {
 }
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
-_SCORE_LINE = re.compile(r"^\s*(?:[-*]\s*)?\**\s*Score\s*:?\s*([01](?:\.\d+)?)\s*\**\s*[:：\-–]?\s*\**\s*(.*)$", re.I)
-_WEIGHT = re.compile(r"\(\s*weight\s*:?\s*([0-9]+(?:\.[0-9]+)?)\s*(%?)\s*\)", re.I)
+# Possessive quantifiers (*+): the same matches as plain greedy ones here, in linear time -- with plain ones a
+# line of 32k spaces took 88 s (an imported file is untrusted input, issue 22).
+_SCORE_LINE = re.compile(r"^\s*+(?:[-*]\s*+)?\**+\s*+Score\s*+:?\s*+([01](?:\.\d+)?)"
+                         r"\s*+\**+\s*+[:：\-–]?\s*+\**+\s*+(.*)$", re.I)
+_WEIGHT = re.compile(r"\(\s*+weight\s*+:?\s*+([0-9]++(?:\.[0-9]++)?)\s*+(%?)\s*+\)", re.I)
 _PATH_HINT = re.compile(r"`([\w.\-/]+\.[A-Za-z0-9]+)`")
 
 
@@ -113,10 +116,54 @@ def _clean(section: str) -> str:
     return "\n".join(lines).strip()
 
 
+def _ws_end(s: str, i: int) -> int:
+    """The first index >= i of s that is not whitespace (len(s) if none)."""
+    n = len(s)
+    while i < n and s[i].isspace():
+        i += 1
+    return i
+
+
+def _closer(s: str, start: int) -> int | None:
+    r"""The earliest i >= start with s[i] == "\n" followed by whitespace and ``` (regex ``\n\s*```)."""
+    j, floor = s.find("```", start), start
+    while j >= 0:
+        w = j
+        while w > floor and s[w - 1].isspace():
+            w -= 1
+        nl = s.find("\n", w, j)
+        if nl >= 0:
+            return nl
+        floor, j = j + 3, s.find("```", j + 1)
+        floor = min(floor, j) if j >= 0 else floor
+    return None
+
+
 def extract_python(section: str) -> str | None:
-    """The first ```python fenced block of `section` (with a trailing newline), or None."""
-    m = re.search(r"```(?:python|py)\s*\n(.*?)\n\s*```", section, re.S)
-    return m.group(1) + "\n" if m else None
+    r"""The first ```python fenced block of `section` (with a trailing newline), or None.
+
+    Exactly what ``re.search(r"```(?:python|py)\s*\n(.*?)\n\s*```", section, re.S)`` finds, in linear time
+    (that regex backtracks quadratically on long runs of blank lines -- an untrusted file, issue 22)."""
+    s, k = section, section.find("```")
+    while k >= 0:
+        for alt in ("python", "py"):
+            if not s.startswith(alt, k + 3):
+                continue
+            p = k + 3 + len(alt)
+            e = _ws_end(s, p)
+            last = s.rfind("\n", p, e)
+            if last < 0:
+                continue  # no newline after the language tag: this opener does not match
+            i = _closer(s, last + 1)
+            if i is not None:
+                return s[last + 1:i] + "\n"
+            # backtracking into the opener's blank lines: ``` right after them closes an empty-ish block
+            prev = s.rfind("\n", p, last)
+            if prev >= 0 and s.startswith("```", e):
+                return s[prev + 1:last] + "\n"
+            return None  # no closer after this opener: none after any later one either
+        k = s.find("```", k + 1)
+    return None
 
 
 def parse_rubric_section(section: str) -> list[RubricRule]:

@@ -290,6 +290,10 @@ class TaskDir:
                 if k == "symlink":
                     raise TaskError(self.name(shown), field, "is a symlink (not allowed in task files)")
                 if k == "dir":
+                    self.n_files += 1  # folders count towards the per-task entry cap too
+                    if self.n_files > self.limits.task_files:
+                        raise TaskError(self.name(shown), field,
+                                        f"is over the cap of {self.limits.task_files} files per task")
                     try:
                         nfd = os.open(name, _O_DIR, dir_fd=dfd)
                     except OSError as e:
