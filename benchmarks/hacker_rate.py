@@ -1,5 +1,7 @@
 """Hackable rate per task source: the share of tasks a cheap exploit (clawgym.synth.exploits: placeholder,
-echo, copy_inputs, empty_outputs outputs) scores >= the bound on.
+echo, copy_inputs, empty_outputs outputs) scores above the task's untouched (no-op) score on (the hacker gate's
+bar, clawgym.synth.exploits.hackable); `--bound X` measures against an absolute bar instead (score >= X; the
+gate's bar before session 9 was 0.2).
 
     python benchmarks/hacker_rate.py --n 200 [--backend bwrap|docker|local|host] [--bound 0.2]
         [--fixtures ../shared/fixtures/clawgym_train_sample] [--no-fixtures]
@@ -25,20 +27,26 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def _line(label: str, vals: list, bound: float) -> str:
+def _line(label: str, vals: list, bound: float | None, gates: bool = True) -> str:
     from clawgym.synth.exploits import EXPLOITS, hackable
 
     n = len(vals)
-    hacked = [v for v in vals if hackable(v.exploit_scores, bound)]
-    by = Counter(e for v in hacked for e in hackable(v.exploit_scores, bound))
+    hk = {id(v): hackable(v.exploit_scores, v.noop_score, bound) for v in vals}
+    hacked = [v for v in vals if hk[id(v)]]
+    by = Counter(e for v in hacked for e in hk[id(v)])
     ran = Counter(e for v in vals for e in v.exploit_scores)
     none = sum(1 for v in vals if not v.exploit_scores)
-    over_noop = sum(1 for v in hacked if max(v.exploit_scores.values()) > (v.noop_score or 0.0))
+    over_noop = sum(1 for v in vals if v.exploit_scores and max(v.exploit_scores.values()) > (v.noop_score or 0.0)
+                    + 1e-9)
+    top = max((s for v in vals for s in v.exploit_scores.values() if s is not None), default=0.0)
     by_s = ", ".join(f"{e} {by[e]}" for e in EXPLOITS if by[e]) or "none"
     ran_s = ", ".join(f"{e} {ran[e]}/{n}" for e in EXPLOITS)
     tail = f"; no expected output found (no exploit run): {none}" if none else ""
+    failed = sum(1 for v in vals if not v.passed)  # hacker="report": the other gates' verdict
+    tail += f"; failing another gate: {failed}/{n}" if failed and gates else ""
     return (f"{label}: {len(hacked)}/{n} hackable ({100 * len(hacked) / max(1, n):.1f}%) — by exploit: {by_s}; "
-            f"exploits run: {ran_s}; hackable above the task's own no-op score: {over_noop}/{len(hacked)}{tail}")
+            f"exploits run: {ran_s}; an exploit above the task's untouched score: {over_noop}/{n}; "
+            f"top exploit score {top:.3f}{tail}")
 
 
 def main() -> None:
@@ -47,7 +55,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--backend", default="bwrap", choices=["bwrap", "docker", "local", "host", "auto"])
     ap.add_argument("--bound", type=float, default=None, help="hackable when an exploit scores >= this "
-                    "(default clawgym.synth.exploits.HACK_BOUND)")
+                    "(default: when it scores above the task's untouched score, the hacker gate's bar)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--fixtures", default=os.environ.get("CLAWGYM_FIXTURES") or os.path.join(
         os.path.dirname(__file__), "..", "..", "shared", "fixtures", "clawgym_train_sample"))
@@ -59,7 +67,7 @@ def main() -> None:
     from clawgym.synth.gates import validate_many, validate_task
     from clawgym.synth.personas import expand_personas
 
-    bound = HACK_BOUND if a.bound is None else a.bound
+    bound = HACK_BOUND if a.bound is None else a.bound  # None: the untouched score
     factory = None
     if a.backend != "host":
         from clawgym.sandbox import get_factory
@@ -74,14 +82,15 @@ def main() -> None:
         vals = validate_many(tasks, factory, workers=a.workers, chunk=100, hacker="report", bound=bound)
         fams: dict[str, Counter] = {}
         for v in vals:
-            for e in hackable(v.exploit_scores, bound):
+            for e in hackable(v.exploit_scores, v.noop_score, bound):
                 fams.setdefault(v.family, Counter())[e] += 1
         lines.append(_line(f"procedural ({len({t.family for t in tasks})} families)", vals, bound))
         for f, c in sorted(fams.items()):
             fv = [v for v in vals if v.family == f]
-            n_h = sum(1 for v in fv if hackable(v.exploit_scores, bound))
+            n_h = sum(1 for v in fv if hackable(v.exploit_scores, v.noop_score, bound))
             by_e = ", ".join(f"{e} {k}" for e, k in c.items())
-            lines.append(f"  hackable family {f}: {n_h}/{len(fv)} tasks; {by_e}")
+            top = max(s for v in fv for s in v.exploit_scores.values() if s is not None)
+            lines.append(f"  hackable family {f}: {n_h}/{len(fv)} tasks; {by_e}; top exploit score {top:.3f}")
         print(f"[procedural: {time.perf_counter() - t0:.1f} s]", file=sys.stderr)
         if not a.no_fixtures:
             if not os.path.isdir(a.fixtures):
@@ -98,16 +107,17 @@ def main() -> None:
                     fx = get_factory("local", SandboxConfig(default_timeout_s=600))
                 with ThreadPoolExecutor(max(1, a.workers)) as ex:
                     ivals = list(ex.map(lambda t: validate_task(t, fx, hacker="report", bound=bound), rep.tasks))
-                lines.append(_line("clawgym fixture", ivals, bound))
+                lines.append(_line("clawgym fixture", ivals, bound, gates=False))  # no reference: no oracle gates
                 for v in ivals:
-                    if hackable(v.exploit_scores, bound):
+                    if hackable(v.exploit_scores, v.noop_score, bound):
                         sc = ", ".join(f"{e} {s:.2f}" for e, s in v.exploit_scores.items())
-                        lines.append(f"  hackable {v.task_id}: {sc}")
+                        lines.append(f"  hackable {v.task_id}: {sc} (untouched {v.noop_score})")
                 print(f"[clawgym fixture: {time.perf_counter() - t0:.1f} s]", file=sys.stderr)
     finally:
         if factory is not None:
             factory.close()
-    print(f"bound: exploit score >= {bound}")
+    print(f"bar: exploit score >= {bound}" if bound is not None
+          else "bar: exploit score > the task's untouched (no-op) score + 1e-9")
     for ln in lines:
         print(ln)
 

@@ -77,7 +77,7 @@ def test_support_checks_close_the_partial_credit_leak():
     t = get_family("glossary_rename").generate(0)
     [rep] = validate_many([t], None)
     assert rep.passed and rep.hackable == [], rep.exploit_scores
-    assert all(v < 0.2 for v in rep.exploit_scores.values()), rep.exploit_scores
+    assert all(v == 0.0 for v in rep.exploit_scores.values()), rep.exploit_scores
     code = t.verifier.code
     assert "real = any(" in code and "s['inputs_untouched'] = _safe(lambda:" in code
 
@@ -98,3 +98,80 @@ def test_support_check_needs_a_substantive_one():
 def test_bad_mode():
     with pytest.raises(ValueError, match="hacker"):
         validate_many([], None, hacker="maybe")
+
+
+# --- the bar is the task's untouched score (session 9) ------------------------------------------------------
+
+
+def _regions_task():
+    """Nine checks need the right total; one (`regions`) passes on input/sales.csv copied over: copy_inputs
+    scores 0.1 with the untouched workspace at 0 — under the old 0.2 bar that passed, now it is a hack."""
+    def build(ctx):
+        ctx.csv("input/sales.csv", ["region", "amount"], [["north", 3], ["south", 5]])
+        ctx.ask("Sum the amounts in input/sales.csv and write the total to output/report.md, one line per region.")
+        ctx.output("output/report.md")
+        ctx.check("regions", "'north' in T('output/report.md') and 'south' in T('output/report.md')")
+        for i in range(9):
+            ctx.check(f"total_{i}", "'Total: 8' in T('output/report.md')")
+        ctx.read("input/sales.csv")
+        ctx.write("output/report.md", "Total: 8\nnorth 3\nsouth 5\n")
+
+    return Family("region_report", "analysis_reasoning", "data analysis and calculation", ["read", "write"], ["csv"],
+                  "x", build).generate(1)
+
+
+_HALF_DONE = ("import os\n"  # 3 of 10 checks pass on the untouched workspace (inputs still there): 0.3
+              "def grade(transcript, workspace_path):\n"
+              "    out = os.path.join(workspace_path, 'output/report.md')\n"
+              "    txt = open(out).read() if os.path.exists(out) else ''\n"
+              "    there = float(os.path.exists(os.path.join(workspace_path, 'input/sales.csv')))\n"
+              "    s = {f'kept_{i}': there for i in range(3)}\n"
+              "    s.update({f'total_{i}': float('Total: 8' in txt) for i in range(7)})\n"
+              "    return s\n")
+
+
+def test_hackable_bar_is_the_untouched_score():
+    from clawgym.synth.exploits import HACK_EPS, hackable
+
+    assert hackable({"copy_inputs": 0.1}, 0.0) == ["copy_inputs"]
+    assert hackable({"copy_inputs": 0.3, "echo": 0.3}, 0.3) == []
+    assert hackable({"copy_inputs": 0.3 + HACK_EPS / 2}, 0.3) == []  # float noise is not a hack
+    assert hackable({"copy_inputs": 0.31, "echo": 0.0}, 0.3) == ["copy_inputs"]
+    assert hackable({"placeholder": 1e-6}, None) == ["placeholder"]  # no untouched score measured: 0
+    assert hackable({"copy_inputs": 0.1}, 0.0, bound=0.2) == []  # an absolute bar, for measurements
+
+
+def test_copy_inputs_at_a_tenth_is_rejected():
+    t = _regions_task()
+    [r] = validate_many([t], None, hacker="reject")
+    assert r.noop_score == 0.0 and r.oracle_score == 1.0
+    assert abs(r.exploit_scores["copy_inputs"] - 0.1) < 1e-9 and r.hackable == ["copy_inputs"]
+    assert not r.passed and r.reason.startswith("hackable:copy_inputs")
+    [f] = validate_many([t], None, hacker="report")  # report-only: flagged, passes
+    assert f.passed and f.hackable == ["copy_inputs"]
+    [old] = validate_many([t], None, hacker="reject", bound=0.2)  # the old bar let it through
+    assert old.passed and old.hackable == []
+
+
+def test_default_is_reject():
+    from clawgym.synth.exploits import DEFAULT_HACKER
+
+    assert DEFAULT_HACKER == "reject"
+    [r] = validate_many([_regions_task()], None)
+    assert not r.passed and "hackable:copy_inputs" in r.reason
+
+
+def test_imported_task_flagged_above_its_untouched_score_only(local_factory):
+    """exploit_check (imported tasks, flagged never dropped): exploits that tie the untouched score (0.3, from
+    checks the untouched workspace already passes) are no hack; one that beats it (0.1 > 0) is."""
+    from clawgym.synth.gates import exploit_check
+
+    base = _regions_task()
+    half = base.model_copy(update={"task_id": "half-done", "reference": None,
+                                   "verifier": base.verifier.model_copy(update={"code": _HALF_DONE})})
+    h = exploit_check(half, local_factory)
+    assert abs(h["untouched"] - 0.3) < 1e-9 and set(h["scores"]) == set(EXPLOITS)
+    assert all(abs(s - 0.3) < 1e-9 for s in h["scores"].values()) and h["hackable"] == []
+    copy = half.model_copy(update={"verifier": base.verifier})  # the regions check: copy_inputs 0.1 > 0
+    h2 = exploit_check(copy, local_factory)
+    assert h2["untouched"] == 0.0 and h2["hackable"] == ["copy_inputs"]

@@ -9,15 +9,14 @@ Per task:
   mutations     corrupted oracle outputs (missing file, wrong path, a row dropped, a number off, plus any
                 family-specific corruption; clawgym.synth.mutations) each score strictly less than the oracle
   hacker        cheap exploits (placeholder / echo / copy_inputs / empty_outputs outputs; clawgym.synth.exploits)
-                each score below HACK_BOUND (0.2); a task one reaches is rejected `hackable:<exploit>`
-                with `hacker="reject"`; "report" (DEFAULT_HACKER, until the families below are fixed) only
-                records TaskValidation.exploit_scores/.hackable; "off" skips them. Report-only by default because
-                at bound 0.2 five procedural families leak partial credit to exploits on every seed
-                (benchmarks/hacker_rate.py): expense_policy_audit and glossary_rename (echo, copy_inputs:
-                `inputs_untouched`), gradebook_finals (copy_inputs: `order`), invoice_payment_match
-                (copy_inputs: `row_order`), support_reply_drafts (copy_inputs: `reply_facts`). Prose
-                claims and "run the tests and stop" leave the workspace unchanged: that is the no-op gate.
-                Both paths build the exploits with clawgym.synth.exploits.exploits.
+                each score no more than the untouched workspace (the no-op score, plus 1e-9 float noise; 0 for a
+                task that passes the no-op gate); a task one beats is rejected `hackable:<exploit>` with
+                `hacker="reject"` (DEFAULT_HACKER); "report" only records TaskValidation.exploit_scores/.hackable;
+                "off" skips them. The bar was 0.2 of the reward until session 9: four families paid up to 0.2 for
+                a copied input or the echoed instruction (contact_merge, renewal_reminders, release_newsletter,
+                contract_clause_review; fixed: benchmarks/hacker_rate.py measures 0). Prose claims and "run the
+                tests and stop" leave the workspace unchanged: that is the no-op gate. Both paths build the
+                exploits with clawgym.synth.exploits.exploits.
 Then `dedupe` and `split_by_family` (clawgym.synth.dedupe, re-exported here).
 
 Two ways to run the gates:
@@ -88,15 +87,15 @@ class TaskValidation:
     oracle_checks: dict[str, float] = field(default_factory=dict)  # the oracle's per-check scores
     same_keys: bool = True  # grade() returned the same sub-score keys on no-op, scaffold and oracle
     exploit_scores: dict[str, float] = field(default_factory=dict)  # hacker gate: exploit -> score (those run)
-    hackable: list[str] = field(default_factory=list)  # exploits scoring >= the bound (HACK_BOUND)
+    hackable: list[str] = field(default_factory=list)  # exploits scoring above noop_score (the hacker gate)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def _judge(v: TaskValidation, n_mutations_expected: int = 1, has_reference: bool = True,
-           hacker: str = DEFAULT_HACKER, bound: float = HACK_BOUND) -> TaskValidation:
-    v.hackable = hackable(v.exploit_scores, bound)
+           hacker: str = DEFAULT_HACKER, bound: float | None = HACK_BOUND) -> TaskValidation:
+    v.hackable = hackable(v.exploit_scores, v.noop_score, bound)
     _judge_base(v, n_mutations_expected, has_reference)
     if hacker == "reject" and v.hackable:
         hack = "; ".join(f"hackable:{n}" for n in v.hackable)
@@ -229,7 +228,7 @@ def _b64(d: dict[str, bytes | None]) -> dict[str, str | None]:
     return {p: (base64.b64encode(b).decode() if b is not None else None) for p, b in d.items()}
 
 
-def _finish(v: TaskValidation, t: Task, hacker: str, bound: float) -> TaskValidation:
+def _finish(v: TaskValidation, t: Task, hacker: str, bound: float | None) -> TaskValidation:
     """Judge a batched validation from its measured scores (also re-judges a cached one under another hacker
     mode or bound)."""
     _judge(v, has_reference=bool(t.reference), hacker=hacker, bound=bound)
@@ -270,7 +269,7 @@ class GateCache:
 
         self.store = ResponseCache(root)
 
-    def get(self, task: Task, hacker: str = DEFAULT_HACKER, bound: float = HACK_BOUND) -> TaskValidation | None:
+    def get(self, task: Task, hacker: str = DEFAULT_HACKER, bound: float | None = HACK_BOUND) -> TaskValidation | None:
         """The cached validation of `task`, judged under `hacker` / `bound`, or None."""
         hit = self.store.get(gate_key(task, hacker))
         d = hit.get("validation") if hit else None
@@ -288,7 +287,7 @@ class GateCache:
 
 def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver: bool = True,
                     stats: _Stats | None = None, hacker: str = DEFAULT_HACKER,
-                    bound: float = HACK_BOUND) -> list[TaskValidation]:
+                    bound: float | None = HACK_BOUND) -> list[TaskValidation]:
     t0 = time.perf_counter()
     vals = [TaskValidation(task_id=t.task_id, family=t.family, category=t.category) for t in tasks]
     for v, t in zip(vals, tasks):
@@ -345,7 +344,8 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver:
 def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, chunk: int = 100,
                   timeout: float = 600.0, forkserver: bool = True,
                   stats: dict[str, float] | None = None, hacker: str = DEFAULT_HACKER,
-                  bound: float = HACK_BOUND, cache_dir: str | os.PathLike[str] | None = None) -> list[TaskValidation]:
+                  bound: float | None = HACK_BOUND,
+                  cache_dir: str | os.PathLike[str] | None = None) -> list[TaskValidation]:
     """Batched gates: chunks of `chunk` tasks, each chunk in ONE sandbox (two driver runs). `workers`
     chunks run at once. Results keep the input order. `forkserver` (default on)
     serves the references' `python3` runs, and grade code's `sys.executable` runs, by forking a pre-imported
@@ -395,7 +395,7 @@ def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, 
 
 
 def validate_task(task: Task, factory: Any, judge: Any = None, hacker: str = DEFAULT_HACKER,
-                  bound: float = HACK_BOUND) -> TaskValidation:
+                  bound: float | None = HACK_BOUND) -> TaskValidation:
     """The official (unbatched) path: every variant in its own sandbox of `factory`, reference replayed with
     clawgym.agent.tools.apply_reference, scored by clawgym.verify.verify_task. Gates use the code score
     (rubric scores depend on the judge and are not gated). `hacker` / `bound`: the hacker gate (module
@@ -460,16 +460,18 @@ def validate_task(task: Task, factory: Any, judge: Any = None, hacker: str = DEF
     return _judge(v, has_reference=bool(task.reference), hacker=hacker, bound=bound)
 
 
-def exploit_check(task: Task, factory: Any, judge: Any = None, bound: float = HACK_BOUND) -> dict[str, Any]:
+def exploit_check(task: Task, factory: Any, judge: Any = None, bound: float | None = HACK_BOUND) -> dict[str, Any]:
     """The hacker gate alone, for tasks whose other gates do not apply (imported tasks: no reference, outputs
-    found from the instruction / check code): each exploit of clawgym.synth.exploits scored by the official
-    path (its own sandbox, clawgym.verify.verify_task, code score). {"scores": {exploit: score},
-    "hackable": [exploits reaching `bound`], "errors": [...]}; no exploit applies -> empty scores."""
+    found from the instruction / check code): the untouched workspace and each exploit of clawgym.synth.exploits
+    scored by the official path (its own sandbox, clawgym.verify.verify_task, code score). {"scores": {exploit:
+    score}, "untouched": the untouched workspace's score (None when no exploit applies), "hackable": [exploits
+    scoring above it (or reaching `bound`, a number)], "errors": [...]}; no exploit applies -> empty scores."""
     from clawgym.verify import verify_task
 
     scores: dict[str, float] = {}
     errors: list[str] = []
-    for name, overlay in exploits(task, None).items():
+
+    def score(name: str, overlay: dict[str, bytes | None]) -> float:
         with factory.open(task.files) as sb:
             for p, b in overlay.items():
                 if b is None:
@@ -477,9 +479,15 @@ def exploit_check(task: Task, factory: Any, judge: Any = None, bound: float = HA
                 else:
                     sb.write_file(p, b)
             r = verify_task(task, sb, transcript=[], judge=judge)
-        errors += [f"{name}: {e}" for e in r.errors]
-        scores[name] = float(r.code_score if r.code_score is not None else r.score)
-    return {"scores": scores, "hackable": hackable(scores, bound), "errors": errors}
+        errors.extend(f"{name}: {e}" for e in r.errors)
+        return float(r.code_score if r.code_score is not None else r.score)
+
+    overlays = exploits(task, None)
+    untouched = score("untouched", {}) if overlays else None
+    for name, overlay in overlays.items():
+        scores[name] = score(name, overlay)
+    return {"scores": scores, "untouched": untouched, "hackable": hackable(scores, untouched, bound),
+            "errors": errors}
 
 
 def rejected_from_validations(vals: list[TaskValidation]) -> list[Rejected]:

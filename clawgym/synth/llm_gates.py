@@ -7,7 +7,8 @@ the `gate_workers` is free, a dispatcher takes every submission queued by then (
 `max_batch`) into one `validate_many` call — so batches grow with the load. Every LLM task meets the same gates
 as a procedural one: compile, no-op 0,
 scaffold 0, oracle 1.0 twice (when the spec has reference outputs), mutations lose score, same sub-score keys,
-and the hacker gate (clawgym.synth.exploits).
+and the hacker gate (clawgym.synth.exploits: no cheap exploit may score above the untouched workspace, i.e. above
+0; a candidate one beats goes back for repair).
 
 With a `cache_dir` each non-infra result is stored content-addressed (clawgym.synth.gates.GateCache): a resumed
 run re-gates nothing it has gated before, and neither does the `verifiers` asset given the same cache.
@@ -52,7 +53,7 @@ def llm_gate_of(v: TaskValidation, has_reference: bool = True) -> str:
 class GateBatcher:
     """Batches gate runs of concurrently generated candidates (module docstring). Use as a context manager."""
 
-    def __init__(self, factory: Any, *, hacker: str = "reject", bound: float = HACK_BOUND, max_batch: int = 64,
+    def __init__(self, factory: Any, *, hacker: str = "reject", bound: float | None = HACK_BOUND, max_batch: int = 64,
                  wait_s: float = 0.05, gate_workers: int = 2, cache_dir: str | None = None,
                  timeout: float = 600.0, forkserver: bool = True):
         self.factory, self.hacker, self.bound = factory, hacker, bound

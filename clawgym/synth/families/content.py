@@ -188,7 +188,9 @@ def release_newsletter(ctx: Ctx) -> None:
     ctx.check("counts_stated", f"numbers_in(_intro(T({out!r}))) == [E['nf'], E['nx']]")
     ctx.check("no_internal_or_old", f"len(md_bullets(T({out!r}))) == E['nf'] + E['nx'] and "
                                     f"contains_none(T({out!r}), E['banned'])")
-    ctx.check("word_limit", f"len(md_bullets(T({out!r}))) >= 2 and len(T({out!r}).split()) <= E['limit']")
+    # a format constraint any short bulleted file meets (the changelog copied over): support only
+    ctx.check("word_limit", f"len(md_bullets(T({out!r}))) >= 2 and len(T({out!r}).split()) <= E['limit']",
+              support=True)
     ctx.rubric_rule("tone", out, {"0": "missing or not a newsletter", "0.25": "mostly jargon or copied changelog lines",
                                   "0.5": "readable but flat", "0.75": "friendly and clear with minor issues",
                                   "1": "friendly, plain-language, customer-focused"})
@@ -326,7 +328,8 @@ def contract_clause_review(ctx: Ctx) -> None:
                                "E['flagged']) if E['flagged'] else float(J(" + repr(rv) + ")['flagged'] == [])")
     ctx.check("verdict", f"J({rv!r})['compliant'] is E['compliant']")
     ctx.check("memo_mentions", f"contains_all(T({mm!r}), E['memo_items']) if E['memo_items'] else "
-                               f"float(len(T({mm!r}).split()) > 15)")
+                               f"float(len(T({mm!r}).split()) > 15)",
+              support=True)  # clause titles (Term, Payment) are in any echoed instruction / copied contract
     ctx.rubric_rule("memo_clarity", mm, {"0": "missing", "0.25": "unclear or wrong", "0.5": "lists issues without "
                                          "explanation", "0.75": "clear with minor gaps", "1": "concise, accurate, "
                                          "actionable memo"})
@@ -394,7 +397,8 @@ def dose_schedule_check(ctx: Ctx) -> None:
     dtot, de = "output/daily_totals.csv", "output/end_dates.json"
     ctx.check("daily_totals", f"rows_score(C({dtot!r}), E['rows'], 'drug', ['daily_mg', 'max_mg'])")
     ctx.check("over_limit_flags", f"rows_score(C({dtot!r}), E['rows'], 'drug', ['over_limit'])")
-    ctx.check("sorted_by_drug", f"list_equal([r.get('drug') for r in C({dtot!r})], E['order'])")
+    # row order only: passes on input/prescriptions.csv copied over when it is already sorted by drug
+    ctx.check("sorted_by_drug", f"list_equal([r.get('drug') for r in C({dtot!r})], E['order'])", support=True)
     ctx.check("end_dates", f"frac(sum(1 for k, v in E['ends'].items() if str(J({de!r}).get(k)) == v), len(E['ends']))"
                            f" * float(len(J({de!r})) == len(E['ends']))")
     ctx.read("input/daily_limits.yaml")
