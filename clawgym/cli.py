@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from clawgym.lake import Lake, data_root
+from clawgym.lake import Lake, data_root, modes
 from clawgym.lake.catalog import default_db_path
 from clawgym.lake.io import REPO_ROOT
 
@@ -26,6 +26,15 @@ app.add_typer(sandbox_app, name="sandbox")
 console = Console(width=200)
 
 PARTITION_KINDS = {"model": "model", "policy": "policy", "checkpoint": "checkpoint"}
+
+
+@app.callback()
+def _entry(ctx: typer.Context) -> None:
+    # an entry point: the data root and what the command writes in it (lake, catalog, caches, checkpoints, logs)
+    # are owner-only, or group-readable with $CLAWGYM_SHARED_GROUP=1 (clawgym.lake.modes)
+    shared = modes.shared_from_env()
+    ctx.with_resource(modes.configured(shared))
+    modes.protect(_data_dir(), shared)
 
 
 def _fmt(v) -> str:
@@ -68,7 +77,8 @@ def _instance():
 def sql(query: str = typer.Argument(..., help="SQL over the lake's views, e.g. SELECT * FROM bench_scores"),
         db: Optional[Path] = typer.Option(None, help="DuckDB catalog file (default <data>/clawgym.duckdb)"),
         limit: int = typer.Option(200, help="print at most this many rows")):
-    """Run SQL against the DuckDB catalog (views are refreshed first) and print a table."""
+    """Run a read query against the DuckDB catalog (views are refreshed first) and print a table. It sees the
+    lake's tables and nothing else: no other file, no COPY / ATTACH / SET (clawgym.lake.catalog.query)."""
     from clawgym.lake.catalog import query as run
 
     try:
@@ -89,13 +99,13 @@ def bench_add(name: str = typer.Argument(..., help="model / checkpoint / policy 
                                                      "policy (trajectories) or checkpoint (checkpoints)")):
     """Register a dynamic partition in the Dagster instance ($DAGSTER_HOME, default the repo root), so
     `dagster asset materialize --select bench_scores --partition NAME -m clawgym_assets.definitions` works."""
-    import re
+    from clawgym.tasks.names import NAME_RULE, is_name
 
     if kind not in PARTITION_KINDS:
         console.print(f"[red]error:[/red] --kind must be one of {', '.join(PARTITION_KINDS)}")
         raise typer.Exit(2)
-    if not re.match(r"^[A-Za-z0-9._+@-]+$", name):
-        console.print(f"[red]error:[/red] name {name!r} may only contain letters, digits and . _ + @ -")
+    if not is_name(name):  # the one name rule of partition keys (clawgym.tasks.names): no '..', no '/'
+        console.print(f"[red]error:[/red] name {name!r}: {NAME_RULE}")
         raise typer.Exit(2)
     inst = _instance()
     pdef = PARTITION_KINDS[kind]

@@ -32,6 +32,9 @@ class LakeResource(LakeTables, dg.ConfigurableResource):
     s3_access_key_id: str = ""  # "" = the AWS SDK's own credential chain
     s3_secret_access_key: str = ""
     s3_session_token: str = ""
+    # False: the lake, catalog, caches, checkpoints and logs are owner-only (0700 / 0600); True: readable by the
+    # owning group too (0750 / 0640), for a team sharing one data root ($CLAWGYM_SHARED_GROUP=1)
+    shared_group: bool = False
 
     @classmethod
     def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "LakeResource":
@@ -46,7 +49,16 @@ class LakeResource(LakeTables, dg.ConfigurableResource):
         return cls(data_dir=env.get("CLAWGYM_DATA", ""), lake_uri=env.get("CLAWGYM_LAKE_URI", ""),
                    s3_endpoint_url=env.get("CLAWGYM_S3_ENDPOINT_URL", ""),
                    s3_region=env.get("CLAWGYM_S3_REGION") or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")
-                   or "", **secret)
+                   or "", shared_group=lake.modes.shared_from_env(env), **secret)
+
+    def setup_for_execution(self, context) -> None:
+        # the definitions' entry point in every run process: the data root and what the run writes in it (lake,
+        # catalog, caches, checkpoints, logs) are owner-only, or group-readable with shared_group (lake.modes)
+        lake.modes.push(self.shared_group)
+        lake.modes.protect(self.root(), self.shared_group)
+
+    def teardown_after_execution(self, context) -> None:
+        lake.modes.pop()
 
     def root(self) -> Path:
         return lake.data_root(self.data_dir or None)
@@ -294,8 +306,9 @@ class TrainerResource(dg.ConfigurableResource):
 
 def default_resources() -> dict:
     """The resources of the default Definitions; env vars override (CLAWGYM_DATA, CLAWGYM_SANDBOX,
-    CLAWGYM_ENDPOINTS, CLAWGYM_JUDGE*, CLAWGYM_OPENCLAW*, …). The one LakeResource is nested in the resources
-    that need data paths."""
+    CLAWGYM_ENDPOINTS, CLAWGYM_JUDGE*, CLAWGYM_OPENCLAW*, CLAWGYM_SHARED_GROUP, …). The one LakeResource is nested
+    in the resources that need data paths; every run makes its data root owner-only (group-readable with
+    CLAWGYM_SHARED_GROUP=1: clawgym.lake.modes)."""
     lake_res = LakeResource.from_env()
     return {
         "lake": lake_res,

@@ -95,6 +95,10 @@ class PolicySpec:
         return asdict(self)
 
 
+OWN_SERVER_KINDS = ("oracle", "noop", "local")  # endpoints served by clawgym's own local servers
+SERVER_TOKEN_ENV = "CLAWGYM_SERVER_TOKEN"  # = clawgym.agent.servers.TOKEN_ENV (that module imports FastAPI)
+
+
 @dataclass
 class Endpoint:
     """A live OpenAI-compatible endpoint for one policy."""
@@ -106,6 +110,16 @@ class Endpoint:
     kind: str = "openai"
     headers: dict[str, str] = field(default_factory=dict)
     token_ids: bool = False  # ask for the sampled token ids / log-probabilities (vLLM's `return_token_ids`)
+
+    # clawgym's own local servers (policy server, embedded model server) answer only bearers of their
+    # per-process token: such an endpoint's key is always that env var, even when a caller clears api_key_env
+    def __post_init__(self) -> None:
+        self.api_key_env = self.api_key_env
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "api_key_env" and not value and self.__dict__.get("kind") in OWN_SERVER_KINDS:
+            value = SERVER_TOKEN_ENV
+        object.__setattr__(self, name, value)
 
     @property
     def api_key(self) -> str:
@@ -159,12 +173,14 @@ def open_endpoint(spec: PolicySpec, tasks=()) -> Iterator[Endpoint]:
     """A live endpoint for `spec` for the duration of the block. oracle/noop use the process-wide
     policy server (tasks are registered with it); local starts and stops a ModelServer."""
     if spec.kind in ("oracle", "noop"):
-        from clawgym.agent.servers import shared_policy_server
+        from clawgym.agent.servers import TOKEN_ENV, shared_policy_server
 
         srv = shared_policy_server()
         for t in tasks:
             srv.register(t)
-        yield Endpoint(base_url=srv.base_url, model=spec.model or spec.kind, policy=spec.name, kind=spec.kind)
+        # the server's per-process token, by its env var name (the chat client and the recording proxy send it)
+        yield Endpoint(base_url=srv.base_url, model=spec.model or spec.kind, policy=spec.name, kind=spec.kind,
+                       api_key_env=TOKEN_ENV)
     elif spec.kind == "openai":
         if not spec.base_url:
             raise ValueError(f"policy {spec.name}: base_url is required for kind=openai")
@@ -172,6 +188,7 @@ def open_endpoint(spec: PolicySpec, tasks=()) -> Iterator[Endpoint]:
                        api_key_env=spec.api_key_env, policy=spec.name, kind=spec.kind,
                        token_ids=bool(spec.extra.get("return_token_ids")))
     elif spec.kind == "local":
+        from clawgym.agent.servers import TOKEN_ENV
         from clawgym.train.serve import ModelServer  # owned by the train engineer
 
         path = spec.extra.get("model_path") or spec.model
@@ -181,7 +198,7 @@ def open_endpoint(spec: PolicySpec, tasks=()) -> Iterator[Endpoint]:
             base_url = server.start()
             base_url = base_url if isinstance(base_url, str) else server.base_url
             yield Endpoint(base_url=base_url.rstrip("/"), model=getattr(server, "model_name", None) or path,
-                           policy=spec.name, kind=spec.kind,
+                           policy=spec.name, kind=spec.kind, api_key_env=TOKEN_ENV,  # its per-process token
                            token_ids=bool(spec.extra.get("return_token_ids", getattr(server, "token_ids", False))))
         finally:
             server.stop()

@@ -12,12 +12,21 @@ endpoint, so the builtin loop and the real OpenClaw exercise one code path for e
 
 Tool calls are adapted to the tool schemas the client sent (OpenClaw's ``edit{path, edits[]}``,
 ``exec{timeoutSeconds}``, no ``ls`` …). Plain JSON and SSE streaming are both supported.
+
+Local servers answer only their own clients: the policy server (and the embedded model server,
+clawgym.train.serve) take the per-process token :func:`server_token` — a request without
+``Authorization: Bearer <token>`` gets 401 (:class:`BearerAuth`; ``/health`` stays open). The token lives in
+this process's environment as ``$CLAWGYM_SERVER_TOKEN`` (the endpoints name it as their ``api_key_env``, so
+the chat client and the recording proxy send it, and secret redaction keeps it out of logs, trajectories and
+the lake); isolating sandboxes never get this process's environment.
 No ``from __future__ import annotations`` here: FastAPI reads the endpoint annotations.
 """
 
 import hashlib
+import hmac
 import json
 import os
+import secrets as _secrets
 import socket
 import threading
 import time
@@ -29,6 +38,55 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from clawgym.agent.messages import text_of
+
+
+# ---- the per-process token of the local servers ------------------------------------------------------
+TOKEN_ENV = "CLAWGYM_SERVER_TOKEN"  # named like a secret: clawgym.agent.secrets redacts its value everywhere
+_TOKEN_LOCK = threading.Lock()
+
+
+def server_token() -> str:
+    """The token of this process's local servers (policy server, embedded model servers): $CLAWGYM_SERVER_TOKEN
+    when set (inherited from the process that started this one), else a fresh random one, put there."""
+    with _TOKEN_LOCK:
+        tok = os.environ.get(TOKEN_ENV, "")
+        if len(tok) < 16:
+            tok = "cgs-" + _secrets.token_urlsafe(32)
+            os.environ[TOKEN_ENV] = tok
+        return tok
+
+
+class BearerAuth:
+    """ASGI middleware: a request whose ``Authorization`` is not ``Bearer <token>`` gets 401 (``open_paths``,
+    the health probe, excepted). The token is compared in constant time and never echoed or logged."""
+
+    def __init__(self, app, token: str, open_paths: Iterable[str] = ("/health",)):
+        if not token:
+            raise ValueError("BearerAuth needs a non-empty token")
+        self.app, self._token, self.open_paths = app, token.encode(), frozenset(open_paths)
+
+    def authorized(self, headers) -> bool:
+        auth = b""
+        for k, v in headers or ():
+            if k.lower() == b"authorization":
+                auth = v
+                break
+        given = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
+        return hmac.compare_digest(given, self._token)
+
+    async def __call__(self, scope, receive, send):
+        if scope.get("type") in ("http", "websocket") and scope.get("path") not in self.open_paths \
+                and not self.authorized(scope.get("headers")):
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008})
+                return
+            body = json.dumps({"error": {"message": "missing or wrong bearer token", "type": "unauthorized"}}).encode()
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
 
 
 # ---- uvicorn in a thread ---------------------------------------------------------------------
@@ -177,15 +235,19 @@ def adapt_call(name: str, args: dict, tools: list | None) -> tuple[str, dict]:
 
 class AppServer:
     """An ASGI app (`self.app`, set by the subclass) served by a :class:`ServerThread` from start() to
-    stop(); also a context manager. Subclasses extend start/stop (the recording proxy adds its socket gate)."""
+    stop(); also a context manager. Subclasses extend start/stop (the recording proxy adds its socket gate).
+    `token` (set by the subclass): requests must carry ``Authorization: Bearer <token>`` (:class:`BearerAuth`);
+    None / "" = no such check (the recording proxy checks its own per-rollout client token)."""
 
     app: Any
+    token: Optional[str] = None
     _thread: Optional[ServerThread] = None
 
     def start(self) -> Self:
         """Serve `self.app` on a free 127.0.0.1 port (no-op when already serving)."""
         if self._thread is None:
-            self._thread = ServerThread(self.app).start()
+            app = BearerAuth(self.app, self.token) if self.token else self.app
+            self._thread = ServerThread(app).start()
         return self
 
     @property
@@ -221,9 +283,11 @@ NOOP_TEXT = "I will not make any changes."
 class PolicyServer(AppServer):
     """Oracle + noop policies behind one OpenAI-compatible server (models: "oracle", "noop",
     "oracle/<task_id>", and "program": the program teacher, which replays the task family's program solution
-    (clawgym.synth.solutions) where it has one, else the reference). Register tasks with :meth:`register`."""
+    (clawgym.synth.solutions) where it has one, else the reference). Register tasks with :meth:`register`.
+    `token`: the bearer token clients must send (None: this process's :func:`server_token`; "": none)."""
 
-    def __init__(self):
+    def __init__(self, token: Optional[str] = None):
+        self.token = server_token() if token is None else token
         self.tasks: dict[str, Any] = {}
         self.fail_next: list[int] = []  # fault injection: statuses to answer to the next requests
         self.requests = 0
@@ -336,4 +400,5 @@ def shared_policy_server() -> PolicyServer:
 
 
 __all__ = ["ServerThread", "AppServer", "PolicyServer", "shared_policy_server", "adapt_call", "text_of",
+           "TOKEN_ENV", "server_token", "BearerAuth",
            "approx_tokens", "sse_chunks", "completion_json", "FINAL_TEXT", "NOOP_TEXT"]

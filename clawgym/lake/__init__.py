@@ -1,7 +1,9 @@
 """The lake: table schemas, atomic Parquet writes, hive partitions, the DuckDB catalog (DESIGN §7)."""
 
-from clawgym.lake import codec  # noqa: F401
-from clawgym.lake.catalog import connect, default_db_path, query, refresh_catalog, view_sql  # noqa: F401
+from clawgym.lake import codec, modes  # noqa: F401
+from clawgym.lake.catalog import (  # noqa: F401
+    LakeQueryError, check_read_only, connect, default_db_path, query, refresh_catalog, restrict, view_sql,
+)
 from clawgym.lake.io import (  # noqa: F401
     DEFAULT_DATA_DIR, REPO_ROOT, append_rows, atomic_write_parquet, column_values, data_root, lake_root,
     list_partitions, partition_dir, read_rows, read_table, table_dir, to_table, write_table,

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from clawgym.lake import codec
+from clawgym.lake import codec, modes
 from clawgym.lake.schemas import PARTITIONS, file_schema, schema
 from clawgym.lake.store import BASE_SUFFIX, RemoteLake, as_remote, is_remote
 
@@ -85,11 +85,13 @@ def partition_dir(name: str, partitions: Mapping[str, Any] | None = None,
 
 
 def atomic_write_parquet(table: pa.Table, path: str | Path) -> Path:
-    """Write `table` to `path` via a temp file in the same folder + os.replace (atomic on POSIX)."""
+    """Write `table` to `path` via a temp file in the same folder + os.replace (atomic on POSIX); the file and
+    the folders made for it get the lake's modes (:mod:`clawgym.lake.modes`: owner-only unless shared)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    modes.make_dirs(path.parent)  # owner-only folders (clawgym.lake.modes), whatever the umask
     tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
+        modes.private_open(tmp).close()  # made 0600 (0640 with a shared group) before its first byte
         pq.write_table(table, tmp, compression="zstd")
         os.replace(tmp, path)
     finally:

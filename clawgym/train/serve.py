@@ -14,6 +14,12 @@ always torn down on stop() / context exit / interpreter exit (no leaked processe
 Token-exact responses (`install_token_ids`, on by default): a request with ``"return_token_ids": true`` gets the
 prompt's and the completion's token ids (``prompt_token_ids``, ``choices[0].token_ids``, vLLM's names), one with
 ``"logprobs": true`` the sampled tokens' log-probabilities (``choices[0].logprobs.content``, OpenAI's layout).
+
+Only its own clients are answered: the server takes a bearer token (`token`, by default this process's
+``clawgym.agent.servers.server_token()``) and answers 401 to a request without ``Authorization: Bearer <token>``
+(``/health`` excepted). The token reaches the server process in its environment ($CLAWGYM_SERVER_TOKEN, never on
+its command line, which every local user can read); the launcher takes it out of the environment and wraps the
+app in ``clawgym.agent.servers.BearerAuth`` (`install_auth`).
 """
 
 from __future__ import annotations
@@ -86,7 +92,11 @@ class ModelServer:
                  startup_timeout_s: float = 180.0, log_path: str | os.PathLike | None = None,
                  extra_args: list[str] | None = None, per_sequence_attention: bool = True,
                  packed_linear: bool = True, safe_tool_parsing: bool = True, token_ids: bool = True,
-                 env: Mapping[str, str] | None = None):
+                 env: Mapping[str, str] | None = None, token: str | None = None):
+        from clawgym.agent.servers import server_token
+
+        # the bearer token clients must send (None: this process's server_token(); "": no check)
+        self.token = server_token() if token is None else token
         self.model_dir = str(Path(model_dir).resolve())
         if not (Path(self.model_dir) / "config.json").exists():
             raise FileNotFoundError(f"{self.model_dir}: not an HF model folder (no config.json)")
@@ -132,8 +142,11 @@ class ModelServer:
             launcher.append("--cb-attention")
         if self.packed_linear and not _has_cuda(self.device):
             launcher.append("--packed-linear")
-        cmd = _serve_cmd(launcher) + [self.model_dir, "--host", self.host, "--port", str(self.port),
-                                      "--device", self.device, "--dtype", self.dtype, "--log-level", "warning"]
+        # the token check is installed by the launcher (from the environment): a token needs the launcher
+        serve = _serve_cmd(launcher) if launcher or not self.token else \
+            [sys.executable, str(Path(__file__).resolve()), "serve"]
+        cmd = serve + [self.model_dir, "--host", self.host, "--port", str(self.port),
+                       "--device", self.device, "--dtype", self.dtype, "--log-level", "warning"]
         cmd.append("--continuous-batching" if self.continuous_batching else "--no-continuous-batching")
         extra = list(self.extra_args)
         if self.continuous_batching and not _has_cuda(self.device) and not any(a.startswith("--cb-") for a in extra):
@@ -156,8 +169,11 @@ class ModelServer:
             os.close(fd)
             self._log_path = Path(p)
         self._log_file = open(self._log_path, "ab")
+        env = {k: v for k, v in self.environment().items() if k != AUTH_ENV}
+        if self.token:
+            env[AUTH_ENV] = self.token  # read (and removed) by the launcher: not on the command line
         self._proc = popen_die_with_parent(self.command(), stdout=self._log_file, stderr=subprocess.STDOUT,
-                                           env=self.environment(), start_new_session=True)
+                                           env=env, start_new_session=True)
         atexit.register(self.stop)
         try:
             self._wait_healthy()
@@ -795,6 +811,28 @@ def uninstall_token_ids() -> None:
             setattr(owner, name, stock)
 
 
+# ---- the bearer token --------------------------------------------------------------------------------------------
+AUTH_ENV = "CLAWGYM_SERVER_TOKEN"  # = clawgym.agent.servers.TOKEN_ENV (not imported: the launcher stays light)
+
+
+def install_auth(token: str) -> None:
+    """Every ASGI app this process serves through uvicorn (`transformers serve`'s) answers 401 to a request without
+    ``Authorization: Bearer <token>`` (``/health`` excepted): uvicorn.Config wraps its app in BearerAuth."""
+    import uvicorn
+
+    from clawgym.agent.servers import BearerAuth
+
+    stock = uvicorn.Config.__init__
+    if getattr(stock, "_clawgym_auth", False):
+        return
+
+    def __init__(self, app, *args, **kwargs):
+        stock(self, app if isinstance(app, (str, BearerAuth)) else BearerAuth(app, token), *args, **kwargs)
+
+    __init__._clawgym_auth = True
+    uvicorn.Config.__init__ = __init__
+
+
 LAUNCHER_FLAGS = {"--cb-attention": install_cb_attention, "--packed-linear": install_packed_linear,
                   "--safe-tool-parsing": install_safe_tool_parsing, "--token-ids": install_token_ids}
 
@@ -817,9 +855,13 @@ def _exit_when_orphaned(poll_s: float = 0.5) -> None:
 def _launch(argv: list[str]) -> None:
     """`python clawgym/train/serve.py [--safe-tool-parsing] [--token-ids] [--cb-attention] [--packed-linear] serve
     MODEL ...`: `transformers serve` with badly written tool calls answered as text, token ids / log-probabilities
-    on request, the per-sequence CB attention and/or the pre-packed oneDNN linear layers installed."""
+    on request, the per-sequence CB attention and/or the pre-packed oneDNN linear layers installed; with
+    $CLAWGYM_SERVER_TOKEN set, only requests bearing it are answered (`install_auth`)."""
     while argv and argv[0] in LAUNCHER_FLAGS:
         LAUNCHER_FLAGS[argv.pop(0)]()
+    token = os.environ.pop(AUTH_ENV, "")  # this process's entry point: the token, then out of the environment
+    if token:
+        install_auth(token)
     _exit_when_orphaned()
     from transformers.cli.transformers import main
 
