@@ -378,7 +378,8 @@ def verifiers(context: dg.AssetExecutionContext, config: VerifiersConfig, lake: 
                               "hackable": h["hackable"]})
                 issues = [f"hackable:{x} ({h['scores'][x]:.2f})" for x in h["hackable"]]
                 valid.append({"task_id": t.task_id, "route": t.route, "family": t.family, "category": t.category,
-                              "passed": True, "oracle_score": None, "noop_score": None, "deterministic": None,
+                              "passed": True, "oracle_score": None, "noop_score": h.get("untouched"),
+                              "deterministic": None,
                               "issues_json": issues or (["hacker: no expected output found, no exploit run"]
                                                         if not h["scores"] else [])})
                 if issues:

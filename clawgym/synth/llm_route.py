@@ -601,7 +601,7 @@ def _code_gates(task: Task, gates) -> tuple[str | None, str, dict[str, float]]:
         "determinism": f"grading the reference outputs twice gave {v.oracle_score} and {v.oracle_score_2}",
         "mutation": "corrupted reference outputs do not lose score: " + v.reason,
         "keys": "grade() must return the same sub-check names whatever the workspace holds",
-        "hacker": "cheap exploits reach the bound: " + ", ".join(
+        "hacker": "cheap exploits score above the untouched workspace (0): " + ", ".join(
             f"{x} scores {v.exploit_scores.get(x)}" for x in v.hackable)
                   + " (placeholder / instruction echo / inputs copied to outputs / empty outputs must score ~0)",
     }.get(gate, v.reason)
