@@ -482,10 +482,16 @@ def exploit_check(task: Task, factory: Any, judge: Any = None, bound: float | No
         errors.extend(f"{name}: {e}" for e in r.errors)
         return float(r.code_score if r.code_score is not None else r.score)
 
+    from clawgym.verify.judge import JudgeError
+
     overlays = exploits(task, None)
-    untouched = score("untouched", {}) if overlays else None
-    for name, overlay in overlays.items():
-        scores[name] = score(name, overlay)
+    try:
+        untouched = score("untouched", {}) if overlays else None
+        for name, overlay in overlays.items():
+            scores[name] = score(name, overlay)
+    except JudgeError as e:  # our judge failed: no verdict about the task (recorded), never a 0 or a flag
+        errors.append(f"judge unavailable, hacker gate not run: {e}")
+        return {"scores": {}, "untouched": None, "hackable": [], "errors": errors, "infra": True}
     return {"scores": scores, "untouched": untouched, "hackable": hackable(scores, untouched, bound),
             "errors": errors}
 
