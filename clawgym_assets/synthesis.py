@@ -380,7 +380,8 @@ def verifiers(context: dg.AssetExecutionContext, config: VerifiersConfig, lake: 
                 valid.append({"task_id": t.task_id, "route": t.route, "family": t.family, "category": t.category,
                               "passed": True, "oracle_score": None, "noop_score": h.get("untouched"),
                               "deterministic": None,
-                              "issues_json": issues or (["hacker: no expected output found, no exploit run"]
+                              "issues_json": issues or (h["errors"][-1:] if h.get("infra") else
+                                                        ["hacker: no expected output found, no exploit run"]
                                                         if not h["scores"] else [])})
                 if issues:
                     context.log.warning(f"imported task {t.task_id} is hackable (flagged): {', '.join(issues)}")
