@@ -55,6 +55,7 @@ def main() -> None:
     with ModelServer(a.model_dir, log_path=os.path.join(a.data, "smollm2-synth-server.log")) as srv:
         print(f"server up in {time.perf_counter() - t0:.0f}s at {srv.base_url}")
         gen = {"base_url": srv.base_url, "model": srv.model_name, "max_tokens": a.max_tokens, "timeout_s": 1800,
+               "api_key_env": "CLAWGYM_SERVER_TOKEN",
                "max_retries": 0, "max_in_flight": a.in_flight, "temperature": 0.7}
         plan = LLMPlan(generator=gen, n=a.n, personas=personas, skills=skills, skill_fraction=0.25,
                        max_repairs=a.max_repairs, cache_dir=cache)

@@ -117,7 +117,7 @@ def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: li
         attn = "transformers' sdpa (block-diagonal)" if stock_attention else "per-sequence (clawgym cb_sdpa_attention)"
         linear = "MKL F.linear (stock)" if stock_linear else "oneDNN pre-packed (clawgym packed_linear_forward)"
         print(f"serve   command: {' '.join(srv.command()[-8:])}; CB attention: {attn}; linear: {linear}", flush=True)
-        client = openai.OpenAI(base_url=srv.base_url, api_key="none", timeout=1800, max_retries=0)
+        client = openai.OpenAI(base_url=srv.base_url, api_key=srv.token or "none", timeout=1800, max_retries=0)
 
         def one(i: int) -> int:
             if plain:  # a short chat request, no tools: decode-bound (the issue's reference measurement)

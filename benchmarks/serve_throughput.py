@@ -29,7 +29,7 @@ def measure(model: str, cb: bool, n: int, max_tokens: int) -> dict:
     from clawgym.train.serve import ModelServer
 
     with ModelServer(model, continuous_batching=cb) as srv:
-        client = openai.OpenAI(base_url=srv.base_url, api_key="none", timeout=600)
+        client = openai.OpenAI(base_url=srv.base_url, api_key=srv.token or "none", timeout=600)
 
         def one(i: int) -> int:
             r = client.chat.completions.create(

@@ -376,7 +376,7 @@ def test_model_server_answers_a_bad_tool_call_as_text(scripted_model):
     from clawgym.train.serve import ModelServer
 
     with ModelServer(scripted_model, device="cpu", startup_timeout_s=120) as srv:
-        client = openai.OpenAI(base_url=srv.base_url, api_key="none", timeout=120, max_retries=0)
+        client = openai.OpenAI(base_url=srv.base_url, api_key=srv.token or "none", timeout=120, max_retries=0)
         kw = dict(model=srv.model_name, max_tokens=16, temperature=0, tools=TOOL_SCHEMAS,
                   messages=[{"role": "user", "content": "hi"}])
         r = client.chat.completions.create(**kw)  # stock transformers serve: HTTP 500

@@ -13,7 +13,7 @@ from clawgym.agent.tools import TOOL_SCHEMAS
 
 @pytest.fixture(scope="module")
 def policy_server():
-    with PolicyServer() as s:
+    with PolicyServer(token="") as s:  # the proxy under test forwards its own upstream key (CLAWGYM_PX_KEY)
         for t in demo_tasks():
             s.register(t)
         yield s

@@ -118,9 +118,9 @@ def test_500_then_recovery_is_retried_and_never_scored_zero():
 
 
 def test_api_key_never_stored(monkeypatch):
-    secret = "sk-clawgym-test-" + "9f3a" * 8
-    monkeypatch.setenv("CLAWGYM_TEST_API_KEY", secret)
     srv = shared_policy_server()
+    secret = srv.token  # the oracle server's own bearer token, as an "openai" policy's key: it must never be stored
+    monkeypatch.setenv("CLAWGYM_TEST_API_KEY", secret)
     spec = PolicySpec(name="keyed", kind="openai", base_url=srv.base_url, model="oracle",
                       api_key_env="CLAWGYM_TEST_API_KEY")
     task = demo_tasks()[1].model_copy(update={

@@ -174,8 +174,10 @@ def test_command_and_environment(tiny, monkeypatch):
     assert "--continuous-batching" in cmd and cmd[-6:] == list(serve.CPU_CB_ARGS)
     assert ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False, token_ids=False).command()[:5] == [
         sys.executable, launcher, "--safe-tool-parsing", "--packed-linear", "serve"]
-    assert launcher not in ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False,
+    assert launcher not in ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False, token="",
                                        packed_linear=False, safe_tool_parsing=False, token_ids=False).command()
+    assert launcher in ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False,  # auth: the launcher
+                                   packed_linear=False, safe_tool_parsing=False, token_ids=False).command()
     assert ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False, packed_linear=False,
                        token_ids=False).command()[:4] == [sys.executable, launcher, "--safe-tool-parsing", "serve"]
     assert ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False, packed_linear=False,
@@ -207,7 +209,7 @@ def test_server_answers_concurrent_requests(tiny):
     import openai
 
     with ModelServer(tiny, device="cpu", startup_timeout_s=120) as srv:
-        client = openai.OpenAI(base_url=srv.base_url, api_key="none", timeout=120, max_retries=0)
+        client = openai.OpenAI(base_url=srv.base_url, api_key=srv.token or "none", timeout=120, max_retries=0)
 
         def ask(i):
             r = client.chat.completions.create(model=srv.model_name, max_tokens=8, temperature=0,

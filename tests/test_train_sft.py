@@ -118,7 +118,7 @@ def test_sft_then_resume_through_pipes_then_serve(setup):
     AutoModelForCausalLM.from_pretrained(str(out))
     srv = ModelServer(out, continuous_batching=False)
     with srv:
-        client = openai.OpenAI(base_url=srv.base_url, api_key="none")
+        client = openai.OpenAI(base_url=srv.base_url, api_key=srv.token or "none")
         r = client.chat.completions.create(model=srv.model_name, messages=[{"role": "user", "content": PROMPT}],
                                            tools=TOOLS, max_tokens=48, temperature=0)
         pid = srv.pid

@@ -1,7 +1,7 @@
 """Serve any checkpoint (HF model folder) OpenAI-compatibly with `transformers serve` (DESIGN §6).
 
     with ModelServer("data/checkpoints/ckpt-a") as srv:
-        client = openai.OpenAI(base_url=srv.base_url, api_key="none")
+        client = openai.OpenAI(base_url=srv.base_url, api_key=srv.token)  # the per-process bearer token
         client.chat.completions.create(model=srv.model_name, messages=..., tools=...)
 
 The folder's tokenizer carries the tool-calling chat template and response template, so the server turns
