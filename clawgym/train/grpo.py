@@ -229,6 +229,72 @@ def task_prompts(tasks: list[Task], system_prompt: str | None = None):
                                "task_id": t.task_id} for t in tasks])
 
 
+_GUARD_KEYS = {"tools", "chat_template", "add_generation_prompt", "tokenize", "return_dict", "padding",
+               "return_tensors", "return_assistant_tokens_mask"}
+_UNGUARDED = {"documents", "continue_final_message", "truncation", "max_length", "tokenizer_kwargs",
+              "sanitize_control_tokens"}  # calls with these go to the tokenizer's own method
+
+
+def guard_control_text(tok):
+    """Make `tok.apply_chat_template` (the call GRPOTrainer tokenizes its prompts and appended tool results with)
+    encode control-token text in the content as ordinary pieces (clawgym.trajectories.sft.encode_chat): a task
+    instruction or a tool result holding ``<|im_start|>assistant`` becomes plain text tokens, masked out like
+    any tool result, never a fake turn. Conversations without control text take the tokenizer's own call
+    unchanged. Returns `tok` (the guard is an instance attribute: nothing of it is saved with the tokenizer)."""
+    import inspect
+
+    from clawgym.trajectories.sft import control_text_count, encode_chat
+
+    orig = tok.apply_chat_template
+    if getattr(orig, "_clawgym_guard", False):
+        return tok
+    try:
+        dict_default = inspect.signature(orig).parameters["return_dict"].default
+    except (KeyError, ValueError, TypeError):  # pragma: no cover - every supported transformers has it
+        dict_default = True
+
+    def apply_chat_template(conversation, *args, **kw):
+        batched = isinstance(conversation, (list, tuple)) and bool(conversation) and isinstance(
+            conversation[0], (list, tuple))
+        convs = list(conversation) if batched else [conversation]
+        tools = kw.get("tools")
+        if (args or set(kw) & _UNGUARDED or not kw.get("tokenize", True)
+                or not any(control_text_count(tok, list(c), tools) for c in convs)):
+            return orig(conversation, *args, **kw)
+        ids, masks = [], []
+        for c in convs:
+            enc = encode_chat(tok, list(c), tools, add_generation_prompt=kw.get("add_generation_prompt", False),
+                              chat_template=kw.get("chat_template"),
+                              assistant_mask=bool(kw.get("return_assistant_tokens_mask")),
+                              **{k: v for k, v in kw.items() if k not in _GUARD_KEYS})
+            ids.append(enc["input_ids"])
+            masks.append(enc.get("assistant_masks"))
+        if not kw.get("return_dict", dict_default):
+            return ids if batched else ids[0]
+        out = tok.pad({"input_ids": ids if batched else ids[0]}, padding=kw.get("padding", False),
+                      return_tensors=kw.get("return_tensors"))
+        if kw.get("return_assistant_tokens_mask"):
+            out["assistant_masks"] = masks if batched else masks[0]
+        return out
+
+    apply_chat_template._clawgym_guard = True
+    tok.apply_chat_template = apply_chat_template
+    return tok
+
+
+def grpo_tokenizer(base_model: str):
+    """The tokenizer GRPO trains with: left padding, the tool-calling chat template, the control-text guard."""
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import has_generation_markers
+
+    tok = AutoTokenizer.from_pretrained(base_model, padding_side="left")
+    if not (tok.chat_template and has_generation_markers(tok.chat_template)):
+        from clawgym.train.base_model import apply_tool_chat_template
+
+        apply_tool_chat_template(tok)
+    return guard_control_text(tok)
+
+
 def plot_rewards(curve: list[dict], path: Path, title: str = "GRPO reward") -> Path | None:
     """Plot the mean reward per step ([{"step", "reward"}]) as a PNG at `path`; None for an empty curve."""
     if not curve:
@@ -256,11 +322,11 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> Che
     Resumable like SFT (Trainer checkpoints in ``<output_dir>/_trainer``). `on_log(dict)` receives every Trainer
     log entry. The record carries the reward curve (mean verifier reward per step), every sample's reward and the
     loss curve. Tokens: TRL samples the completions itself and trains on exactly those ids (tool results are
-    appended as template tokens and masked out of the loss), so nothing is re-tokenized."""
+    appended as template tokens and masked out of the loss, control text in them as plain text tokens:
+    `guard_control_text`), so nothing is re-tokenized."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
-    from trl.chat_template_utils import has_generation_markers
 
     from clawgym.train.sft import last_trainer_checkpoint
 
@@ -269,11 +335,7 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> Che
     work = out / "_trainer"
     work.mkdir(parents=True, exist_ok=True)
     trl_fields = cfg.trl_fields()
-    tok = AutoTokenizer.from_pretrained(cfg.base_model, padding_side="left")
-    if not (tok.chat_template and has_generation_markers(tok.chat_template)):
-        from clawgym.train.base_model import apply_tool_chat_template
-
-        apply_tool_chat_template(tok)
+    tok = grpo_tokenizer(cfg.base_model)  # control text in prompts / tool results: plain text tokens
     model = AutoModelForCausalLM.from_pretrained(cfg.base_model,
                                                  dtype=torch.bfloat16 if trl_fields["bf16"] else torch.float32)
     eos = model.generation_config.eos_token_id
@@ -319,4 +381,5 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> Che
     return rec
 
 
-__all__ = ["GRPORunConfig", "SandboxEnv", "make_reward_func", "task_prompts", "run_grpo", "plot_rewards", "GPU_RECIPE"]
+__all__ = ["GRPORunConfig", "SandboxEnv", "make_reward_func", "task_prompts", "run_grpo", "plot_rewards", "GPU_RECIPE",
+           "guard_control_text", "grpo_tokenizer"]

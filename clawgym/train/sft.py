@@ -106,40 +106,63 @@ def load_sft_dataset(path: str | os.PathLike):
 
 
 def token_exact_dataset(ds, tok):
-    """`ds` (messages, tools) as TRL's pre-tokenized form when any row carries the sampled tokens of its rollout.
+    """`ds` (messages, tools) as TRL's pre-tokenized form when any row carries the sampled tokens of its rollout
+    or content with control-token text.
 
     Returns ``(dataset, stats)``. Rows whose assistant messages all carry their sampled tokens
-    (clawgym.trajectories.sft.token_exact_sequence) become exactly those tokens, the loss mask on exactly the sampled
-    ones; the others are rendered by the chat template (the call TRL makes itself: `apply_chat_template` with the
-    tools and ``return_assistant_tokens_mask``): re-tokenized, counted in ``stats["retokenized"]`` with the reason.
-    The dataset has ``input_ids`` + ``assistant_masks`` (TRL builds the labels from the mask). When no row carries
-    tokens, `ds` is returned unchanged and TRL tokenizes every row (all re-tokenized)."""
+    (clawgym.trajectories.sft.token_exact_row) become exactly those tokens, the loss mask on exactly the sampled
+    ones (a server context that turned control text of a tool result / user turn into control ids is re-encoded:
+    ``stats["contexts_fixed"]``); the others are rendered by the chat template (the call TRL makes itself:
+    `apply_chat_template` with the tools and ``return_assistant_tokens_mask``, through
+    clawgym.trajectories.sft.encode_chat, which encodes control text in the content as ordinary pieces):
+    re-tokenized, counted in ``stats["retokenized"]`` with the reason. ``stats["control_text_rows"]``: rows whose
+    content carried control text (only when any); rows that cannot be encoded exactly are dropped and counted in
+    ``stats["dropped"]``. The dataset has ``input_ids`` + ``assistant_masks`` (TRL builds the labels from the
+    mask). When no row carries tokens or control text, `ds` is returned unchanged and TRL tokenizes every row (all
+    re-tokenized)."""
     from collections import Counter
 
     from datasets import Dataset
 
-    from clawgym.trajectories.sft import TOKENS_KEY, token_exact_sequence
+    from clawgym.trajectories.sft import (
+        CONTROL_TEXT, TOKENS_KEY, ControlTextError, control_text_count, encode_chat, token_exact_row,
+    )
 
     rows = ds.to_list()
-    if not any(isinstance(m, dict) and TOKENS_KEY in m for r in rows for m in r["messages"]):
+    has_tokens = any(isinstance(m, dict) and TOKENS_KEY in m for r in rows for m in r["messages"])
+    control = [bool(control_text_count(tok, r["messages"], r.get("tools"))) for r in rows]
+    if not has_tokens and not any(control):
         return ds, {"token_exact": 0, "retokenized": len(rows), "retokenize_reasons": {"no_tokens": len(rows)},
                     "tokenized_by": "trl"}
     reasons: Counter = Counter()
+    dropped: Counter = Counter()
+    fixed = 0
     out = []
     for r in rows:
-        res = token_exact_sequence(r["messages"])
+        res = token_exact_row(r["messages"], tok, r.get("tools"))
         if isinstance(res, str):
-            reasons[res] += 1
             msgs = [{k: v for k, v in m.items() if k != TOKENS_KEY} for m in r["messages"]]
-            enc = tok.apply_chat_template(msgs, tools=r.get("tools") or None, tokenize=True, return_dict=True,
-                                          return_assistant_tokens_mask=True)
-            ids, mask = list(enc["input_ids"]), list(enc["assistant_masks"])
+            try:
+                enc = encode_chat(tok, msgs, r.get("tools"), assistant_mask=True)
+            except ControlTextError:
+                dropped[CONTROL_TEXT] += 1
+                continue
+            reasons[res] += 1
+            ids, mask = enc["input_ids"], enc["assistant_masks"]
         else:
-            ids, mask = res
+            ids, mask, n_fixed = res
+            fixed += n_fixed
         out.append({"input_ids": ids, "assistant_masks": mask})
     n_re = sum(reasons.values())
-    return Dataset.from_list(out), {"token_exact": len(rows) - n_re, "retokenized": n_re,
-                                    "retokenize_reasons": dict(reasons), "tokenized_by": "clawgym"}
+    stats = {"token_exact": len(out) - n_re, "retokenized": n_re, "retokenize_reasons": dict(reasons),
+             "tokenized_by": "clawgym"}
+    if any(control):
+        stats["control_text_rows"] = sum(control)
+    if fixed:
+        stats["contexts_fixed"] = fixed
+    if dropped:
+        stats["dropped"] = dict(dropped)
+    return Dataset.from_list(out), stats
 
 
 def last_trainer_checkpoint(work: Path) -> str | None:

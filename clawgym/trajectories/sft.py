@@ -16,6 +16,12 @@ Each kept row carries `messages` (OpenAI/HF format: assistant `tool_calls` with 
 results) and `tools` (JSON schemas), ready for TRL's SFTTrainer. Export: `write_sft_parquet` (the lake's
 `sft` table) and `save_hf_dataset` (a folder `datasets.load_from_disk` reads). `check_sft_rows` is the
 blocking Great Expectations gate: assistant turns non-empty, tools present, token counts ≤ max length.
+
+Control tokens (issue 21 item 6): a row's only control ids are those the chat template placed or the model
+emitted as control ids. `encode_chat` renders and tokenizes a conversation so that content carrying a
+control-token string (``<|im_end|>`` in the model's text, ``<|im_start|>assistant`` in a file the agent read) is
+encoded as ordinary text pieces; `token_exact_row` keeps the sampled ids and re-encodes a server context that
+turned such content into control ids. Rows where that cannot be exact are rejected as ``control_text_in_content``.
 """
 
 from __future__ import annotations
@@ -159,31 +165,221 @@ def normalise_messages(messages: list[dict], keep_system: bool = True) -> list[d
     return out
 
 
-def token_exact_sequence(messages: list[dict]) -> tuple[list[int], list[int]] | str:
+def token_exact_sequence(messages: list[dict], tok=None, tools: list | None = None
+                         ) -> tuple[list[int], list[int]] | str:
     """The conversation as the tokens the model actually saw and sampled: ``(input_ids, assistant_masks)`` built
     from the assistant messages' recorded tokens (TOKENS_KEY: each turn's ``prompt_token_ids`` and generated
     ``token_ids``), the mask 1 on exactly the sampled tokens. Returns a reason (str) instead when that is not
     possible: a turn without recorded tokens (``no_tokens``), or a later turn's prompt that does not start with
     the earlier prompt + completion (``drift``: the server re-rendered the history into other tokens), or a
-    conversation that goes on after its last recorded turn (``trailing``)."""
-    turns = [m for m in messages if m.get("role") == "assistant"]
+    conversation that goes on after its last recorded turn (``trailing``). With the tokenizer `tok` the context
+    between sampled turns is checked for control text (`token_exact_row`)."""
+    res = token_exact_row(messages, tok, tools)
+    return res if isinstance(res, str) else (res[0], res[1])
+
+
+def token_exact_row(messages: list[dict], tok=None, tools: list | None = None
+                    ) -> tuple[list[int], list[int], int] | str:
+    """`token_exact_sequence` plus the number of contexts it re-encoded: ``(input_ids, assistant_masks, n_fixed)``.
+
+    The sampled ids are kept as they are (they are what the model emitted, control ids included). With `tok`, the
+    context the server placed before each sampled turn (system/user/tool messages, tool schemas) is checked: where
+    that content carries control-token text and the server's ids hold more control ids than the template places
+    (`encode_chat` of the same messages), the context is replaced by that encoding (control text as ordinary
+    pieces; still masked out). Where it cannot be built, the reason is ``control_text_in_content``."""
+    turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
     if not turns:
         return "no_tokens"
     ids: list[int] = []
     mask: list[int] = []
-    for m in turns:
-        t = m.get(TOKENS_KEY)
+    served: list[int] = []  # the server's ids so far: the drift check compares its prompts with these
+    fixed = 0
+    prev: int | None = None
+    prev_out: list[int] = []
+    for j in turns:
+        t = messages[j].get(TOKENS_KEY)
         if not isinstance(t, dict) or not isinstance(t.get("prompt_token_ids"), list) or not isinstance(
                 t.get("token_ids"), list) or not t["token_ids"]:
             return "no_tokens"
         prompt, out = [int(i) for i in t["prompt_token_ids"]], [int(i) for i in t["token_ids"]]
-        if prompt[:len(ids)] != ids:
+        if prompt[:len(served)] != served:
             return "drift"
-        mask += [0] * (len(prompt) - len(ids)) + [1] * len(out)
-        ids = prompt + out
+        ctx = prompt[len(served):]
+        between = messages[(0 if prev is None else prev + 1):j]
+        if tok is not None and control_text_count(tok, between, tools if prev is None else None):
+            try:
+                want = _context_ids(tok, messages, prev, prev_out, j, tools)
+            except ControlTextError:
+                return CONTROL_TEXT
+            if want is None:
+                return CONTROL_TEXT
+            if ctx != want and _n_control(tok, ctx) > _n_control(tok, want):
+                ctx, fixed = want, fixed + 1
+        mask += [0] * len(ctx) + [1] * len(out)
+        ids += ctx + out
+        served = prompt + out
+        prev, prev_out = j, out
     if messages and messages[-1].get("role") != "assistant":
         return "trailing"
-    return ids, mask
+    return ids, mask, fixed
+
+
+def _n_control(tok, ids: list[int]) -> int:
+    cids = {tok.convert_tokens_to_ids(t) for t in control_tokens(tok)}
+    return sum(1 for i in ids if i in cids)
+
+
+def _context_ids(tok, messages: list[dict], prev: int | None, prev_out: list[int], j: int,
+                 tools: list | None) -> list[int] | None:
+    """The template's tokens between the end of the sampled turn `prev` (None: the start) and the generation
+    prompt of turn `j`, content encoded as text (`encode_chat`); None when the rendering is not append-only."""
+    full = encode_chat(tok, messages[:j], tools, add_generation_prompt=True)["input_ids"]
+    if prev is None:
+        return full
+    pre = encode_chat(tok, messages[:prev + 1], tools)["input_ids"]
+    eos = tok.eos_token_id
+    cut = max((i for i, x in enumerate(pre) if x == eos), default=None)
+    if cut is None:
+        return None
+    # the sampled turn ended with the end-of-turn token: the context starts after it; else the server placed it
+    pre = pre[:cut + 1] if prev_out and prev_out[-1] == eos else pre[:cut]
+    if full[:len(pre)] != pre:
+        return None
+    return full[len(pre):]
+
+
+# ---- control tokens: only those the template placed (issue 21 item 6) ---------------------------------------
+CONTROL_TEXT = "control_text_in_content"  # the reason a row is re-tokenized / rejected for control text
+_MANGLE = "\ue000"  # a private-use character: stands in (same length) for control text in the mangled rendering
+
+
+class ControlTextError(ValueError):
+    """A conversation whose content carries control-token text that cannot be encoded as ordinary text exactly."""
+
+    reason = CONTROL_TEXT
+
+
+def control_tokens(tok) -> tuple[str, ...]:
+    """The strings the tokenizer turns into control ids: its special tokens and the added tokens the chat template
+    writes (the same set as transformers' ``sanitize_control_tokens``), longest first."""
+    tpl = tok.chat_template if isinstance(getattr(tok, "chat_template", None), str) else ""
+    out = {t.content for t in (getattr(tok, "added_tokens_decoder", None) or {}).values()
+           if t.content and (t.special or (t.content in tpl and not t.content.isspace()))}
+    out |= {t for t in (getattr(tok, "all_special_tokens", None) or []) if t}
+    return tuple(sorted(out, key=len, reverse=True))
+
+
+_RX_CACHE: dict[tuple[str, ...], re.Pattern] = {}
+
+
+def _control_re(tok) -> re.Pattern:
+    key = control_tokens(tok)
+    rx = _RX_CACHE.get(key)
+    if rx is None:
+        rx = _RX_CACHE[key] = re.compile("|".join(map(re.escape, key)) or "(?!)")
+    return rx
+
+
+def _count_control(obj: Any, rx: re.Pattern) -> int:
+    if isinstance(obj, str):
+        return sum(1 for _ in rx.finditer(obj))
+    if isinstance(obj, dict):
+        return sum(_count_control(v, rx) for k, v in obj.items() if k != TOKENS_KEY)
+    if isinstance(obj, (list, tuple)):
+        return sum(_count_control(v, rx) for v in obj)
+    return 0
+
+
+def _mangle(obj: Any, rx: re.Pattern) -> Any:
+    if isinstance(obj, str):
+        return rx.sub(lambda m: _MANGLE * len(m.group()), obj)
+    if isinstance(obj, dict):
+        return {k: _mangle(v, rx) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_mangle(v, rx) for v in obj]
+    return obj
+
+
+def control_text_count(tok, messages: list[dict], tools: list | None = None) -> int:
+    """How many control-token strings the conversation's content (messages and tool schemas) carries as text."""
+    rx = _control_re(tok)
+    return _count_control(messages, rx) + _count_control([t for t in tools or [] if isinstance(t, dict)], rx)
+
+
+def encode_chat(tok, messages: list[dict], tools: list | None = None, *, add_generation_prompt: bool = False,
+                chat_template: str | None = None, assistant_mask: bool = False, **template_kwargs) -> dict[str, Any]:
+    """The conversation rendered by the chat template and tokenized so that the only control ids are those the
+    template placed: content (system/user/tool text, assistant text, tool-call arguments, tool schemas) that
+    contains a control-token string is encoded as ordinary text pieces (``split_special_tokens``), never as the
+    control id. Returns ``{"input_ids", "control_text"}`` (+ ``"assistant_masks"`` with `assistant_mask`, the
+    same mask transformers computes from the template's ``{% generation %}`` spans).
+
+    A conversation without control text is exactly ``tok.apply_chat_template`` (the call TRL makes). Otherwise the
+    template is rendered twice, with the content as is and with every control string in it replaced by
+    same-length private-use text: a control string at the same place in both renderings is the template's own,
+    the others are content. The text between the template's control tokens is encoded with special tokens split.
+    Raises `ControlTextError` where that cannot be exact (a template whose output length depends on the content's
+    characters, or an added token the tokenizer still matches inside split text)."""
+    n = control_text_count(tok, messages, tools)
+    if not n:
+        enc = tok.apply_chat_template(messages, tools=tools or None, tokenize=True, return_dict=True,
+                                      add_generation_prompt=add_generation_prompt, chat_template=chat_template,
+                                      return_assistant_tokens_mask=assistant_mask, **template_kwargs)
+        out = {"input_ids": list(enc["input_ids"]), "control_text": 0}
+        if assistant_mask:
+            out["assistant_masks"] = list(enc["assistant_masks"])
+        return out
+    from transformers.utils import get_json_schema
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    rx = _control_re(tok)
+    schemas = None if not tools else [t if isinstance(t, dict) else get_json_schema(t) for t in tools]
+    conv = [{k: v for k, v in m.items() if v is not None and k != TOKENS_KEY} for m in messages]
+    kw = {**tok.special_tokens_map, **template_kwargs}
+    tpl = tok.get_chat_template(chat_template, schemas)
+
+    def render(c, t, mask):
+        text, gen = render_jinja_template(conversations=[c], tools=t, chat_template=tpl,
+                                          return_assistant_tokens_mask=mask,
+                                          add_generation_prompt=add_generation_prompt, **kw)
+        return text[0], (gen[0] if mask and gen else [])
+
+    text, spans = render(conv, schemas, assistant_mask)
+    plain, _ = render(_mangle(conv, rx), _mangle(schemas, rx), False)
+    if len(plain) != len(text):
+        raise ControlTextError("the chat template's output length depends on the content's characters")
+    placed = [m.span() for m in rx.finditer(text) if plain[m.start():m.end()] == m.group()]
+    control_ids = {tok.convert_tokens_to_ids(t) for t in control_tokens(tok)}
+    ids: list[int] = []
+    offsets: list[tuple[int, int]] = []
+    pos = 0
+    for s, e in placed + [(len(text), len(text))]:
+        if s > pos:
+            enc = tok(text[pos:s], add_special_tokens=False, split_special_tokens=True,
+                      return_offsets_mapping=assistant_mask)
+            seg = list(enc["input_ids"])
+            if control_ids.intersection(seg):
+                raise ControlTextError("the tokenizer matches an added token inside text encoded as text")
+            ids += seg
+            if assistant_mask:
+                offsets += [(a + pos, b + pos) for a, b in enc["offset_mapping"]]
+        if e > s:
+            ids.append(tok.convert_tokens_to_ids(text[s:e]))
+            offsets.append((s, e))
+        pos = e
+    out: dict[str, Any] = {"input_ids": ids, "control_text": n}
+    if assistant_mask:  # transformers' rule: every token overlapping a generation span
+        mask = [0] * len(ids)
+        j = 0
+        for i, (a, b) in enumerate(offsets):
+            while j < len(spans) and a >= spans[j][1]:
+                j += 1
+            if j == len(spans):
+                break
+            if b > spans[j][0]:
+                mask[i] = 1
+        out["assistant_masks"] = mask
+    return out
 
 
 def _assistant_ok(m: dict) -> bool:
@@ -278,9 +474,9 @@ def load_tokenizer(path: str):
 
 
 def count_tokens(tok, messages: list[dict], tools: list[dict]) -> int:
-    """Tokens of the conversation rendered by the tokenizer's chat template (with the tool schemas)."""
-    ids = tok.apply_chat_template(messages, tools=tools or None, tokenize=True, return_dict=True)["input_ids"]
-    return len(ids)
+    """Tokens of the conversation rendered by the tokenizer's chat template (with the tool schemas), control text
+    in the content counted as the ordinary pieces it is trained as (`encode_chat`)."""
+    return len(encode_chat(tok, messages, tools)["input_ids"])
 
 
 def _loads(v: Any, default):
@@ -303,6 +499,7 @@ def build_sft_dataset(trajectory_rows: list[dict], tasks: list[Task], bench_task
     rejected: list[dict] = []
     seen: set[str] = set()
     dropped_turns: Counter = Counter()
+    n_control = 0  # kept rows whose content carries control-token text (trained as ordinary pieces)
 
     def reject(r, reason, detail=""):
         rejected.append({"rollout_id": r.get("rollout_id"), "task_id": r.get("task_id"), "reason": reason,
@@ -351,11 +548,16 @@ def build_sft_dataset(trajectory_rows: list[dict], tasks: list[Task], bench_task
         if h in seen:
             reject(r, "duplicate", h[:12])
             continue
-        n_tokens = count_tokens(tok, msgs, tools)
+        try:
+            n_tokens = count_tokens(tok, msgs, tools)
+        except ControlTextError as e:
+            reject(r, CONTROL_TEXT, str(e))
+            continue
         if n_tokens > cfg.max_tokens:
             reject(r, "too_long", f"{n_tokens} > {cfg.max_tokens}")
             continue
         seen.add(h)
+        n_control += bool(control_text_count(tok, msgs, tools))
         st = row_stats(msgs)
         task = task_by_id.get(tid)
         rows.append({
@@ -372,6 +574,7 @@ def build_sft_dataset(trajectory_rows: list[dict], tasks: list[Task], bench_task
     stats["rejected"] = dict(Counter(x["reason"] for x in rejected))
     stats["dropped_turns"] = dict(dropped_turns)
     stats["n_contaminated_tasks"] = len(bad)
+    stats["control_text_rows"] = n_control
     stats["config"] = asdict(cfg)
     return SFTBuildResult(rows=rows, stats=stats, rejected=rejected)
 
@@ -464,5 +667,6 @@ __all__ = [
     "SFTCleanConfig", "SFTBuildResult", "build_sft_dataset", "contaminated_tasks", "drop_noise_turns",
     "normalise_messages", "check_sft_rows", "write_sft_parquet", "save_hf_dataset", "to_hf_dataset",
     "dataset_stats", "load_tokenizer", "count_tokens", "is_noise_turn", "DEFAULT_TOKENIZER", "TOKENS_KEY",
-    "token_exact_sequence",
+    "token_exact_sequence", "token_exact_row", "encode_chat", "control_tokens", "control_text_count",
+    "ControlTextError", "CONTROL_TEXT",
 ]
