@@ -176,13 +176,15 @@ class SandboxEnv:
         return self._run("ls", {"path": path})
 
     def _score(self, transcript: list | None) -> float:
-        """Run the task's verifier on this sandbox (the completion as transcript), then close it."""
-        from clawgym.verify.runtime import verify_task
+        """The reward: the task's verifier in a clean room (clawgym.verify.verify_after_agent: this sandbox's
+        workspace exported as data, this sandbox closed, the check run in a room of `factory.rooms()`)."""
+        from clawgym.verify.runtime import verify_after_agent
 
         if self.sandbox is None or self.task is None:
             return 0.0
         try:
-            res = verify_task(self.task, self.sandbox, transcript=transcript or [], judge="offline")
+            res = verify_after_agent(self.task, self.sandbox, self.factory.rooms(), transcript=transcript or [],
+                                     judge="offline")
             return float(res.score or 0.0)
         finally:
             self._close()
