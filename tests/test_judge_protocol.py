@@ -234,9 +234,9 @@ def test_dict_spec_misconfigured_is_a_clear_error(local_factory, judge_srv):
         make_judge({"base_url": judge_srv.url, "modle": "m"})
     with pytest.raises(ValueError, match="response_format"):
         make_judge({"base_url": judge_srv.url, "model": "m", "response_format": "xml"})
-    ro = rollout(local_factory, {"base_url": judge_srv.url})
-    assert ro.failure_class == "infra" and ro.score is None and "'model'" in ro.error
-    assert "AttributeError" not in ro.error and not judge_srv.requests
+    with pytest.raises(JudgeConfigError, match="'model'"):  # at run_rollout's entry: before any agent runs
+        rollout(local_factory, {"base_url": judge_srv.url})
+    assert not judge_srv.requests
 
 
 # ------------------------------------------------------------------ response_format ------------------------

@@ -238,10 +238,11 @@ def test_noop_on_pinchbench_format(pinch_tasks, any_isolating_factory):
     assert sorted(j.verification["unjudged_rules"]) == ["Criterion 1: Correctness", "Criterion 2: Audience"]
     assert j.verification["judge"] == "offline"
 
-    h = ros["task_noop_hybrid"]  # code 0, its only rubric rule's file is missing: 0, never unjudged
-    assert h.failure_class in SCORED_CLASSES and h.score == 0.0, (h.failure_class, h.error)
-    assert h.verification["code_score"] == 0.0 and h.verification["rubric_score"] == 0.0
-    assert h.verification["unjudged_rules"] == []
+    # code 0; its rubric rule declares no proxy, so offline it is unjudged for EVERY rollout (the class depends on
+    # the task and the judge only: an agent that writes the rule's file cannot turn its 0 into an exclusion)
+    h = ros["task_noop_hybrid"]
+    assert h.failure_class == "unjudged" and h.score is None, (h.failure_class, h.error)
+    assert h.verification["code_score"] == 0.0 and h.verification["unjudged_rules"]
 
 
 class _RecordingJudge:

@@ -137,11 +137,15 @@ def test_offline_rule_without_proxy_is_unjudged_never_credit():
                          RubricRule(name="file", file_path="notes.md", scores={"1": "ok"})],
                         files=[File(path="notes.md", content=b"meeting notes, long enough text\n")])
     res = verify_task(task, TmpSandbox(task.files), NOOP, judge="offline")
-    assert res.unjudged and res.unjudged_rules == ["quality"]
+    # neither rule declares a proxy: both unjudged offline, whether the agent wrote notes.md or not (the class
+    # never depends on the workspace, so writing a rule's file cannot turn a 0 into an exclusion)
+    assert res.unjudged and res.unjudged_rules == ["quality", "file"]
     rows = {r["name"]: r for r in res.rule_scores}
-    assert rows["quality"]["score"] is None and rows["quality"]["unjudged"]
-    assert rows["file"]["score"] == 0.0 and "not produced by the agent" in rows["file"]["reason"]
-    assert res.score == 0.0
+    assert rows["quality"]["score"] is None and rows["quality"]["unjudged"] and rows["file"]["unjudged"]
+    sb = TmpSandbox(task.files)
+    sb.write_file("notes.md", b"x")
+    again = verify_task(task, sb, NOOP, judge="offline")
+    assert again.unjudged_rules == res.unjudged_rules and again.score == res.score == 0.0
 
 
 def test_whole_run_proxy_sees_only_agent_output():

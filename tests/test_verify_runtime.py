@@ -183,11 +183,13 @@ def test_hybrid_offline_proxies_and_missing_file():
         r = verify_task(t, sb, transcript=[{"role": "user", "content": "go"}])
     assert r.judge == "offline"
     by = {x["name"]: x for x in r.rule_scores}
-    assert by["clarity"]["score"] == 1.0 and by["memo"]["score"] == 0.0
-    assert by["memo"]["reason"] == "missing file"
-    assert r.rubric_score == 0.5
+    assert by["clarity"]["score"] == 1.0
+    # memo declares no proxy: unjudged offline whatever the workspace holds (its file is missing here) -- the
+    # class depends on the task and the judge, never on what the agent wrote (issue 21)
+    assert by["memo"]["unjudged"] and by["memo"]["score"] is None and r.unjudged_rules == ["memo"]
+    assert r.rubric_score == 1.0
     assert r.code_score == pytest.approx(3.5 / 4)
-    assert r.score == pytest.approx(0.7 * 3.5 / 4 + 0.3 * 0.5)
+    assert r.score == pytest.approx(0.7 * 3.5 / 4 + 0.3 * 1.0)
     d = r.to_dict()
     assert set(d) >= {"task_id", "score", "code_score", "rubric_score", "subscores", "rule_scores", "error",
                       "judge", "duration_s"}

@@ -153,8 +153,10 @@ def _check_call(raw: Any, index: int, turn: int, seen: set[str]) -> _Call:
     return _Call(record, problems, args if not problems else None)
 
 
-def _assistant_message(msg: dict, turn: int) -> tuple[dict, list[_Call]]:
-    """The transcript entry for the model's reply (a dict from the endpoint's JSON) and its checked calls."""
+def _assistant_message(msg: dict, turn: int, used: set[str] | None = None) -> tuple[dict, list[_Call]]:
+    """The transcript entry for the model's reply (a dict from the endpoint's JSON) and its checked calls.
+    `used`: the call ids of the rollout's earlier turns; an id seen there is renamed (`<id>~<turn>`, not an error:
+    endpoints that number calls per reply repeat ids) so every tool result answers exactly one call."""
     out: dict[str, Any] = {"role": "assistant", "content": msg.get("content")}
     raw_calls = msg.get("tool_calls")
     if raw_calls is None or raw_calls == []:
@@ -163,6 +165,13 @@ def _assistant_message(msg: dict, turn: int) -> tuple[dict, list[_Call]]:
         raw_calls = [raw_calls]
     seen: set[str] = set()
     calls = [_check_call(raw, i, turn, seen) for i, raw in enumerate(raw_calls)]
+    if used is not None:
+        for c in calls:
+            cid = c.record["id"]
+            while cid in used:
+                cid = f"{cid}~{turn}"
+            c.record["id"] = cid
+            used.add(cid)
     out["tool_calls"] = [c.record for c in calls]
     bad = [{"index": i, "problems": c.problems, "raw": raw}
            for i, (c, raw) in enumerate(zip(calls, raw_calls)) if c.problems]
@@ -334,6 +343,7 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
     `failure_class` / `error` of the returned LoopResult."""
     limits = limits or Limits()
     res = LoopResult()
+    call_ids: set[str] = set()  # every tool-call id of the rollout so far (unique across turns)
     sp = (system_prompt or SYSTEM_PROMPT).format(workspace=sandbox.workspace)
     res.messages = [{"role": "system", "content": sp}, {"role": "user", "content": task.instruction}]
     client = ChatClient(endpoint, retry)
@@ -378,7 +388,7 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
             if not isinstance(msg, dict):  # the endpoint broke the protocol, not the model
                 raise InfraError(f"endpoint returned a choice without a message: {str(choice)[:300]}")
             msg, cut = _bound_reply(msg, limits)
-            amsg, calls = _assistant_message(msg, res.turns)
+            amsg, calls = _assistant_message(msg, res.turns, call_ids)
             toks = token_record(resp, choice) if token_kw else None
             if toks is not None:
                 amsg[TOKENS_KEY] = toks

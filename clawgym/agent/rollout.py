@@ -103,14 +103,25 @@ class Rollout(BaseModel):
 
     def steps(self, shard: int = 0) -> list[dict[str, Any]]:
         """One row per tool call in the lake's `steps` schema (call, arguments and its result)."""
-        results = {m.get("tool_call_id"): m for m in self.messages if m.get("role") == "tool"}
+        # each call is answered by the first tool message after it with its id (ids can repeat across turns in
+        # records of other runtimes: a later answer never pairs with an earlier call)
+        answer: dict[int, dict] = {}
+        pending: dict[str, list[int]] = {}
+        for i, m in enumerate(self.messages):
+            if m.get("role") == "assistant":
+                for j, tc in enumerate(m.get("tool_calls") or []):
+                    pending.setdefault(str(tc.get("id")), []).append(i * 100_000 + j)
+            elif m.get("role") == "tool":
+                q = pending.get(str(m.get("tool_call_id")))
+                if q:
+                    answer[q.pop(0)] = m
         rows = []
-        for m in self.messages:
+        for i, m in enumerate(self.messages):
             if m.get("role") != "assistant":
                 continue
-            for tc in m.get("tool_calls") or []:
+            for j, tc in enumerate(m.get("tool_calls") or []):
                 fn = tc.get("function") or {}
-                res = results.get(tc.get("id")) or {}
+                res = answer.get(i * 100_000 + j) or {}
                 rows.append({"rollout_id": self.rollout_id, "task_id": self.task_id, "policy": self.policy,
                              "shard": shard, "step": len(rows), "role": "assistant",
                              "content": m.get("content") or "", "tool_name": fn.get("name"),

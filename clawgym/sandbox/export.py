@@ -62,9 +62,10 @@ def clean_mode(st_mode: int) -> int:
     return 0o755 if stat.S_IMODE(st_mode) & 0o111 else 0o644
 
 
-def resolve_links(exp: WorkspaceExport, workspaces: tuple[str, ...]) -> None:
+def resolve_links(exp: WorkspaceExport, workspaces: tuple[str, ...], budget: int | None = None) -> None:
     """Turn each symlink of `exp.links` into a file of `exp.files` (see the module docstring) or drop it.
-    `workspaces`: the absolute paths under which the workspace is seen from inside the sandbox."""
+    `workspaces`: the absolute paths under which the workspace is seen from inside the sandbox. `budget`: bytes
+    the copies may add in all (a link over it is dropped: the room must hold the export)."""
     roots = tuple(posixpath.normpath(w).rstrip("/") for w in workspaces if w)
     dirs = set(exp.dirs)
 
@@ -117,7 +118,13 @@ def resolve_links(exp: WorkspaceExport, workspaces: tuple[str, ...]) -> None:
         if target is None:
             exp.dropped.append({"path": link, "kind": "symlink", "why": why})
             continue
-        exp.files[link] = exp.files[target]
+        size = len(exp.files[target])
+        if budget is not None:
+            if size > budget:
+                exp.dropped.append({"path": link, "kind": "symlink", "why": "over the export's byte budget"})
+                continue
+            budget -= size
+        exp.files[link] = exp.files[target]  # the same bytes object: one copy on the host
         exp.modes[link] = exp.modes.get(target, 0o644)
         exp.resolved[link] = target
 

@@ -231,17 +231,23 @@ class HostFS:
             os.close(dfd)
         return sorted(out)
 
-    def export(self, max_file: int | None = None, max_entries: int = 50_000) -> "WorkspaceExport":
+    def export(self, max_file: int | None = None, max_entries: int = 50_000,
+               max_bytes: int | None = None) -> "WorkspaceExport":
         """The workspace as data (clawgym.sandbox.export): regular files with their bytes and clean modes,
         directories, symlinks resolved inside the workspace at this moment or dropped, everything else
         dropped. Never follows a link, never blocks on a FIFO; an entry that cannot be read is dropped and
         listed (the agent's doing), never an error. At most `max_entries` files, links and directories are
         exported (millions of empty files would make the verification the agent's to stretch); the rest are
-        dropped and counted."""
+        dropped and counted. At most `max_bytes` in all (default: 3/4 of the sandbox's disk, `max_read`), hard
+        links and resolved symlinks counted at their full size (they become copies in the room): the room, of the
+        same size, can always hold the export, and the host holds one copy of each inode."""
         from clawgym.sandbox.export import WorkspaceExport, clean_mode, resolve_links
 
         exp = WorkspaceExport()
         limit = max_file if max_file is not None else self.max_read
+        budget = max_bytes if max_bytes is not None else (self.max_read * 3 // 4 if self.max_read else None)
+        total = 0
+        inodes: dict[tuple[int, int], bytes] = {}
         root, host_root, parts = self.split(".")
         dfd = self._walk(".", parts, host_root, create=False)
         try:
@@ -275,6 +281,15 @@ class HostFS:
                 if limit is not None and st.st_size > limit:
                     exp.dropped.append({"path": p, "kind": "file", "why": f"larger than {limit} bytes"})
                     continue
+                if budget is not None and total + st.st_size > budget:
+                    exp.dropped.append({"path": p, "kind": "file", "why": f"over the export's {budget}-byte budget"})
+                    continue
+                key = (st.st_dev, st.st_ino)
+                if st.st_nlink > 1 and key in inodes:  # another name of a file read already: one copy on the host
+                    exp.files[p] = inodes[key]
+                    exp.modes[p] = clean_mode(st.st_mode)
+                    total += len(inodes[key])
+                    continue
                 try:
                     f = os.open(e.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
                 except OSError as err:
@@ -297,8 +312,16 @@ class HostFS:
                     if limit is not None and total > limit:
                         exp.dropped.append({"path": p, "kind": "file", "why": f"larger than {limit} bytes"})
                         continue
-                    exp.files[p] = b"".join(chunks)
+                    data = b"".join(chunks)
+                    if budget is not None and total + len(data) > budget:  # grew while read
+                        exp.dropped.append({"path": p, "kind": "file",
+                                            "why": f"over the export's {budget}-byte budget"})
+                        continue
+                    exp.files[p] = data
                     exp.modes[p] = clean_mode(fst.st_mode)
+                    total += len(data)
+                    if fst.st_nlink > 1:
+                        inodes[(fst.st_dev, fst.st_ino)] = data
                 finally:
                     os.close(f)
             if over:
@@ -307,7 +330,7 @@ class HostFS:
         finally:
             os.close(dfd)
         aliases = [r for r, h in self.roots.items() if h == host_root] + [root, self.workspace]
-        resolve_links(exp, tuple(dict.fromkeys(aliases)))
+        resolve_links(exp, tuple(dict.fromkeys(aliases)), None if budget is None else budget - total)
         return exp
 
     def seal(self, path: str, uid: int, gid: int, pin: bool = True) -> None:

@@ -223,6 +223,11 @@ def build_judge_messages(ctx: RubricContext, items: list[RuleInput], max_chars: 
         raise ValueError("build_judge_messages needs the request's nonce")
     rules = [{"name": it.rule.name, "file_path": it.rule.file_path, "scores": it.rule.scores} for it in items]
     parts = [f"## Task prompt\n{ctx.instruction}", "## Rubric rules\n" + json.dumps(rules, indent=2)]
+    # `max_chars` bounds the material in all, not per file: however many files the agent writes, the request
+    # stays the size the judge's context was chosen for (an overflow would be a judge failure of the agent's making)
+    n_mat = len({it.rule.file_path for it in items if it.content is not None}) + \
+        (1 if any(it.content is None for it in items) else 0)
+    max_chars = max(1000, max_chars // max(1, n_mat))
     shown: set[str] = set()
     for it in items:
         fp = it.rule.file_path
@@ -352,21 +357,24 @@ class OpenAIJudge:
 
         nonce = new_nonce()
         messages = build_judge_messages(ctx, items, self.max_chars, nonce=nonce)
-        last, attempt = "no attempt", 0
+        last, attempt, plain = "no attempt", 0, False
         while attempt <= self.max_retries:
             if attempt:
                 time.sleep(self.backoff_s * (2 ** (attempt - 1)))
-            rf = self._format(items, nonce)
+            rf = None if plain else self._format(items, nonce)
             try:
                 kw = {"response_format": rf} if rf is not None else {}
                 resp = self._client.chat.completions.create(
                     model=self.model, messages=messages, temperature=0, max_tokens=self.max_tokens, **kw)
                 text = resp.choices[0].message.content if resp.choices else None
-                return parse_judge_reply(text, items, nonce)
+                out = parse_judge_reply(text, items, nonce)
+                if plain and rf is None and self.response_format_ok:
+                    self.response_format_ok = False  # only now known: the same request got through without it
+                return out
             except openai.BadRequestError as e:
-                if rf is not None:  # the endpoint rejects response_format: plain text from now on, at once
-                    self.response_format_ok = False
-                    last = f"response_format rejected: {type(e).__name__}: {e}"
+                if rf is not None:  # maybe the endpoint rejects response_format: the same request in plain text
+                    plain = True
+                    last = f"response_format rejected?: {type(e).__name__}: {e}"
                     continue
                 last = f"{type(e).__name__}: {e}"
             except JudgeReplyError as e:

@@ -213,6 +213,14 @@ def _run_rubric(task: Task, sandbox, transcript: list | None, judge: Judge, res:
     for rule in rules:
         row = {"name": rule.name, "file_path": rule.file_path, "score": 0.0, "reason": "", "error": None}
         rows.append(row)
+        # first: can any judge here score this rule at all? That depends on the task and the judge only, never
+        # on what the agent wrote -- so no workspace turns a 0 into an excluded (unjudged) rollout
+        if not _can_judge(judge, rule):
+            row["unjudged"] = True
+            row["score"] = None
+            row["reason"] = f"unjudged: {getattr(judge, 'name', 'judge')} cannot score this rule (no proxy declared)"
+            res.unjudged_rules.append(rule.name)
+            continue
         if rule.file_path:
             content = _read_text(sandbox, rule.file_path)
             if content is None:
@@ -223,12 +231,6 @@ def _run_rubric(task: Task, sandbox, transcript: list | None, judge: Judge, res:
                 continue
         else:
             content = None
-        if not _can_judge(judge, rule):
-            row["unjudged"] = True
-            row["score"] = None
-            row["reason"] = f"unjudged: {getattr(judge, 'name', 'judge')} cannot score this rule (no proxy declared)"
-            res.unjudged_rules.append(rule.name)
-            continue
         if content is None and not own and not changed:
             row["reason"] = "no agent output (no assistant message, tool call or changed file)"
             continue
