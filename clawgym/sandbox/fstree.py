@@ -248,6 +248,8 @@ def remove_contents(dfd: int, strict: bool = True) -> None:
 def _sealed_mode(st) -> int:
     if stat.S_ISDIR(st.st_mode):
         return 0o755
+    if st.st_mode & 0o111 and not st.st_mode & 0o444:
+        return 0o111  # execute-only stays execute-only (a process exec'd from it is not dumpable)
     return 0o555 if st.st_mode & 0o111 else 0o444
 
 

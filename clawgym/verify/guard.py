@@ -72,6 +72,7 @@ class Prepared:
     actions: list[dict] = field(default_factory=list)
     odd: list[list] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    shell: str = "bash"  # what runs reward.sh: the sealed execute-only bash on isolating backends
 
 
 def _is_git_config(parts: list[str]) -> bool:
@@ -347,13 +348,20 @@ def prepare_for_verification(task, sandbox: Sandbox, clean_room: bool = False) -
         sandbox.write_file(f"{home}/.keep", b"", 0o644)
         for name in GUARD_FILES:
             sandbox.write_file(f"{guard_dir}/{name}", (SIDE / name).read_bytes(), 0o644)
+        # an execute-only copy of the sandbox's own bash (sealed: root-owned, mode 0111): reward.sh runs in it, and
+        # a process exec'd from a file its user cannot read is not dumpable -- agent code the check runs cannot
+        # open /proc/<reward.sh>/fd (its stdout: the score line) or read its memory. Subshells inherit that.
+        r = sandbox.exec(["/bin/sh", "-c", f'cp /bin/bash "$1/bash" && chmod 0111 "$1/bash"', "sh", guard_dir],
+                         timeout=30)
+        if not r.ok:
+            raise SandboxError(f"the verifier's shell could not be staged: rc {r.rc}: {r.stderr[-300:]}")
         sandbox.seal(guard_dir)
     except SandboxError:
         raise
     except (OSError, ValueError) as e:  # e.g. the agent filled the sandbox's disk: its doing, fail closed
         raise UnsafeWorkspace(f"verifier files could not be written: {type(e).__name__}: {e}") from e
     return Prepared(env=verifier_env(home, guard_dir, sandbox.workspace), home=home, guard_dir=guard_dir,
-                    actions=actions, odd=odd, errors=errors)
+                    actions=actions, odd=odd, errors=errors, shell=f"{guard_dir}/bash")
 
 
 def seal_reward(sandbox: Sandbox, path: str) -> None:

@@ -101,7 +101,7 @@ def _run_reward_dir(task: Task, sandbox, res: VerificationResult, prep: Prepared
     for f in v.reward_files:
         sandbox.write_file(f"{REWARD_DIR}/{f.path}", f.content, f.mode)
     seal_reward(sandbox, REWARD_DIR)
-    r = sandbox.exec(["bash", f"{REWARD_DIR}/reward.sh"], timeout=v.timeout_s, workdir=ws, env=prep.env)
+    r = sandbox.exec([prep.shell, f"{REWARD_DIR}/reward.sh"], timeout=v.timeout_s, workdir=ws, env=prep.env)
     if not _exec_ok(r, res, "reward.sh", v.timeout_s, "exited {rc}", 500):
         return 0.0
     try:

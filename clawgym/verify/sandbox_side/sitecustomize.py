@@ -11,7 +11,9 @@ fall-through:
   ModuleNotFoundError, exactly as on a machine without it; it is never looked up in the workspace;
 * only other names (the agent's `calc.py` that a check imports by design) may come from the workspace;
 * installed distributions (importlib.metadata: entry points, pytest plugins) are discovered in the trusted
-  directories only, so a `*.dist-info` in the workspace cannot register a plugin.
+  directories only, so a `*.dist-info` in the workspace cannot register a plugin;
+* the process makes itself non-dumpable, so code of the agent's that a check runs (same uid) cannot read its
+  memory or descriptors, or ptrace it.
 Nothing else changes: no output, no other side effect.
 """
 
@@ -66,7 +68,20 @@ def _trusted_distributions(*args, **kwargs):
     return _find_distributions(safe)
 
 
+def _not_inspectable():
+    """PR_SET_DUMPABLE 0: no process of the same uid (agent code a check runs by design) may read this verifier
+    process's memory (/proc/<pid>/mem: a nonce), open its descriptors (/proc/<pid>/fd: a pipe to the score) or
+    ptrace it. Inherited by forks; an exec resets it, and every python3 the verifier starts comes here again."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)
+    except Exception:  # pragma: no cover - no libc prctl: nothing more to do here
+        pass
+
+
 def _install():
+    _not_inspectable()
     _machinery.PathFinder.find_distributions = staticmethod(_trusted_distributions)
     for i, f in enumerate(_sys.meta_path):
         if f is _machinery.PathFinder:
