@@ -351,7 +351,7 @@ def prepare_for_verification(task, sandbox: Sandbox, clean_room: bool = False) -
         # an execute-only copy of the sandbox's own bash (sealed: root-owned, mode 0111): reward.sh runs in it, and
         # a process exec'd from a file its user cannot read is not dumpable -- agent code the check runs cannot
         # open /proc/<reward.sh>/fd (its stdout: the score line) or read its memory. Subshells inherit that.
-        r = sandbox.exec(["/bin/sh", "-c", f'cp /bin/bash "$1/bash" && chmod 0111 "$1/bash"', "sh", guard_dir],
+        r = sandbox.exec(["/bin/sh", "-c", 'cp /bin/bash "$1/bash" && chmod 0111 "$1/bash"', "sh", guard_dir],
                          timeout=30)
         if not r.ok:
             raise SandboxError(f"the verifier's shell could not be staged: rc {r.rc}: {r.stderr[-300:]}")
