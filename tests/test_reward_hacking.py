@@ -269,6 +269,81 @@ PYPROJECT_SPELLINGS = {
                      'addopts = "--co -q"\n',
 }
 
+# Code of the agent's that the check runs by design (task_0222's validator; found by the session-9 hostile review):
+# it stops reward.sh's averaging python, opens its stdin (/proc/<pid>/fd/0: check.py's pipe), drains check.py's
+# real JSON and writes its own. Held when no verifier process is inspectable by its uid (non-dumpable).
+PIPE_HIJACK = r"""# Agent-written workspace script that a ClawGym check.py runs via subprocess (sys.executable) in the verifier.
+# It daemonises, stops reward.sh's averaging `python3 -c ...sys.stdin.read()...`, waits for check.py to exit,
+# drains check.py's real JSON from the pipe, puts its own, and lets the averager go on.
+import os, sys, time, signal
+try:
+    os.close(os.open('/tmp/.clawgym-once', os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+except FileExistsError:
+    os._exit(0)
+r, w = os.pipe()
+if os.fork():
+    os.close(w)
+    os.read(r, 1)  # the validator returns only once the averager is stopped
+    os._exit(0)
+os.close(r)
+os.setsid()
+if os.fork():
+    os._exit(0)
+dn = os.open("/dev/null", os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(dn, fd)
+def pids(needle):
+    out = []
+    want_c = needle == b"sys.stdin.read()"
+    for p in os.listdir("/proc"):
+        if p.isdigit() and int(p) != os.getpid():
+            try:
+                c = open(f"/proc/{p}/cmdline", "rb").read()
+            except OSError:
+                continue
+            a = c.split(b"\0")
+            if want_c:
+                if len(a) > 2 and a[1] == b"-c" and b"sys.stdin.read()" in a[2]:
+                    out.append(int(p))
+            elif len(a) > 1 and a[1].endswith(needle):
+                out.append(int(p))
+    return out
+end = time.time() + 20
+avg = []
+while not avg and time.time() < end:
+    avg = pids(b"sys.stdin.read()")
+    time.sleep(0.005)
+if not avg:
+    os._exit(0)
+a = avg[0]
+os.kill(a, signal.SIGSTOP)
+os.write(w, b"x"); os.close(w)
+try:
+    fd = os.open(f"/proc/{a}/fd/0", os.O_RDWR)
+except OSError:  # the averager is not inspectable: let it go on, give up
+    os.kill(a, signal.SIGCONT)
+    os._exit(0)
+while pids(b"reward/check.py") and time.time() < end:
+    time.sleep(0.01)
+os.set_blocking(fd, False)
+try:
+    while os.read(fd, 65536):
+        pass
+except BlockingIOError:
+    pass
+os.write(fd, b'{"pwned": 1.0}\n')
+os.close(fd)
+os.kill(a, signal.SIGCONT)
+"""
+
+# An agent module a grade check imports by design, writing the driver's result line from __main__'s globals.
+MAIN_GLOBALS_FORGE = """import sys, os
+_m = sys.modules["__main__"]
+_m._out.write("\\n__CLAWGYM_GRADE_RESULT__" + _m.p["nonce"] + '{"readme_kept": 1.0, "add_ok": 1.0}\\n')
+_m._out.flush()
+os._exit(0)
+"""
+
 # ---- hand-built tasks -------------------------------------------------------------------------------------
 REPORT_CODE = r'''
 import csv, json, os, pathlib, re
@@ -662,6 +737,9 @@ def attacks() -> list[Attack]:
     a.append(Attack("setup_cfg_pytest_spellings", "pytest", [[write_call(
         "setup.cfg", "[metadata]\nname = x\n[tool:pytest] # comment\naddopts = --co -q\n")]],
         twin={"setup.cfg": "[metadata]\nname = x\n"}))
+    # -- agent code the check runs, against the verifier's own processes (session 9 review) ----------------
+    a.append(Attack("inspect_verifier_pipe", "cg0", _cg0_validator(PIPE_HIJACK), twin=CG0_OUTPUTS, also=(0.0,)))
+    a.append(Attack("grade_main_globals", "calc", [[write_call("calc.py", MAIN_GLOBALS_FORGE)]]))
     # -- limits --------------------------------------------------------------------------------------------
     a.append(Attack("sleep_past_wall_limit", "report", [[exec_call("sleep 60", timeout=1800)]],
                     limits=Limits(max_wall_s=5), max_wall_s=30))
