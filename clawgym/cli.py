@@ -23,6 +23,9 @@ bench_app = typer.Typer(help="Bench partitions and the leaderboard.", no_args_is
 sandbox_app = typer.Typer(help="Sandbox maintenance.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 app.add_typer(sandbox_app, name="sandbox")
+from clawgym.harbor_cli import export_app  # noqa: E402  (issue 23: `clawgym export harbor`)
+
+app.add_typer(export_app, name="export")
 console = Console(width=200)
 
 PARTITION_KINDS = {"model": "model", "policy": "policy", "checkpoint": "checkpoint"}

@@ -1,6 +1,6 @@
 """Bench domain: suites, per-model scores with CIs, the leaderboard."""
 
-from typing import List
+from typing import Dict, List
 
 import dagster as dg
 
@@ -38,6 +38,9 @@ bench_history = dg.AssetSpec(
 class BenchTasksConfig(dg.Config):
     clawgym_dir: str = ""  # a ClawGym-Bench task folder ("" = suite left empty)
     pinchbench_dir: str = ""  # a PinchBench tasks/ folder ("" = suite left empty)
+    harbor_dir: str = ""  # a Harbor task or dataset folder ("" = suite left empty; issue 23)
+    # FROM image -> local image, e.g. {"ubuntu:24.04": "clawgym-sandbox:latest"}
+    harbor_base_images: Dict[str, str] = {}
     limit: int = 0  # 0 = all tasks of the suite
     procedural_n: int = 200  # procedural suite size, balanced over the six categories (ClawGym-Bench has 200)
     strong_policy: str = "oracle"  # once both have bench results, prefer tasks that separate them
@@ -46,8 +49,8 @@ class BenchTasksConfig(dg.Config):
 
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"}, partitions_def=suite_partitions,
           deps=[verifiers, synthetic_tasks, bench_history],  # rejected_tasks, synthetic tasks, earlier results
-          description="Held-out suites: procedural (held-out families that passed validation), clawgym and "
-                      "pinchbench (imported from configurable folders).")
+          description="Held-out suites: procedural (held-out families that passed validation), clawgym, "
+                      "pinchbench and harbor (imported from configurable folders).")
 def bench_tasks(context: dg.AssetExecutionContext, config: BenchTasksConfig,
                 lake: LakeResource) -> dg.MaterializeResult:
     suite = context.partition_key
@@ -64,12 +67,13 @@ def bench_tasks(context: dg.AssetExecutionContext, config: BenchTasksConfig,
         tasks = select_balanced(tasks, config.procedural_n, sep)
         n_separating = sum(1 for t in tasks if sep.get(t.task_id, 0) > 0)
     else:
-        folder = config.clawgym_dir if suite == "clawgym" else config.pinchbench_dir
+        folder = {"clawgym": config.clawgym_dir, "harbor": config.harbor_dir}.get(suite, config.pinchbench_dir)
         tasks = []
         if folder:
             from clawgym.bench.suites import load_suite_folder
 
-            rep = load_suite_folder(folder, suite=suite, split="bench", fmt=suite)
+            rep = load_suite_folder(folder, suite=suite, split="bench", fmt=suite,
+                                    base_images=dict(config.harbor_base_images) if suite == "harbor" else None)
             errors = len(rep.errors)
             for e in rep.errors:
                 context.log.warning(f"import error: {e}")

@@ -9,7 +9,7 @@ from typing import Optional
 
 import dagster as dg
 
-from clawgym_assets import automation, bench, rollouts, synthesis, training
+from clawgym_assets import automation, bench, harbor, rollouts, synthesis, training
 from clawgym_assets.checks import CHECKS
 from clawgym_resources import GraphSettings, default_resources
 
@@ -21,6 +21,7 @@ ASSETS = [
     rollouts.trajectories, rollouts.steps, rollouts.sft_dataset,
     training.base_model, training.checkpoints,
     bench.bench_history, bench.bench_tasks, bench.bench_scores, bench.leaderboard,
+    harbor.harbor_datasets,
 ]
 
 

@@ -10,7 +10,7 @@ import dagster as dg
 
 DEFAULT_SHARDS = 4
 N_SHARDS = DEFAULT_SHARDS  # the default graph's shard count (kept for callers of the old name)
-SUITES = ("procedural", "clawgym", "pinchbench")
+SUITES = ("procedural", "clawgym", "pinchbench", "harbor")
 
 policy_partitions = dg.DynamicPartitionsDefinition(name="policy")
 checkpoint_partitions = dg.DynamicPartitionsDefinition(name="checkpoint")

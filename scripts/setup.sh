@@ -51,6 +51,11 @@ fi
 bash scripts/build_project_image.sh >"$LOGS/project-image.log" 2>&1 || { tail -40 "$LOGS/project-image.log"; exit 1; }
 # --- end issue 15 ----------------------------------------------------------------------------------------------
 
+# --- issue 23, the real Harbor: PyPI harbor in its own Python 3.12 venv (data/harbor-venv) + docker compose v2 ----
+step "Harbor + docker compose v2"
+bash scripts/install_harbor.sh >"$LOGS/harbor.log" 2>&1 || { tail -30 "$LOGS/harbor.log"; exit 1; }
+tail -1 "$LOGS/harbor.log"
+
 step "Waiting for OpenClaw install"
 wait $OC_PID || true
 if [ "$(cat "$LOGS/openclaw.rc" 2>/dev/null)" != "0" ]; then tail -40 "$LOGS/openclaw.log"; exit 1; fi

@@ -13,12 +13,19 @@ def resolve_dir(path: str) -> Path:
     return (p if p.is_absolute() else REPO_ROOT / p).resolve()
 
 
-def load_suite_folder(path: str, *, suite: str, split: str = "bench", fmt: str = "auto"):
-    """ImportReport of a folder. fmt auto: PinchBench when the folder holds *.md task files, else ClawGym."""
+def load_suite_folder(path: str, *, suite: str, split: str = "bench", fmt: str = "auto",
+                      base_images: "dict[str, str] | None" = None):
+    """ImportReport of a folder. fmt auto: PinchBench when the folder holds *.md task files, else ClawGym.
+    fmt "harbor": Harbor task folders (a task that cannot run offline here is one recorded error naming the task,
+    file and line; `base_images` maps a FROM image to a local one)."""
     from clawgym.tasks.clawgym_format import import_clawgym_folder
     from clawgym.tasks.pinchbench import import_pinchbench_folder
 
     d = resolve_dir(path)
+    if fmt == "harbor":
+        from clawgym.tasks.harbor import import_harbor_folder
+
+        return import_harbor_folder(d, suite=suite, split=split, base_images=base_images, runnable_only=True)
     if fmt == "auto":
         fmt = "pinchbench" if d.is_dir() and any(p.name.lower() not in ("readme.md", "task_template.md")
                                                   for p in d.glob("*.md")) else "clawgym"

@@ -10,7 +10,8 @@ from clawgym.tasks.reader import Limits  # noqa: F401
 
 
 def detect_format(path: "str | Path") -> str:
-    """'clawgym_task' | 'clawgym_folder' | 'pinchbench_file' | 'pinchbench_folder' | 'parquet'."""
+    """'clawgym_task' | 'clawgym_folder' | 'harbor_task' | 'harbor_folder' | 'pinchbench_file' |
+    'pinchbench_folder' | 'parquet'."""
     p = Path(path)
     if p.is_file():
         if p.suffix == ".parquet":
@@ -21,9 +22,13 @@ def detect_format(path: "str | Path") -> str:
     if p.is_dir():
         if (p / "data_entry.json").exists() or ((p / "reward").is_dir() and (p / "input_files").is_dir()):
             return "clawgym_task"
+        if (p / "task.toml").is_file():  # Harbor (issue 23): before the .md check (instruction.md)
+            return "harbor_task"
         subs = [d for d in p.iterdir() if d.is_dir() and not d.name.startswith(".")]
         if any((d / "data_entry.json").exists() or (d / "reward").is_dir() for d in subs):
             return "clawgym_folder"
+        if any((d / "task.toml").is_file() for d in subs):
+            return "harbor_folder"
         if (p / "tasks").is_dir() and any((p / "tasks").glob("*.md")):
             return "pinchbench_folder"
         if any(p.glob("*.md")):
@@ -54,6 +59,10 @@ def import_any(path: "str | Path", *, suite: "str | None" = None, limits: "Limit
             rep.tasks.append(clawgym_format.import_clawgym_task(p, suite=suite, limits=limits))
         elif fmt == "clawgym_folder":
             rep = clawgym_format.import_clawgym_folder(p, suite=suite, limits=limits)
+        elif fmt in ("harbor_task", "harbor_folder"):
+            from clawgym.tasks.harbor import import_harbor_folder
+
+            rep = import_harbor_folder(p, suite=suite, limits=limits)
         elif fmt == "pinchbench_file":
             rep.tasks.append(pinchbench.import_pinchbench_file(p, suite=suite, limits=limits))
         elif fmt == "pinchbench_folder":
