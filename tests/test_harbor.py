@@ -259,6 +259,7 @@ def harbor_rewards(dataset: Path, agent: str, jobs: Path, n_concurrent: int = 4)
 @pytest.mark.harbor
 @pytest.mark.docker
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_real_harbor_oracle_and_nop(tmp_path, bwrap_factory):
     """The real Harbor on 6 exported procedural tasks (one per category) and 2 ClawGym fixture tasks:
     `-a oracle` -> every task 1.0 (fixture tasks have no solution: nop only); `-a nop` -> what our verifier
