@@ -66,19 +66,22 @@ def test_discover_registry_and_folders(data):
 
 
 def test_sensor_adds_partitions_and_requests_runs(data):
+    def tick(instance, res_):  # the lake resource has setup/teardown hooks: its context is opened as Dagster does
+        with dg.build_sensor_context(instance=instance, resources=res_) as ctx:
+            return new_checkpoint_sensor(ctx)
+
     with dg.instance_for_test() as instance:
         res_ = {"lake": LakeResource(data_dir=str(data))}
-        ctx = dg.build_sensor_context(instance=instance, resources=res_)
-        res = new_checkpoint_sensor(ctx)
+        res = tick(instance, res_)
         assert not res.run_requests and res.skip_reason
         _drop_checkpoint(data, "ckpt-a")
         lk.Lake.at(data).write(lk.Table.CHECKPOINTS, [{"checkpoint": "ckpt-b", "path": "x"}])
-        res = new_checkpoint_sensor(dg.build_sensor_context(instance=instance, resources=res_))
+        res = tick(instance, res_)
         assert sorted(r.partition_key for r in res.run_requests) == ["ckpt-a", "ckpt-b"]
         assert res.dynamic_partitions_requests[0].partition_keys == ["ckpt-a", "ckpt-b"]
         # once the partitions exist (as the daemon would add them), nothing new is requested
         instance.add_dynamic_partitions("model", ["ckpt-a", "ckpt-b"])
-        res = new_checkpoint_sensor(dg.build_sensor_context(instance=instance, resources=res_))
+        res = tick(instance, res_)
         assert not res.run_requests
 
 
