@@ -33,8 +33,10 @@ execute inside the verifier or change what the verifier reads as configuration:
 
 from __future__ import annotations
 
+import base64
 import re
 import secrets
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -311,6 +313,21 @@ def verifier_env(home: str, guard_dir: str, workspace: str) -> dict[str, str]:
 
 
 GUARD_FILES = ("sitecustomize.py", "protected_modules.txt")
+_BASH: dict[tuple, bytes] = {}
+_BASH_LOCK = threading.Lock()
+
+
+def sandbox_bash(sandbox: Sandbox) -> bytes:
+    """The bytes of the sandbox's own /bin/bash, read once per process and image (through one exec: the host
+    does not know where a backend's root file system lies) -- what the execute-only verifier shell is made of."""
+    key = (type(sandbox).__name__, sandbox.config.image, sandbox.config.rootfs)
+    with _BASH_LOCK:
+        if key not in _BASH:
+            r = sandbox.exec(["base64", "-w0", "/bin/bash"], timeout=60, max_output=16 << 20)
+            if not r.ok or r.truncated:
+                raise SandboxError(f"the sandbox's /bin/bash could not be read: rc {r.rc}: {r.stderr[-300:]}")
+            _BASH[key] = base64.b64decode(r.stdout.strip())
+        return _BASH[key]
 
 
 def _isolating(sandbox) -> bool:
@@ -351,10 +368,7 @@ def prepare_for_verification(task, sandbox: Sandbox, clean_room: bool = False) -
         # an execute-only copy of the sandbox's own bash (sealed: root-owned, mode 0111): reward.sh runs in it, and
         # a process exec'd from a file its user cannot read is not dumpable -- agent code the check runs cannot
         # open /proc/<reward.sh>/fd (its stdout: the score line) or read its memory. Subshells inherit that.
-        r = sandbox.exec(["/bin/sh", "-c", 'cp /bin/bash "$1/bash" && chmod 0111 "$1/bash"', "sh", guard_dir],
-                         timeout=30)
-        if not r.ok:
-            raise SandboxError(f"the verifier's shell could not be staged: rc {r.rc}: {r.stderr[-300:]}")
+        sandbox.write_file(f"{guard_dir}/bash", sandbox_bash(sandbox), 0o111)
         sandbox.seal(guard_dir)
     except SandboxError:
         raise
