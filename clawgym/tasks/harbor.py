@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shlex
 import tomllib
@@ -467,7 +468,7 @@ def _import(td: TaskDir, label: str, suite: str | None, split: str | None, base_
     tests = td.read_tree("tests")
     solution = td.read_tree("solution")
     others: list[File] = []
-    for name in sorted(__import__("os").listdir(td.fd)):
+    for name in sorted(os.listdir(td.fd)):
         if name in (INSTRUCTION, TASK_TOML, "environment", "tests", "solution") or name.startswith("."):
             continue
         k = td.kind(name)
