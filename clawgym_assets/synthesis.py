@@ -303,14 +303,21 @@ def mock_workspaces(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
     shutil.rmtree(tmp, ignore_errors=True)
     exts: dict = {}
     sizes = []
+    failed: dict[str, str] = {}
     for t in tasks:
-        for f in t.files:
-            p = safe_join(tmp, check_name(t.task_id, "task_id"), f.path)  # never outside data/ (issue 22)
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_bytes(f.content)
-            os.chmod(p, f.mode)
-            ext = Path(f.path).suffix.lower() or "(none)"
-            exts[ext] = exts.get(ext, 0) + 1
+        try:  # one task's odd files (a path the host cannot hold) are that task's error, never the asset's
+            for f in t.files:
+                p = safe_join(tmp, check_name(t.task_id, "task_id"), f.path)  # never outside data/ (issue 22)
+                p.parent.mkdir(parents=True, exist_ok=True)
+                p.write_bytes(f.content)
+                os.chmod(p, 0o755 if f.mode & 0o111 else 0o644)
+                ext = Path(f.path).suffix.lower() or "(none)"
+                exts[ext] = exts.get(ext, 0) + 1
+        except (OSError, ValueError) as e:
+            failed[t.task_id] = f"{type(e).__name__}: {str(e)[:300]}"
+            context.log.warning(f"workspace of {t.task_id} not written: {failed[t.task_id]}")
+            shutil.rmtree(tmp / t.task_id, ignore_errors=True)
+            continue
         sizes.append(sum(len(f.content) for f in t.files))
     tmp.mkdir(parents=True, exist_ok=True)
     old = lake.path(f".workspaces.old-{os.getpid()}")
@@ -319,7 +326,8 @@ def mock_workspaces(context: dg.AssetExecutionContext, lake: LakeResource) -> dg
     os.replace(tmp, root)
     shutil.rmtree(old, ignore_errors=True)
     return dg.MaterializeResult(metadata={
-        "n_workspaces": len(tasks), "n_files": sum(exts.values()), "path": str(root),
+        "n_workspaces": len(tasks) - len(failed), "n_failed": len(failed), "failed": dg.MetadataValue.json(failed),
+        "n_files": sum(exts.values()), "path": str(root),
         "by_extension": md_counts("extension", dict(sorted(exts.items()))),
         "bytes_histogram": md_histogram([min(s, 20000) for s in sizes], lo=0, hi=20000, title="bytes"),
     })

@@ -483,3 +483,91 @@ def test_existing_ids_still_pass():
     if sample.is_dir():
         rep = import_any(sample)
         assert rep.ok and len(rep.tasks) == 37, rep.summary()
+
+
+# ---- the session-9 hostile review of the importers (each failed on the code before its fix) -----------------
+def test_review_bundle_tasks_symlink_is_not_followed(tmp_path):
+    from clawgym.tasks import import_any
+
+    outside = tmp_path / "private" / "tasks"
+    outside.mkdir(parents=True)
+    (outside / "secret.md").write_text("---\nid: secret\ngrading_type: llm_judge\n---\n## Prompt\nSECRET PROMPT\n"
+                                       "## LLM Judge Rubric\n- [ ] x\n")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "tasks").symlink_to(outside)
+    rep = import_any(bundle)
+    assert not rep.tasks and rep.errors
+    assert all("SECRET" not in t.instruction for t in rep.tasks)
+
+
+def test_review_file_modes_and_timeouts_and_workspace_are_clean():
+    import math
+
+    from clawgym.tasks import File, Task, Verifier
+
+    assert File(path="a", content=b"", mode=0o6777).mode == 0o755
+    assert File(path="a", content=b"", mode=-1).mode == 0o644
+    assert File(path="a", content=b"", mode=0o666).mode == 0o644
+    for bad in (math.inf, math.nan, -5.0, 1e300, 0.0):
+        with pytest.raises(ValueError, match="timeout"):
+            Verifier(kind="grade", code="x", timeout_s=bad)
+        with pytest.raises(ValueError, match="timeout"):
+            Task(task_id="t", instruction="i", timeout_s=bad)
+    for bad in ("/ws\nRUN curl x", "/app/..", "/a b", "/", "rel/ws", '/a"b'):
+        with pytest.raises(ValueError, match="workspace_dir"):
+            Task(task_id="t", instruction="i", workspace_dir=bad)
+    assert Task(task_id="t", instruction="i", workspace_dir="/app/").workspace_dir == "/app"
+    with pytest.raises(ValueError, match="a file and a folder"):
+        Task(task_id="t", instruction="i", files=[File(path="a", content=b"1"), File(path="a/b", content=b"2")])
+    with pytest.raises(ValueError, match="twice"):
+        Task(task_id="t", instruction="i", files=[File(path="a", content=b"1"), File(path="a", content=b"2")])
+
+
+def test_review_parser_breakers_are_one_error_not_a_crash(tmp_path):
+    from clawgym.tasks import import_any
+
+    (tmp_path / "big.md").write_text("---\nid: big\ntimeout_seconds: " + "9" * 5000 + "\n---\n## Prompt\nhi\n")
+    rep = import_any(tmp_path / "big.md")
+    assert not rep.tasks and len(rep.errors) == 1
+
+
+def test_review_pinchbench_export_never_writes_hidden_or_foreign_files(tmp_path):
+    from clawgym.tasks import import_any
+    from clawgym.tasks.pinchbench import export_pinchbench_task
+
+    b = tmp_path / "bundle"
+    (b / ".git").mkdir(parents=True)
+    (b / ".git" / "config").write_text("[core]\n\tfsmonitor = \"touch PWNED\"\n")
+    (b / "victim.md").write_text("OVERWRITTEN\n")
+    (b / "evil.md").write_text("---\nid: evil\ngrading_type: llm_judge\nworkspace_files:\n"
+                               "  - {source: .git/config, dest: notes.txt}\n  - {source: victim.md, dest: v.txt}\n"
+                               "---\n## Prompt\nhi\n## LLM Judge Rubric\n- [ ] x\n")
+    rep = import_any(b / "evil.md")
+    assert rep.tasks, rep.summary()
+    e = tmp_path / "export"
+    e.mkdir()
+    (e / "victim.md").write_text("the real victim\n")
+    export_pinchbench_task(rep.tasks[0], e / "evil.md")
+    assert not (e / ".git").exists()
+    assert (e / "victim.md").read_text() == "the real victim\n"
+    assert (e / "evil.md").is_file()
+
+
+def test_review_parquet_dictionary_bomb_stops_at_the_cap(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from clawgym.tasks import import_any
+    from clawgym.tasks.parquet_io import TASKS_SCHEMA
+    from clawgym.tasks.reader import Limits
+
+    n, big = 128, "A" * (256 * 1024)
+    cols = {k: pa.nulls(n, type=TASKS_SCHEMA.field(k).type) for k in TASKS_SCHEMA.names}
+    cols["task_id"] = pa.array([f"t{i}" for i in range(n)])
+    cols["instruction"] = pa.array([big] * n)
+    pq.write_table(pa.table(cols, schema=TASKS_SCHEMA), tmp_path / "bomb.parquet", compression="zstd",
+                   use_dictionary=True, dictionary_pagesize_limit=1 << 20)
+    assert (tmp_path / "bomb.parquet").stat().st_size < 1 << 20  # 32 MiB decoded from a small file
+    rep = import_any(tmp_path / "bomb.parquet", limits=Limits(suite_bytes=4 << 20))
+    assert not rep.tasks and "decodes to over" in rep.summary()

@@ -29,7 +29,7 @@ def detect_format(path: "str | Path") -> str:
             return "clawgym_folder"
         if any((d / "task.toml").is_file() for d in subs):
             return "harbor_folder"
-        if (p / "tasks").is_dir() and any((p / "tasks").glob("*.md")):
+        if _real_dir(p / "tasks") and any((p / "tasks").glob("*.md")):
             return "pinchbench_folder"
         if any(p.glob("*.md")):
             return "pinchbench_folder"
@@ -66,7 +66,7 @@ def import_any(path: "str | Path", *, suite: "str | None" = None, limits: "Limit
         elif fmt == "pinchbench_file":
             rep.tasks.append(pinchbench.import_pinchbench_file(p, suite=suite, limits=limits))
         elif fmt == "pinchbench_folder":
-            root = p / "tasks" if (p / "tasks").is_dir() and any((p / "tasks").glob("*.md")) else p
+            root = p / "tasks" if _real_dir(p / "tasks") and any((p / "tasks").glob("*.md")) else p
             rep = pinchbench.import_pinchbench_folder(root, suite=suite or to_name(p.name, "pinchbench"),
                                                       limits=limits)
         else:
@@ -83,7 +83,19 @@ def import_any(path: "str | Path", *, suite: "str | None" = None, limits: "Limit
                     rep.tasks.append(t)
     except TaskError as e:
         rep.errors.append(e)
+    except (ValueError, RecursionError, OverflowError) as e:  # a file built to break a parser: one error, no crash
+        rep.errors.append(TaskError(str(p), None, f"unreadable task source: {type(e).__name__}: {str(e)[:300]}"))
     return rep
+
+
+def _real_dir(p: Path) -> bool:
+    """A directory that is not a symlink (a bundle's `tasks/` must be its own, issue 22)."""
+    import stat as _stat
+
+    try:
+        return _stat.S_ISDIR(p.lstat().st_mode)
+    except OSError:
+        return False
 
 
 __all__ = ["CATEGORIES", "CATEGORY_LABELS", "RUBRIC_SCALE", "File", "RubricProxy", "RubricRule", "Task",

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
+import posixpath
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
@@ -62,6 +65,16 @@ class File(BaseModel):
             raise ValueError(f"file path must be relative and normalised: {v!r}")
         return v
 
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _clean_mode(cls, v: Any) -> int:
+        """Only 0o755 (any exec bit) or 0o644: no set-id, sticky or world-writable bits from any source (issue 22)."""
+        try:
+            m = int(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"file mode must be an integer, got {v!r}") from None
+        return 0o755 if m >= 0 and m & 0o111 else 0o644
+
     @field_serializer("content")
     def _b64(self, v: bytes) -> str:  # JSON form only; Parquet stores raw bytes
         return base64.b64encode(v).decode()
@@ -119,6 +132,17 @@ class ToolCall(BaseModel):
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 
+MAX_TIMEOUT_S = 86_400.0
+WORKSPACE_RE = re.compile(r"^(/[A-Za-z0-9._+-]+)+$")
+
+
+def check_timeout(v: float, field: str) -> float:
+    """A timeout is a finite number of seconds in (0, one day]: `inf` never kills, `nan` crashes timers."""
+    if not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0 or v > MAX_TIMEOUT_S:
+        raise ValueError(f"{field} must be a finite number of seconds in (0, {MAX_TIMEOUT_S:g}], got {v!r}")
+    return float(v)
+
+
 class Verifier(BaseModel):
     """How a task is scored.
 
@@ -136,6 +160,11 @@ class Verifier(BaseModel):
     code_weight: float | None = None
     rubric_weight: float | None = None
     timeout_s: float = 120.0
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _timeout(cls, v: float) -> float:
+        return check_timeout(v, "verifier.timeout_s")
 
     def weights(self) -> tuple[float, float]:
         has_code = self.kind != "none"
@@ -182,6 +211,38 @@ class Task(BaseModel):
     @classmethod
     def _family(cls, v: str) -> str:
         return v if v == "" else check_name(v, "family")
+
+    @field_validator("timeout_s")
+    @classmethod
+    def _timeout(cls, v: float) -> float:
+        return check_timeout(v, "timeout_s")
+
+    @field_validator("workspace_dir")
+    @classmethod
+    def _workspace(cls, v: str) -> str:
+        """An absolute, normalised path of plain characters: it is written into reward.sh, Dockerfiles and
+        task.toml files, so no newline, quote, space or `..` may ride in it (issue 22)."""
+        v = v.rstrip("/") or "/" if isinstance(v, str) else v
+        if not isinstance(v, str) or not WORKSPACE_RE.match(v) or posixpath.normpath(v) != v or v == "/":
+            raise ValueError(f"workspace_dir must be an absolute, normalised path of [A-Za-z0-9._+-] parts, "
+                             f"got {v[:200]!r}")
+        return v
+
+    @field_validator("files")
+    @classmethod
+    def _one_tree(cls, v: list[File]) -> list[File]:
+        """Workspace paths form one tree: no path twice, no file that is also another's folder."""
+        paths = set()
+        for f in v:
+            if f.path in paths:
+                raise ValueError(f"files: {f.path!r} occurs twice")
+            paths.add(f.path)
+        for p in paths:
+            parts = p.split("/")
+            for i in range(1, len(parts)):
+                if "/".join(parts[:i]) in paths:
+                    raise ValueError(f"files: {'/'.join(parts[:i])!r} is a file and a folder of {p!r}")
+        return v
 
     def file_map(self) -> dict[str, bytes]:
         return {f.path: f.content for f in self.files}

@@ -117,7 +117,14 @@ def check_row_sizes(r: dict, where: str, limits: Limits | None = None) -> None:
     tid = r.get("task_id") if isinstance(r.get("task_id"), str) else "?"
     total = 0
     for col in ("files", "reward_files"):
-        for f in r.get(col) or []:
+        fl = r.get(col) or []
+        if len(fl) > lim.task_files:
+            raise TaskError(where, col, f"task {tid!r}: {len(fl)} files, over the per-task cap of {lim.task_files}")
+        for f in fl:
+            path = f.get("path") if isinstance(f, dict) else None
+            if isinstance(path, str) and (path.count("/") > lim.tree_depth or len(path) > 4096):
+                raise TaskError(where, f"{col}[{path[:100]!r}]",
+                                f"task {tid!r}: path deeper than {lim.tree_depth} folders or over 4096 characters")
             n = len(f.get("content") or b"") if isinstance(f, dict) else 0
             if n > lim.file_bytes:
                 raise TaskError(where, f"{col}[{f.get('path')!r}]",
@@ -198,7 +205,16 @@ def _open_table(p: Path, limits: Limits | None, follow: bool) -> pa.Table:
             if raw > lim.suite_bytes:
                 raise TaskError(str(p), None, f"holds {raw} bytes uncompressed, over the per-suite size cap of "
                                               f"{lim.suite_bytes}")
-            return pf.read()
+            # decoded, batch by batch: a dictionary-encoded column can decode to far more than the footer says,
+            # so the cap is checked on what each batch really holds, before the next one is decoded
+            batches, decoded = [], 0
+            for b in pf.iter_batches(batch_size=16):
+                decoded += b.nbytes
+                if decoded > lim.suite_bytes:
+                    raise TaskError(str(p), None, f"decodes to over {lim.suite_bytes} bytes (the per-suite size "
+                                                  "cap; the footer said less)")
+                batches.append(b)
+            return pa.Table.from_batches(batches, schema=pf.schema_arrow)
         except TaskError:
             raise
         except Exception as e:

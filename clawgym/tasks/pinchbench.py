@@ -222,7 +222,8 @@ def _read_asset(src: str, file: str, where: str, md_path: Path, assets_dir: Path
         raise TaskError(file, f"{where}.source", f"{e} (assets are looked up inside the task's folder only)") \
             from None
     for folder, rel in _asset_candidates(src, md_path, assets_dir):
-        if not folder.is_dir():
+        # a folder the user named (assets_dir) may be a link; one found beside the task must be the task's own
+        if not folder.is_dir() or (folder != assets_dir and folder.is_symlink()):
             continue
         try:
             with TaskDir(folder, folder.name, limits=limits, suite=suite_budget, task=task_budget,
@@ -654,18 +655,28 @@ def export_pinchbench_task(task: Task, path: str | Path) -> Path:
             if any("source" in e for e in wfs if isinstance(e, dict)):
                 # write the assets next to the file so the verbatim text re-imports
                 by_dest = {f.path: f for f in task.files}
-                ok = True
+                ok, writes = True, []
                 for e in wfs:
                     if isinstance(e, dict) and "source" in e:
                         dest = str(e.get("dest") or Path(str(e["source"])).name)
+                        src = str(e["source"])
                         try:  # only inside the export's own folder (issue 22)
-                            target = safe_join(p.parent, check_relpath(str(e["source"]), "source"))
+                            target = safe_join(p.parent, check_relpath(src, "source"))
                         except ValueError:
                             target = None
-                        if dest not in by_dest or target is None:
+                        # never a hidden path (.git/config, .ssh/...), never the .md itself, never over a file that
+                        # holds other bytes: the verbatim text is given up instead (rendered below)
+                        hidden = any(c.startswith(".") for c in src.split("/"))
+                        clash = target is not None and target.exists() and (
+                            target.is_symlink() or not target.is_file()
+                            or target.read_bytes() != by_dest.get(dest, File(path="x", content=b"")).content)
+                        if dest not in by_dest or target is None or hidden or target == p or clash:
                             ok = False
                             break
-                        atomic_write_bytes(target, by_dest[dest].content)
+                        writes.append((target, by_dest[dest].content))
+                if ok:
+                    for target, content in writes:
+                        atomic_write_bytes(target, content)
                 if ok:
                     try:
                         again = parse_pinchbench_text(raw, p.name, p, None, task.suite)
