@@ -685,5 +685,15 @@ def export_pinchbench_task(task: Task, path: str | Path) -> Path:
                         text = None
     if text is None:
         text = render_pinchbench(task)
+        # the task's own text must not be able to rewrite its grader on re-import (an instruction that opens a
+        # fence and carries a "## Automated Checks" section, issue 22): the rendered file is read back first
+        try:
+            again = parse_pinchbench_text(text, p.name, p, None, task.suite)
+        except TaskError as e:
+            raise TaskError(task.task_id, e.field, f"the rendered PinchBench file does not read back: {e}") from None
+        if (again.verifier.kind, (again.verifier.code or "").strip()) != (task.verifier.kind,
+                                                                         (task.verifier.code or "").strip()):
+            raise TaskError(task.task_id, "instruction", "cannot be written as PinchBench: its text would change "
+                                                         "the task's grader when the file is read back")
     atomic_write_bytes(p, text.encode("utf-8"))
     return p
