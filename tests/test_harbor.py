@@ -259,27 +259,35 @@ def harbor_rewards(dataset: Path, agent: str, jobs: Path, n_concurrent: int = 4)
 @pytest.mark.harbor
 @pytest.mark.docker
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(3600)
 def test_real_harbor_oracle_and_nop(tmp_path, bwrap_factory):
-    """The real Harbor on 6 exported procedural tasks (one per category) and 2 ClawGym fixture tasks:
-    `-a oracle` -> every task 1.0 (fixture tasks have no solution: nop only); `-a nop` -> what our verifier
-    gives the untouched workspace. Rewards from Harbor's result files == verify_task's."""
+    """The real Harbor on the local docker engine: the procedural bench tasks (4 code-only per category, 24;
+    CLAWGYM_HARBOR_PER_CATEGORY to change) exported, `-a oracle` -> every task 1.0; `-a nop` on them and on the
+    ClawGym fixture tasks (no solutions: nop only; CLAWGYM_HARBOR_FIXTURES=N for the first N) -> what our
+    verifier gives the untouched workspace. Rewards from Harbor's own result files == verify_task's."""
     _harbor_bin()
     from clawgym.verify.runtime import verify_noop
 
-    tasks = procedural_tasks(1)
+    tasks = procedural_tasks(int(os.environ.get("CLAWGYM_HARBOR_PER_CATEGORY", "4")))
     export_harbor_dataset(tasks, tmp_path / "ds")
     oracle = harbor_rewards(tmp_path / "ds", "oracle", tmp_path / "jobs-oracle")
     assert oracle == {t.task_id: 1.0 for t in tasks}
     fixture = []
     if CLAWGYM_SAMPLE.is_dir():
-        fixture = [t for t in import_any(CLAWGYM_SAMPLE).tasks if t.task_id in ("task_0076", "task_0168")]
+        fixture = import_any(CLAWGYM_SAMPLE).tasks
+        n = os.environ.get("CLAWGYM_HARBOR_FIXTURES")
+        fixture = fixture[: int(n)] if n else fixture
         export_harbor_dataset(fixture, tmp_path / "ds")  # the same folder: nop over both kinds
     nop = harbor_rewards(tmp_path / "ds", "nop", tmp_path / "jobs-nop")
     ours = {t.task_id: verify_noop(t, bwrap_factory).score for t in tasks + fixture}
     assert nop.keys() == ours.keys()
     for k in ours:
         assert nop[k] == pytest.approx(ours[k], abs=1e-9), k
+    if fixture:
+        expected = json.loads((FIX / "clawgym_train_sample_noop_scores.json").read_text())
+        assert {t.task_id: nop[t.task_id] for t in fixture} == pytest.approx(
+            {t.task_id: expected[t.task_id] for t in fixture}, abs=1e-9)
+
 
 
 def test_harbor_datasets_asset_and_cli(tmp_path):
