@@ -270,6 +270,8 @@ def export_harbor_dataset(tasks: list[Task], out_dir: "str | Path", *, name: str
     seen: set[str] = set()
     for t in tasks:
         check_name(t.task_id, "task_id")
+        if t.task_id == "clawgym_dataset.json":  # the index's own name: a task folder there would clash with it
+            raise TaskError(t.task_id, "task_id", "reserved name (the dataset index)")
         if t.task_id in seen:
             raise TaskError(t.task_id, "task_id", f"duplicate task_id {t.task_id!r}")
         seen.add(t.task_id)
