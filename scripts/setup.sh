@@ -39,7 +39,7 @@ bash scripts/build_sandbox_image.sh >"$LOGS/image.log" 2>&1 || { tail -40 "$LOGS
 
 # --- issue 15, the production-shaped stack (deploy/, scripts/stack.sh; owner: stack) -------------------------
 # PostgreSQL from Debian for the stack's Dagster storage (no default cluster: stack.sh makes its own under
-# data/stack/pg), and the project image the DockerRunLauncher starts runs in (offline, after the pip installs:
+# /var/lib/clawgym/stack-pg/<id>: outside the owner-only data root), and the project image the DockerRunLauncher starts runs in (offline, after the pip installs:
 # it copies this Python prefix; ~90 s the first time, seconds when only code changed).
 step "Stack: PostgreSQL + project image"
 if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then

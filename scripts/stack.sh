@@ -26,8 +26,11 @@ POOL_LIMIT="${CLAWGYM_STACK_POOL_LIMIT:-2}"
 SHARDS="${CLAWGYM_SHARDS:-4}"
 PROJECT_IMAGE="${CLAWGYM_PROJECT_IMAGE:-clawgym-project:latest}"
 STACK_ID="$(printf '%s' "$STACK" | sha256sum | cut -c1-12)"
-PGDATA="$STACK/pg"
-PGRUN="$STACK/pg-run"  # unix socket dir + server log (owned by postgres)
+# Postgres' own files live outside the data root, which is owner-only (issue 22: the postgres user may not enter
+# it); one folder per stack dir, removed by `down --purge`
+PGHOME="${CLAWGYM_PG_HOME:-/var/lib/clawgym/stack-pg/$STACK_ID}"
+PGDATA="$PGHOME/pg"
+PGRUN="$PGHOME/pg-run"  # unix socket dir + server log (owned by postgres)
 PY="$(command -v python3)"
 PYBIN="$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")"
 export DOCKER_HOST="${DOCKER_HOST:-unix:///var/run/docker.sock}"
@@ -93,8 +96,8 @@ start_pg() {
   mkdir -p "$PGRUN"
   chown postgres: "$PGRUN"
   chmod 700 "$PGRUN"
-  # the postgres user must reach $STACK (every parent searchable), else set CLAWGYM_STACK_DIR elsewhere
-  runuser -u postgres -- test -x "$STACK" || { log "the postgres user cannot reach $STACK"; exit 1; }
+  # the postgres user must reach $PGHOME (every parent searchable), else set CLAWGYM_PG_HOME elsewhere
+  runuser -u postgres -- test -x "$PGHOME" || { log "the postgres user cannot reach $PGHOME"; exit 1; }
   if [[ ! -f "$PGDATA/PG_VERSION" ]]; then
     log "initdb $PGDATA"
     rm -rf "$PGDATA"
@@ -198,7 +201,7 @@ down() {
   # mounts under the stack dir (launched runs make none: plain state dirs), then the scratch dirs
   awk -v t="$STACK/" 'index($2, t) == 1 {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null || true
   rm -rf --one-file-system "$STACK/sbx" "$STACK/tmp"
-  if [[ "${1:-}" == --purge ]]; then rm -rf --one-file-system "$STACK"; fi
+  if [[ "${1:-}" == --purge ]]; then rm -rf --one-file-system "$STACK" "$PGHOME"; fi
   log "down"
 }
 
