@@ -234,6 +234,11 @@ def _finish(v: TaskValidation, t: Task, hacker: str, bound: float | None) -> Tas
     _judge(v, has_reference=bool(t.reference), hacker=hacker, bound=bound)
     if not v.compiles:
         v.passed, v.reason = False, v.reason or "verifier does not compile"
+    return _first_error(v)
+
+
+def _first_error(v: TaskValidation) -> TaskValidation:
+    """A failed validation's reason ends with its first error (both paths: batched and validate_task)."""
     if v.errors and not v.passed:
         v.reason += f" [first error: {v.errors[0][:200]}]"
     return v
@@ -438,7 +443,7 @@ def validate_task(task: Task, factory: Any, judge: Any = None, hacker: str = DEF
         if hacker != "off":
             v.exploit_scores = {n: score(ev) for n, ev in exploits(task, None).items()}
         v.duration_s = time.perf_counter() - t0
-        return _judge(v, has_reference=False, hacker=hacker, bound=bound)
+        return _first_error(_judge(v, has_reference=False, hacker=hacker, bound=bound))
     with factory.open(task.files) as sb:
         v.errors += replay_errors(apply_reference(sb, task.reference or []))
         after = sb.snapshot()
@@ -457,7 +462,7 @@ def validate_task(task: Task, factory: Any, judge: Any = None, hacker: str = DEF
     if hacker != "off":
         v.exploit_scores = {n: score(ev) for n, ev in exploits(task, overlay).items()}
     v.duration_s = time.perf_counter() - t0
-    return _judge(v, has_reference=bool(task.reference), hacker=hacker, bound=bound)
+    return _first_error(_judge(v, has_reference=bool(task.reference), hacker=hacker, bound=bound))
 
 
 def exploit_check(task: Task, factory: Any, judge: Any = None, bound: float | None = HACK_BOUND) -> dict[str, Any]:
