@@ -104,7 +104,10 @@ def test_trained_model_reproduces_the_trajectory_through_the_server(trained, mon
     with open_endpoint(spec) as ep:
         assert ep.token_ids  # the embedded server is asked for the sampled tokens
         # one raw request: the first turn ends by itself with a tool call
-        r = httpx.post(ep.base_url + "/chat/completions", timeout=120, json={
+        from clawgym.agent.servers import server_token
+
+        r = httpx.post(ep.base_url + "/chat/completions", timeout=120,  # the server's bearer token (issue 22)
+                       headers={"Authorization": f"Bearer {server_token()}"}, json={
             "model": ep.model, "messages": msgs[:2], "tools": tools, "max_tokens": 200, "temperature": 0,
             "return_token_ids": True, "logprobs": True}).json()
         choice = r["choices"][0]
