@@ -272,7 +272,7 @@ PYPROJECT_SPELLINGS = {
 # Code of the agent's that the check runs by design (task_0222's validator; found by the session-9 hostile review):
 # it stops reward.sh's averaging python, opens its stdin (/proc/<pid>/fd/0: check.py's pipe), drains check.py's
 # real JSON and writes its own. Held when no verifier process is inspectable by its uid (non-dumpable).
-PIPE_HIJACK = r"""# Agent-written workspace script that a ClawGym check.py runs via subprocess (sys.executable) in the verifier.
+PIPE_HIJACK = r"""# Agent-written workspace script that a ClawGym check.py runs via subprocess (sys.executable).
 # It daemonises, stops reward.sh's averaging `python3 -c ...sys.stdin.read()...`, waits for check.py to exit,
 # drains check.py's real JSON from the pipe, puts its own, and lets the averager go on.
 import os, sys, time, signal

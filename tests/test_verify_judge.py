@@ -96,7 +96,8 @@ def good_reply(clarity=0.75, tone=1):
 
 
 def test_judge_end_to_end_with_retries(fake):
-    fake.queue = [(500, "overloaded"), (200, "I think it is great!"), (200, lambda b: "```json\n" + verdict(nonce_of(b)) + "\n```")]
+    fake.queue = [(500, "overloaded"), (200, "I think it is great!"),
+                  (200, lambda b: "```json\n" + verdict(nonce_of(b)) + "\n```")]
     j = OpenAIJudge(fake.url, "judge-m", api_key_env="JUDGE_KEY", backoff_s=0.01)
     assert SECRET not in repr(j)
     with TmpSandbox(task().files) as sb:
