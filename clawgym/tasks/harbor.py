@@ -23,6 +23,7 @@ Export (`export_harbor_task`, `export_harbor_dataset`): any Task runs in Harbor 
   mechanism -- a ``[[verifier.collect]]`` hook tars the workspace in the agent's container, the tar is a task
   ``artifacts`` entry, Harbor re-materialises it at the same path in the verifier's container, and test.sh
   replaces the workspace with its regular files and folders (links and special files dropped) before verifying.
+- solution/program.json (when the task has a program_reference): the program teacher's tool calls, read back on import.
 - solution/solve.sh (when the task has a reference): replays the reference tool calls with the agent tools' own
   semantics (solution/toolcore.py is clawgym.agent.toolcore verbatim), as our `oracle` policy does.
 - task.toml: [agent] timeout_sec = Task.timeout_s, [verifier] timeout_sec, [environment] cpus / memory_mb /
@@ -62,11 +63,12 @@ from clawgym.tasks import reader
 from clawgym.tasks._io import AtomicDir, ImportReport, import_entries, make_task, write_tree
 from clawgym.tasks.model import File, Task, TaskError, ToolCall, Verifier
 from clawgym.tasks.names import NAME_RULE, check_name, is_name, safe_join, to_name
-from clawgym.tasks.reader import Budget, Limits, TaskDir
+from clawgym.tasks.reader import Budget, Limits, TaskDir, load_json
 
 FORMAT = "harbor"
 SIDE = Path(__file__).parent / "harbor_side"
 DEFAULT_BASE_IMAGE = "clawgym-sandbox:latest"
+PROGRAM_FILE = "program.json"  # solution/program.json: Task.program_reference (the program teacher's calls)
 LOCAL_IMAGES = (DEFAULT_BASE_IMAGE,)  # images the offline engine has (more via base_images / local_images)
 EXPORT_DIR = "/tmp/clawgym-export"  # a directory artifact (Harbor types an entry before the collect hook runs)
 EXPORT_TAR = EXPORT_DIR + "/workspace.tar"  # the agent's workspace as data, handed to the separate verifier
@@ -218,9 +220,38 @@ def _verifier_files(task: Task) -> list[File]:
     return out
 
 
+def _program_file(task: Task) -> list[File]:
+    """solution/program.json: the program teacher's tool calls (Task.program_reference), when the task has them."""
+    if not task.program_reference:
+        return []
+    calls = [c.model_dump(mode="json") for c in task.program_reference]
+    return [File(path=PROGRAM_FILE, content=(json.dumps(calls, indent=1, ensure_ascii=False) + "\n").encode())]
+
+
+def _read_program(label: str, solution: list[File], limits: Limits | None) -> list[ToolCall] | None:
+    """Task.program_reference from solution/program.json (None when absent); TaskError naming the file and field."""
+    f = next((f for f in solution if f.path == PROGRAM_FILE), None)
+    if f is None:
+        return None
+    fname = f"{label}/solution/{PROGRAM_FILE}"
+    text = _decode(f)
+    if text is None:
+        raise TaskError(fname, None, "is not valid UTF-8")
+    data = load_json(text, fname, None, limits)
+    if not isinstance(data, list) or not data:
+        raise TaskError(fname, None, "must be a non-empty JSON list of tool calls")
+    out = []
+    for i, c in enumerate(data):
+        if not isinstance(c, dict) or not isinstance(c.get("name"), str) or not isinstance(c.get("arguments", {}),
+                                                                                           dict):
+            raise TaskError(fname, f"[{i}]", 'must be {"name": <tool>, "arguments": {...}}')
+        out.append(ToolCall(name=c["name"], arguments=c.get("arguments", {})))
+    return out
+
+
 def _solution_files(task: Task) -> list[File]:
     if not task.reference:
-        return []
+        return _program_file(task)
     calls = [c.model_dump() for c in task.reference]
     sh = ("#!/usr/bin/env bash\n"
           f"# clawgym reference solution for {task.task_id}: its tool calls replayed with the agent tools' semantics\n"
@@ -229,7 +260,8 @@ def _solution_files(task: Task) -> list[File]:
     return [File(path="solve.sh", content=sh.encode(), mode=0o755),
             File(path="clawgym_solve.py", content=_side("clawgym_solve.py").encode()),
             File(path="toolcore.py", content=(Path(__file__).parent.parent / "agent" / "toolcore.py").read_bytes()),
-            File(path="reference.json", content=(json.dumps(calls, indent=1, ensure_ascii=False) + "\n").encode())]
+            File(path="reference.json", content=(json.dumps(calls, indent=1, ensure_ascii=False) + "\n").encode()),
+            *_program_file(task)]
 
 
 def harbor_task_files(task: Task, *, base_image: str = DEFAULT_BASE_IMAGE, separate: bool = True,
@@ -588,7 +620,8 @@ def _import(td: TaskDir, label: str, suite: str | None, split: str | None, base_
         subcategory=_meta_str(meta, "subcategory"), seed=seed if isinstance(seed, int) else None,
         difficulty=difficulty, instruction=instruction, files=sorted(ws_files.values(), key=lambda f: f.path),
         verifier=Verifier(kind="reward_dir", reward_files=reward_files, timeout_s=verifier_timeout + 30.0),
-        reference=reference, workspace_dir=workdir, timeout_s=agent_timeout, source=source)
+        reference=reference, program_reference=_read_program(label, solution, td.limits), workspace_dir=workdir,
+        timeout_s=agent_timeout, source=source)
 
 
 def _entries(root: Path) -> list[Path]:

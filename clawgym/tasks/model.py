@@ -34,6 +34,7 @@ CATEGORY_LABELS: dict[str, str] = {
 Route = Literal["persona", "skill", "procedural", "imported"]
 Split = Literal["train", "bench"]
 RUBRIC_SCALE = ("0", "0.25", "0.5", "0.75", "1")
+TOOL_NAMES = ("read", "write", "edit", "exec", "ls", "apply_patch")  # the agent's tools (clawgym.agent.toolcore)
 
 
 class TaskError(ValueError):
@@ -195,6 +196,10 @@ class Task(BaseModel):
     files: list[File] = Field(default_factory=list)
     verifier: Verifier = Field(default_factory=Verifier)
     reference: list[ToolCall] | None = None
+    # the program teacher's solution (issue 24): one generic program of the task's family that computes every
+    # deliverable from the workspace (clawgym.synth.solutions), recorded by synthesis; None = the family has none.
+    # `reference` replays the answers the generator computed; this shows *how* to get them.
+    program_reference: list[ToolCall] | None = None
     workspace_dir: str = DEFAULT_WORKSPACE
     timeout_s: float = 600.0
     # source-format details needed for byte-exact export (e.g. ClawGym data_entry.json text, PinchBench sections)
@@ -226,6 +231,19 @@ class Task(BaseModel):
         if not isinstance(v, str) or not WORKSPACE_RE.match(v) or posixpath.normpath(v) != v or v == "/":
             raise ValueError(f"workspace_dir must be an absolute, normalised path of [A-Za-z0-9._+-] parts, "
                              f"got {v[:200]!r}")
+        return v
+
+    @field_validator("program_reference")
+    @classmethod
+    def _program_reference(cls, v: list[ToolCall] | None) -> list[ToolCall] | None:
+        """None, or a non-empty list of tool calls, each naming an agent tool."""
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("program_reference must be null or a non-empty list of tool calls")
+        for i, c in enumerate(v):
+            if c.name not in TOOL_NAMES:
+                raise ValueError(f"program_reference[{i}].name: {c.name!r} is not one of {', '.join(TOOL_NAMES)}")
         return v
 
     @field_validator("files")

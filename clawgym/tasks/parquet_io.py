@@ -44,11 +44,15 @@ TASKS_SCHEMA = pa.schema([
     ("rubric_weight", pa.float64()),
     ("verifier_timeout_s", pa.float64()),
     ("reference_json", pa.string()),  # JSON list of ToolCall, or null
+    ("program_reference_json", pa.string()),  # JSON list of ToolCall (the program teacher's), or null; optional
     ("workspace_dir", pa.string()),
     ("timeout_s", pa.float64()),
     ("source_json", pa.string()),
     ("fingerprint", pa.string()),  # sha256 of instruction + workspace (derived; for dedupe/joins)
 ], metadata={b"clawgym.table": b"tasks", b"clawgym.schema_version": b"1"})
+
+
+OPTIONAL_COLUMNS = ("fingerprint", "program_reference_json")  # derived, or added later (a file without reads as null)
 
 
 def _files(fs: list[File]) -> list[dict]:
@@ -67,6 +71,8 @@ def task_to_row(t: Task) -> dict:
         "rubric_json": None if v.rubric is None else json.dumps([r.model_dump(mode="json") for r in v.rubric]),
         "code_weight": v.code_weight, "rubric_weight": v.rubric_weight, "verifier_timeout_s": v.timeout_s,
         "reference_json": None if t.reference is None else json.dumps([c.model_dump(mode="json") for c in t.reference]),
+        "program_reference_json": None if t.program_reference is None else json.dumps(
+            [c.model_dump(mode="json") for c in t.program_reference]),
         "workspace_dir": t.workspace_dir, "timeout_s": t.timeout_s,
         "source_json": json.dumps(t.source, sort_keys=True), "fingerprint": t.fingerprint(),
     }
@@ -83,6 +89,7 @@ def row_to_task(r: dict, where: str = "tasks") -> Task:
     try:
         rubric = r.get("rubric_json")
         ref = r.get("reference_json")
+        prog = r.get("program_reference_json")  # absent in files written before issue 24
         return Task(
             task_id=r["task_id"], suite=r["suite"], split=r["split"], route=r["route"], family=r["family"],
             category=r["category"], subcategory=r["subcategory"], persona_id=r["persona_id"],
@@ -96,6 +103,7 @@ def row_to_task(r: dict, where: str = "tasks") -> Task:
                 rubric=None if rubric is None else [RubricRule.model_validate(x) for x in json.loads(rubric)],
                 code_weight=r["code_weight"], rubric_weight=r["rubric_weight"], timeout_s=r["verifier_timeout_s"]),
             reference=None if ref is None else [ToolCall.model_validate(x) for x in json.loads(ref)],
+            program_reference=None if prog is None else [ToolCall.model_validate(x) for x in json.loads(prog)],
             workspace_dir=r["workspace_dir"], timeout_s=r["timeout_s"],
             source=json.loads(r["source_json"]) if r.get("source_json") else {},
         )
@@ -131,14 +139,14 @@ def check_row_sizes(r: dict, where: str, limits: Limits | None = None) -> None:
                                 f"task {tid!r}: {n} bytes, over the per-file size cap of {lim.file_bytes}")
             total += n
     total += sum(len(r.get(k) or "") for k in ("instruction", "verifier_code", "rubric_json", "reference_json",
-                                                "source_json") if isinstance(r.get(k), str))
+                                                "program_reference_json", "source_json") if isinstance(r.get(k), str))
     if total > lim.task_bytes:
         raise TaskError(where, "files", f"task {tid!r}: {total} bytes, over the per-task size cap of {lim.task_bytes}")
 
 
 def table_to_tasks(table: pa.Table, where: str = "tasks") -> list[Task]:
     """The Tasks of a TASKS_SCHEMA table; TaskError for the first missing column."""
-    missing = [n for n in TASKS_SCHEMA.names if n not in table.column_names and n != "fingerprint"]
+    missing = [n for n in TASKS_SCHEMA.names if n not in table.column_names and n not in OPTIONAL_COLUMNS]
     if missing:
         raise TaskError(where, missing[0], "missing")
     return [row_to_task(r, where) for r in table.to_pylist()]
@@ -148,7 +156,7 @@ def table_to_report(table: pa.Table, where: str = "tasks", limits: Limits | None
     """Like table_to_tasks, but a bad row (a bad name, a file over the caps, a duplicate task_id) is one error
     in the report and the other rows are still imported."""
     rep = ImportReport()
-    missing = [n for n in TASKS_SCHEMA.names if n not in table.column_names and n != "fingerprint"]
+    missing = [n for n in TASKS_SCHEMA.names if n not in table.column_names and n not in OPTIONAL_COLUMNS]
     if missing:
         rep.errors.append(TaskError(where, missing[0], "missing"))
         return rep
