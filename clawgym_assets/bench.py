@@ -107,6 +107,7 @@ class BenchScoresConfig(dg.Config):
     retry_wait_s: float = 2.0
     request_attempts: int = 0  # tries per model request (0 = the endpoint kind's default)
     request_backoff_s: float = 1.0
+    workers: int = 1  # rollouts in flight at once (a local model server batches them)
 
 
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"}, partitions_def=model_partitions, pool="sandboxes",
@@ -151,7 +152,8 @@ def bench_scores(context: dg.AssetExecutionContext, config: BenchScoresConfig, l
                                            max_completion_tokens=config.max_completion_tokens),
                              judge=judge.judge(), runtime=openclaw.runtime(), openclaw_opts=openclaw.opts(),
                              run_id=context.run.run_id, pass_threshold=config.pass_threshold, log=context.log.info,
-                             attempts=config.attempts, retry_wait_s=config.retry_wait_s, retry=retry)
+                             attempts=config.attempts, retry_wait_s=config.retry_wait_s, retry=retry,
+                             workers=config.workers)
             lake.write(Table.BENCH_RESULTS, rows, {"model": model, "suite": suite})
             rows = effective_rows(rows, BENCH_RESULT_KEY)
             # only scored rollouts enter means/CIs; infra and unjudged are counted, never scored as 0

@@ -54,26 +54,33 @@ def result_row(ro, *, model: str, suite: str, repeat: int, pass_threshold: float
 def run_suite(tasks: Iterable, policy, factory, *, model: str, suite: str, repeats: int = 1, limits=None,
               judge=None, runtime: str = "builtin", openclaw_opts: dict | None = None, run_id: str = "",
               pass_threshold: float = 1.0, log: Callable[[str], Any] | None = None, attempts: int = 3,
-              retry_wait_s: float = 2.0, retry=None) -> list[dict]:
-    """Roll out every task `repeats` times with one live endpoint; returns bench_results rows.
-    Infra failures (score None after `attempts` rollout-level tries, `retry` = per-request RetryPolicy) keep score
-    None and failure_class="infra"; "unjudged" rollouts keep score None too: neither is ever scored as 0."""
+              retry_wait_s: float = 2.0, retry=None, workers: int = 1) -> list[dict]:
+    """Roll out every task `repeats` times with one live endpoint; returns bench_results rows (in task, repeat
+    order). Infra failures (score None after `attempts` rollout-level tries, `retry` = per-request RetryPolicy) keep
+    score None and failure_class="infra"; "unjudged" rollouts keep score None too: neither is ever scored as 0.
+    `workers`: rollouts in flight at once (a local model server batches their requests: continuous batching)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from clawgym.agent.policies import get_policy, open_endpoint
     from clawgym.agent.rollout import run_rollout
 
     tasks = list(tasks)
     spec = get_policy(policy)
-    rows: list[dict] = []
+    jobs = [(t, r) for t in tasks for r in range(repeats)]
     with open_endpoint(spec, tasks) as ep:
-        for t in tasks:
-            for r in range(repeats):
-                ro = run_rollout(t, ep, factory, limits=limits, judge=judge, runtime=runtime,
-                                 openclaw_opts=openclaw_opts, attempts=attempts, retry_wait_s=retry_wait_s,
-                                 retry=retry)
-                ro.policy = model
-                rows.append(result_row(ro, model=model, suite=suite, repeat=r, pass_threshold=pass_threshold,
-                                       run_id=run_id))
-                if log:
-                    log(f"{model} {suite} {t.task_id} r{r}: score={ro.score} {ro.failure_class}"
-                        + (f" ({ro.error[:200]})" if ro.error and ro.failure_class != "ok" else ""))
-    return rows
+        def one(job):
+            t, r = job
+            ro = run_rollout(t, ep, factory, limits=limits, judge=judge, runtime=runtime,
+                             openclaw_opts=openclaw_opts, attempts=attempts, retry_wait_s=retry_wait_s,
+                             retry=retry)
+            ro.policy = model
+            row = result_row(ro, model=model, suite=suite, repeat=r, pass_threshold=pass_threshold, run_id=run_id)
+            if log:
+                log(f"{model} {suite} {t.task_id} r{r}: score={ro.score} {ro.failure_class}"
+                    + (f" ({ro.error[:200]})" if ro.error and ro.failure_class != "ok" else ""))
+            return row
+
+        if workers <= 1:
+            return [one(j) for j in jobs]
+        with ThreadPoolExecutor(workers) as ex:
+            return list(ex.map(one, jobs))
