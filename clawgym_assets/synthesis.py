@@ -122,6 +122,8 @@ class SyntheticTasksConfig(LLMRouteConfig):
     n: int = 24  # procedural tasks (route procedural | both)
     families: List[str] = []  # [] = all registered families
     heldout_per_category: int = 1  # whole families per category kept out of training (procedural bench)
+    heldout_families: List[str] = []  # exactly these families are held out ([] = heldout_per_category per category)
+    bench_new_seeds: int = 0  # per family, this many new seeds (1000, 1001, ...) join the bench (held-in rows)
     gates: bool = True  # run the procedural tasks through the synthesis gates here (in the sandbox)
     dedupe_threshold: float = 0.90  # MiniLM cosine at or above which a task is a near-duplicate
     workers: int = 1  # gate workers (sandboxes) for the procedural tasks
@@ -238,7 +240,9 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
                          personas=people or None, workers=config.workers,
                          held_out_per_category=config.heldout_per_category, dedupe_threshold=config.dedupe_threshold,
                          embed=embed, validate=config.gates, llm=plan,
-                         gate_cache_dir=str(lake.path("cache", "gates")))
+                         gate_cache_dir=str(lake.path("cache", "gates")),
+                         heldout_families=list(config.heldout_families) or None,
+                         bench_new_seeds=config.bench_new_seeds)
     tasks = res.tasks
     for t in tasks:
         t.suite = "procedural" if t.route == "procedural" else "llm"

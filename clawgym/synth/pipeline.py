@@ -9,7 +9,13 @@ runs over all accepted tasks together (workspace fingerprint for procedural task
 `dedupe_threshold` within a
 category across LLM tasks and one representative per procedural family). Split: held-out procedural families
 are the bench split (`split_by_family`, over the procedural tasks only, so adding LLM tasks never changes the
-procedural split); other tasks are train."""
+procedural split; or exactly the `heldout_families` named); other tasks are train. `bench_new_seeds`: that many
+new seeds (from `new_seed_start`) of every generated family join the bench split too, so a bench can tell "new
+seeds of the training families" (held-in) from "held-out families".
+
+Every procedural task carries its references: `reference` (the replay of the answers the generator computed)
+and, where its family has a program solution, `program_reference` (clawgym.synth.solutions.with_program): the
+program teacher replays that data and imports nothing from synthesis."""
 
 from __future__ import annotations
 
@@ -18,10 +24,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from clawgym.synth.families.base import generate_procedural
+from clawgym.synth.families.base import all_families, generate_procedural, get_family
 from clawgym.synth.gates import (
     Rejected, TaskValidation, dedupe, rejected_from_validations, split_by_family, validate_many,
 )
+from clawgym.synth.solutions import with_program
 from clawgym.tasks.model import Task
 
 # gate names in the order a candidate meets them (rejection `stage` values); "gates" = an unclassified gate
@@ -192,16 +199,31 @@ def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] |
                personas: list[Any] | None = None, workers: int = 1, chunk: int = 100,
                held_out_per_category: int = 1, dedupe_threshold: float = 0.90, embed: Any = None,
                extra_tasks: list[Task] | None = None, validate: bool = True, forkserver: bool = True,
-               llm: LLMPlan | None = None, gate_cache_dir: str | None = None) -> SynthResult:
+               llm: LLMPlan | None = None, gate_cache_dir: str | None = None,
+               heldout_families: list[str] | None = None, bench_new_seeds: int = 0,
+               new_seed_start: int = 1000) -> SynthResult:
     """n procedural tasks (n=0: none) + `extra_tasks` (which must carry their own verifiers) through the gates,
     plus — with `llm` — the LLM route's candidates (gated by the LLM route), then dedupe over all of them and the
     held-out-family split. factory=None validates on the host (dev only). forkserver=False replays/grades with
     real python3 processes only (same results, slower). `gate_cache_dir`: gate results cached by content
-    (clawgym.synth.gates.GateCache; the `verifiers` asset reads the same cache)."""
+    (clawgym.synth.gates.GateCache; the `verifiers` asset reads the same cache). `heldout_families`: exactly these
+    procedural families are the bench split (default: `held_out_per_category` per category, drawn by `seed`);
+    `bench_new_seeds`: per generated family, that many more tasks of seeds `new_seed_start`, ... in the bench
+    split (new seeds of the training families)."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    tasks = (generate_procedural(n, seed=seed, families=families, personas=personas) if n > 0 else []) \
-        + list(extra_tasks or [])
+    unknown = sorted(set(heldout_families or []) - set(families or [f.name for f in all_families()]))
+    if unknown:
+        raise ValueError(f"heldout_families: {unknown} are not among the generated families")
+    proc = generate_procedural(n, seed=seed, families=families, personas=personas) if n > 0 else []
+    if proc and bench_new_seeds > 0:
+        if new_seed_start <= max(t.seed or 0 for t in proc):
+            raise ValueError(f"new_seed_start {new_seed_start} must be above the training seeds "
+                             f"(up to {max(t.seed or 0 for t in proc)})")
+        fams = sorted({t.family for t in proc})
+        proc += [get_family(f).generate(new_seed_start + i) for i in range(bench_new_seeds) for f in fams]
+    new_ids = {t.task_id for t in proc if (t.seed or 0) >= new_seed_start} if bench_new_seeds > 0 else set()
+    tasks = [with_program(t) for t in proc] + list(extra_tasks or [])
     timings["generate_s"] = time.perf_counter() - t0
     llm_tasks: list[Task] = []
     llm_rej: list[dict[str, Any]] = []
@@ -245,7 +267,12 @@ def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] |
                            "category": r.category, "stage": "dedupe", "reason": r.reason, "task_json": _task_json(t)})
     t3 = time.perf_counter()
     proc = [t for t in kept if t.route == "procedural"]
-    split = {t.task_id: t for t in split_by_family(proc, held_out_per_category=held_out_per_category, seed=seed)}
+    if heldout_families is not None:
+        held = set(heldout_families)
+        split_tasks = [t.model_copy(update={"split": "bench" if t.family in held else "train"}) for t in proc]
+    else:
+        split_tasks = split_by_family(proc, held_out_per_category=held_out_per_category, seed=seed)
+    split = {t.task_id: t.model_copy(update={"split": "bench"}) if t.task_id in new_ids else t for t in split_tasks}
     final = [split.get(t.task_id) or t.model_copy(update={"split": "train"}) for t in kept]
     timings["split_s"] = time.perf_counter() - t3
     timings["total_s"] = time.perf_counter() - t0
