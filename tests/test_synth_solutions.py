@@ -1,13 +1,15 @@
-"""Program solutions (the program teacher of benchmarks/lift.py): each family's program, run in a real sandbox,
-solves new seeds as the family's own verifier scores them; a trajectory of the teacher is one exec + an answer."""
+"""Program solutions (the program teacher of benchmarks/lift.py and the demo): each family's program, run in a real
+sandbox, solves new seeds as the family's own verifier scores them; a trajectory of the teacher is one exec + an
+answer; synthesis records the program with the task (Task.program_reference) and the teacher replays that data."""
 
 from __future__ import annotations
 
 import pytest
 
 from clawgym.synth.families import all_families, get_family
-from clawgym.synth.solutions import (check_programs, program_command, program_families, program_reference,
-                                     program_source, with_program_reference)
+from clawgym.synth.solutions import (program_command, program_families, program_reference, program_source,
+                                     with_program, with_program_reference)
+from clawgym.synth.solutions._check import check_programs
 
 
 def test_every_program_is_a_registered_family_and_small():
@@ -59,14 +61,96 @@ def test_program_policy_in_the_registry_teaches_with_the_program(any_isolating_f
     from clawgym.agent.rollout import run_rollout
     from clawgym.synth.families import all_families
 
-    t = get_family("backup_retention").generate(17)
+    t = with_program(get_family("backup_retention").generate(17))
     ro = run_rollout(t, "program", any_isolating_factory)
     calls = [c for m in ro.messages if m.get("role") == "assistant" for c in (m.get("tool_calls") or [])]
     assert ro.score == 1.0 and ro.policy == "program"
     assert [c["function"]["name"] for c in calls] == ["exec"]
     assert json.loads(calls[0]["function"]["arguments"])["command"] == program_reference(t)[0].arguments["command"]
     other = next(f for f in sorted(all_families(), key=lambda f: f.name) if f.name not in program_families())
-    u = other.generate(0)
+    u = with_program(other.generate(0))
+    assert u.program_reference is None
     ro2 = run_rollout(u, "program", any_isolating_factory)
     n_calls = sum(len(m.get("tool_calls") or []) for m in ro2.messages if m.get("role") == "assistant")
     assert ro2.score == 1.0 and n_calls == len(u.reference)
+
+
+def test_the_teacher_replays_the_recorded_program_not_the_family_name(any_isolating_factory):
+    """What the teacher runs is the task's data: a task whose recorded program is another family's gets that
+    program (and the verifier scores it low); the same task without a recorded program replays its reference."""
+    from clawgym.agent.rollout import run_rollout
+
+    t = get_family("budget_variance").generate(5)
+    other = with_program(get_family("backup_retention").generate(0)).program_reference
+    ro = run_rollout(t.model_copy(update={"program_reference": other}), "program", any_isolating_factory)
+    assert ro.score is not None and ro.score < 0.5
+    ro2 = run_rollout(t.model_copy(update={"program_reference": None}), "program", any_isolating_factory)
+    n_calls = sum(len(m.get("tool_calls") or []) for m in ro2.messages if m.get("role") == "assistant")
+    assert ro2.score == 1.0 and n_calls == len(t.reference)
+
+
+def test_synthesis_records_each_tasks_program():
+    from clawgym.synth.pipeline import synthesize
+
+    fams = ["backup_retention", "action_item_tracker", next(f.name for f in sorted(all_families(), key=lambda f: f.name)
+                                                             if f.name not in program_families())]
+    res = synthesize(6, families=fams, heldout_families=[fams[1]], bench_new_seeds=2, validate=False)
+    by_id = {t.task_id: t for t in res.tasks}
+    for t in res.tasks:
+        src = program_source(t.family)
+        assert (t.program_reference is None) == (src is None), t.task_id
+        if src is not None:
+            assert t.program_reference[0].arguments["command"] == program_command(src)
+        assert t.reference  # the replay stays
+    # the held-out family is bench throughout; new seeds (1000, 1001) of every family are bench; the rest train
+    assert {t.task_id for t in res.tasks if t.split == "train"} == {
+        f"{f}-{s:05d}" for f in (fams[0], fams[2]) for s in (0, 1)}
+    assert by_id["backup_retention-01001"].split == "bench" and by_id["action_item_tracker-00000"].split == "bench"
+    with pytest.raises(ValueError, match="heldout_families"):
+        synthesize(3, families=fams, heldout_families=["no_such_family"], validate=False)
+    with pytest.raises(ValueError, match="new_seed_start"):
+        synthesize(3, families=fams, bench_new_seeds=1, new_seed_start=0, validate=False)
+
+
+def test_program_reference_field_is_validated_and_round_trips(tmp_path):
+    import pyarrow.parquet as pq
+
+    from clawgym.tasks.harbor import export_harbor_task, import_harbor_task
+    from clawgym.tasks.model import TOOL_NAMES, Task, TaskError, ToolCall
+    from clawgym.tasks.parquet_io import read_tasks_parquet, write_tasks_parquet
+
+    from clawgym.agent.toolcore import TOOL_NAMES as AGENT_TOOLS
+
+    assert TOOL_NAMES == AGENT_TOOLS
+    t = with_program(get_family("backup_retention").generate(3))
+    with pytest.raises(ValueError, match="program_reference"):
+        Task.model_validate({**t.model_dump(), "program_reference": []})
+    with pytest.raises(ValueError, match=r"program_reference\[0\].name"):
+        Task.model_validate({**t.model_dump(), "program_reference": [{"name": "rm", "arguments": {}}]})
+    # lake form (task_json), canonical Parquet, Harbor folder
+    assert Task.from_json(t.to_json()) == t
+    write_tasks_parquet([t, t.model_copy(update={"task_id": "x1", "program_reference": None})], tmp_path / "t.parquet")
+    back = read_tasks_parquet(tmp_path / "t.parquet")
+    assert back[0] == t and back[1].program_reference is None
+    old = pq.read_table(tmp_path / "t.parquet").drop(["program_reference_json"])  # a file from before the field
+    pq.write_table(old, tmp_path / "old.parquet")
+    assert [x.program_reference for x in read_tasks_parquet(tmp_path / "old.parquet")] == [None, None]
+    export_harbor_task(t, tmp_path / "h")
+    assert (tmp_path / "h" / "solution" / "program.json").is_file()
+    assert import_harbor_task(tmp_path / "h").program_reference == t.program_reference
+    (tmp_path / "h" / "solution" / "program.json").write_text('[{"name": 3}]')
+    with pytest.raises(TaskError, match=r"h/solution/program.json.*\[0\]"):
+        import_harbor_task(tmp_path / "h")
+    assert ToolCall(name="exec", arguments={}).name == "exec"
+
+
+def test_the_checker_command_still_works(any_isolating_factory):
+    """`python -m clawgym.synth.solutions FAMILY --seeds N` (the programs engineers' check) runs the checker."""
+    import subprocess
+    import sys
+
+    backend = "bwrap" if "bwrap" in type(any_isolating_factory).__module__ else "docker"
+    r = subprocess.run([sys.executable, "-m", "clawgym.synth.solutions", "backup_retention", "--seeds", "2",
+                        "--start", "1000", "--backend", backend], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "backup_retention: 2/2 seeds score 1.0" in r.stdout

@@ -129,7 +129,7 @@ class Endpoint:
 BUILTIN_POLICIES: dict[str, PolicySpec] = {
     "oracle": PolicySpec(name="oracle", kind="oracle", model="oracle"),
     "noop": PolicySpec(name="noop", kind="noop", model="noop"),
-    # the program teacher: one exec of the family's program solution (clawgym.synth.solutions), else the reference
+    # the program teacher: replays Task.program_reference (recorded by synthesis), else the reference
     "program": PolicySpec(name="program", kind="oracle", model="program"),
 }
 

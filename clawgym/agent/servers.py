@@ -7,8 +7,8 @@ endpoint, so the builtin loop and the real OpenClaw exercise one code path for e
   (the task is found by the ``X-Clawgym-Task`` header, a ``model`` of ``oracle/<task_id>``, or the
   task instruction inside the first user message) and then answers a final text;
 - ``noop``: answers a short text and never calls a tool (the "do nothing" baseline);
-- ``program``: the program teacher, like ``oracle`` but replaying one exec of the task family's program
-  solution (clawgym.synth.solutions) where the family has one: trajectories that show *how* to solve.
+- ``program``: the program teacher, like ``oracle`` but replaying the task's ``program_reference`` (one exec of
+  its family's program solution, recorded by synthesis) where it has one: trajectories that show *how* to solve.
 
 Tool calls are adapted to the tool schemas the client sent (OpenClaw's ``edit{path, edits[]}``,
 ``exec{timeoutSeconds}``, no ``ls`` …). Plain JSON and SSE streaming are both supported.
@@ -282,8 +282,9 @@ NOOP_TEXT = "I will not make any changes."
 
 class PolicyServer(AppServer):
     """Oracle + noop policies behind one OpenAI-compatible server (models: "oracle", "noop",
-    "oracle/<task_id>", and "program": the program teacher, which replays the task family's program solution
-    (clawgym.synth.solutions) where it has one, else the reference). Register tasks with :meth:`register`.
+    "oracle/<task_id>", and "program": the program teacher, which replays the task's program_reference (its
+    family's program solution, recorded by synthesis) where it has one, else the reference). Register tasks
+    with :meth:`register`.
     `token`: the bearer token clients must send (None: this process's :func:`server_token`; "": none)."""
 
     def __init__(self, token: Optional[str] = None):
@@ -327,12 +328,9 @@ class PolicyServer(AppServer):
         if task is None:
             return {"role": "assistant", "content": "oracle: unknown task (no X-Clawgym-Task header, "
                                                     "model oracle/<task_id> or known instruction)"}
-        ref = list(task.reference or [])
-        if kind == "program":  # the program teacher: the family's program solution where it has one
-            from clawgym.synth.solutions import program_reference, program_source
-
-            if program_source(task.family or "") is not None:
-                ref = program_reference(task)
+        # the program teacher replays the program synthesis recorded with the task (Task.program_reference), else
+        # the reference: task data only, nothing imported from clawgym.synth (issue 24)
+        ref = list((task.program_reference if kind == "program" else None) or task.reference or [])
         done = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
         if done >= len(ref):
             return {"role": "assistant", "content": FINAL_TEXT}

@@ -7,12 +7,18 @@ that reads the workspace's inputs and writes every deliverable, for any seed. Th
 one ``exec`` of that program (a heredoc) and a short final answer, so a student that learns the program solves new
 seeds of the family; that is what `benchmarks/lift.py` trains on.
 
-    from clawgym.synth.solutions import with_program_reference
-    task = with_program_reference(get_family("budget_variance").generate(7))   # reference = [exec(program)]
+    from clawgym.synth.solutions import with_program
+    task = with_program(get_family("budget_variance").generate(7))   # program_reference = [exec(program)]
 
 Programs run inside the sandbox (python3 + PyYAML, cwd = the workspace), use only the standard library and
-yaml, never read the verifier or embed seed-specific values; `check_programs` (and tests/test_synth_solutions.py)
-scores each program on many seeds with the family's real verifier.
+yaml, never read the verifier or embed seed-specific values.
+
+Synthesis records each procedural task's program with the task (`Task.program_reference`, via `with_program`), so
+the program teacher (`program` policy, clawgym.agent.servers) replays task data and imports nothing from here.
+The checker is outside the library's import path (nothing in clawgym imports it): scores each program on many
+seeds with the family's real verifier and shows failures:
+
+    python -m clawgym.synth.solutions [FAMILY ...] --seeds N [--start S]     # = clawgym.synth.solutions._check
 """
 
 from __future__ import annotations
@@ -52,67 +58,14 @@ def program_reference(task: Task) -> list[ToolCall]:
 
 
 def with_program_reference(task: Task) -> Task:
-    """`task` with the program teacher's reference solution (the verifier and workspace are unchanged)."""
+    """`task` with the program teacher's calls AS its reference (the verifier and workspace are unchanged): what
+    the checker replays with the oracle."""
     return task.model_copy(update={"reference": program_reference(task)})
 
 
-def check_programs(families: list[str] | None = None, seeds=range(10), backend: str = "auto",
-                   workers: int = 2, factory=None) -> dict[str, dict[int, float | None]]:
-    """Score each family's program on `seeds` with the family's real verifier: {family: {seed: score}}
-    (`factory`: a sandbox factory, else one of `backend`)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from clawgym.agent.rollout import run_rollout
-    from clawgym.sandbox import get_factory
-    from clawgym.synth.families import get_family
-
-    factory = factory or get_factory(backend)
-    jobs = [(f, s) for f in (families or program_families()) for s in seeds]
-
-    def one(job):
-        f, s = job
-        ro = run_rollout(with_program_reference(get_family(f).generate(s)), "oracle", factory)
-        return f, s, ro.score, ro
-
-    out: dict[str, dict[int, float | None]] = {}
-    with ThreadPoolExecutor(max(1, workers)) as ex:
-        for f, s, score, _ro in ex.map(one, jobs):
-            out.setdefault(f, {})[s] = score
-    return out
-
-
-def main(argv=None) -> int:
-    """python -m clawgym.synth.solutions [FAMILY ...] [--seeds N] [--start S]: score programs, show failures."""
-    import argparse
-
-    from clawgym.agent.rollout import run_rollout
-    from clawgym.sandbox import get_factory
-    from clawgym.synth.families import get_family
-
-    ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("families", nargs="*")
-    ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--start", type=int, default=0)
-    ap.add_argument("--backend", default="auto")
-    a = ap.parse_args(argv)
-    fams = a.families or program_families()
-    res = check_programs(fams, range(a.start, a.start + a.seeds), a.backend)
-    bad = 0
-    factory = get_factory(a.backend)
-    for f in fams:
-        scores = res.get(f, {})
-        fails = {s: v for s, v in scores.items() if v != 1.0}
-        n_tok = len(program_source(f) or "")
-        print(f"{f}: {sum(v == 1.0 for v in scores.values())}/{len(scores)} seeds score 1.0 "
-              f"(program {n_tok} chars)")
-        for s in list(fails)[:3]:
-            ro = run_rollout(with_program_reference(get_family(f).generate(s)), "oracle", factory)
-            tool_out = [m.get("content") for m in ro.messages if m.get("role") == "tool"]
-            print(f"  seed {s}: score {ro.score} verification {str(ro.verification)[:600]}")
-            print(f"    program output: {str(tool_out)[:800]}")
-        bad += len(fails)
-    return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def with_program(task: Task) -> Task:
+    """`task` with `program_reference` recorded (its family's program, or None where the family has none): what
+    synthesis stores with each task, so the program teacher replays data and imports nothing from here."""
+    src = program_source(task.family or "") if task.route == "procedural" else None
+    return task.model_copy(update={"program_reference": None if src is None else
+                                   [ToolCall(name="exec", arguments={"command": program_command(src)})]})
