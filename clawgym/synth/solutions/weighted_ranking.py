@@ -5,7 +5,7 @@ import yaml
 
 rb = yaml.safe_load(open("input/rubric.yaml"))
 w, low = rb["weights"], rb["lower_is_better"]
-opts = json.load(open([f for f in glob.glob("input/*.json")][0]))
+opts = json.load(open(glob.glob("input/*.json")[0]))
 rows = []
 for o in opts:
     s = sum(w[c] * (11 - v if c in low else v) for c, v in o["scores"].items())
