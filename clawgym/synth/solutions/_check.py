@@ -24,11 +24,12 @@ def check_programs(families: list[str] | None = None, seeds=range(10), backend: 
     from clawgym.synth.families import get_family
 
     factory = factory or get_factory(backend)
-    jobs = [(f, s) for f in (families or program_families()) for s in seeds]
+    # tasks are generated here, one at a time: some generators (software.py) self-check through sys.modules
+    jobs = [(f, s, get_family(f).generate(s)) for f in (families or program_families()) for s in seeds]
 
     def one(job):
-        f, s = job
-        ro = run_rollout(with_program_reference(get_family(f).generate(s)), "oracle", factory)
+        f, s, task = job
+        ro = run_rollout(with_program_reference(task), "oracle", factory)
         return f, s, ro.score, ro
 
     out: dict[str, dict[int, float | None]] = {}
