@@ -173,19 +173,41 @@ def sandbox_cleanup(all_: bool = typer.Option(False, "--all", help="also things 
 
 
 @app.command()
-def demo(n_tasks: int = typer.Option(24, help="procedural tasks to synthesise"),
-         sft_steps: int = typer.Option(2, help="SFT steps for the demo checkpoint"),
+def demo(sft_steps: int = typer.Option(0, help="SFT steps for the demo checkpoint (0 = the plan's)"),
+         bench_seeds: int = typer.Option(0, help="new seeds per family on the bench (0 = the plan's)"),
          models: bool = typer.Option(True, help="include the embedded SmolLM2 policies (base + SFT)"),
          checkpoint: str = typer.Option("sft-demo", help="name of the demo checkpoint")):
-    """Materialize the whole graph at demo scale on embedded defaults and print the leaderboard."""
+    """Materialize the whole graph at demo scale on embedded defaults (clawgym.agent.demo.DemoPlan: the program
+    teacher on a few training families, SFT, bench on held-in and held-out families) and print the leaderboard and
+    what training changed."""
+    import dataclasses
+
     os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from clawgym_assets.demo import run_demo
+    from clawgym.agent.demo import DemoPlan
+    from clawgym_assets.demo import learning_report, run_demo
     from clawgym_resources import GraphSettings, default_resources
 
-    failed = run_demo(n_tasks=n_tasks, sft_steps=sft_steps, models=models, checkpoint=checkpoint, log=console.print,
-                      settings=GraphSettings.from_env(), resources=default_resources())
+    plan = DemoPlan()
+    if sft_steps:
+        plan = dataclasses.replace(plan, sft={**plan.sft, "max_steps": sft_steps})
+    if bench_seeds:
+        plan = dataclasses.replace(plan, bench_new_seeds=bench_seeds)
+    res = default_resources()
+    failed = run_demo(plan, models=models, checkpoint=checkpoint, log=console.print,
+                      settings=GraphSettings.from_env(), resources=res)
     bench_leaderboard(suite="procedural", categories=True)
+    if models and checkpoint not in failed:
+        rows = learning_report(plan, model=checkpoint, resources=res)
+        t = Table("bench rows", "n", rows[0]["parent"], checkpoint, "Δ (paired)", "95% CI",
+                  title=f"what training changed: {checkpoint} vs its parent, paired per task")
+        for r in rows:
+            if not r["n"]:
+                t.add_row(r["group"], "0", "", "", "", "")
+                continue
+            t.add_row(r["group"], str(r["n"]), f"{r['parent_mean']:.1f}", f"{r['model_mean']:.1f}",
+                      f"{r['delta']:+.1f}", f"[{r['ci_low']:+.1f}, {r['ci_high']:+.1f}]")
+        console.print(t)
     if failed:
         console.print(f"[red]demo finished with failed stages: {', '.join(failed)}[/red]")
         raise typer.Exit(1)

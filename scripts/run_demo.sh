@@ -3,7 +3,7 @@
 # embedded SmolLM2 policies on a small bench, a few SFT steps), then the leaderboard.
 # Runs are recorded in the Dagster instance at DAGSTER_HOME (default: the repo root, storage under data/dagster/),
 # so `dagster dev` shows them afterwards. Run scripts/setup.sh once first.
-#   scripts/run_demo.sh [--n-tasks 24] [--sft-steps 4] [--no-models]
+#   scripts/run_demo.sh [--sft-steps N] [--bench-seeds N] [--no-models]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DAGSTER_HOME="${DAGSTER_HOME:-$PWD}"
