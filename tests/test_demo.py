@@ -1,0 +1,86 @@
+"""The demo's plan and its learning report (clawgym.agent.demo, clawgym_assets.demo): what the main job trains and
+benches, and the paired held-in / held-out comparison it prints."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from clawgym.agent.demo import HELD_IN, HELD_OUT, DemoPlan, learning_rows
+
+
+def test_the_plan_teaches_with_short_programs_and_holds_families_out():
+    from clawgym.synth.families import get_family
+    from clawgym.synth.solutions import program_source
+
+    plan = DemoPlan()
+    for f in plan.train_families:
+        src = program_source(f)
+        assert src is not None and len(src) <= 700, f"{f}: the demo trains on short programs"
+    for f in plan.heldout_families:
+        get_family(f)  # registered
+    cfg = plan.synth_config()
+    assert cfg["families"] == [*plan.train_families, *plan.heldout_families]
+    assert cfg["n"] == len(cfg["families"]) * plan.train_seeds and cfg["heldout_families"] == list(
+        plan.heldout_families)
+    assert plan.n_bench() == (len(plan.train_families) * plan.bench_new_seeds,
+                              len(plan.heldout_families) * (plan.train_seeds + plan.bench_new_seeds))
+    with pytest.raises(ValueError, match="both training and held-out"):
+        dataclasses.replace(plan, heldout_families=(plan.train_families[0],))
+    with pytest.raises(ValueError, match="bench_new_seeds"):
+        dataclasses.replace(plan, bench_new_seeds=0)
+
+
+def test_the_plan_synthesizes_the_bench_it_promises():
+    """synthesize with the plan's config: training seeds train, new seeds of every family and the held-out
+    families bench, each task with its program where the family has one."""
+    from clawgym.synth.pipeline import synthesize
+
+    plan = DemoPlan()
+    cfg = plan.synth_config()
+    res = synthesize(cfg["n"], families=cfg["families"], heldout_families=cfg["heldout_families"],
+                     bench_new_seeds=cfg["bench_new_seeds"], validate=False)
+    train = [t for t in res.tasks if t.split == "train"]
+    bench = [t for t in res.tasks if t.split == "bench"]
+    assert {t.family for t in train} == set(plan.train_families) and len(train) == len(plan.train_families)
+    assert all(t.program_reference for t in train)
+    n_in = sum(t.family in plan.train_families for t in bench)
+    assert (n_in, len(bench) - n_in) == plan.n_bench()
+    assert all((t.seed or 0) >= 1000 for t in bench if t.family in plan.train_families)
+
+
+def _rows(model, scores):
+    return [{"model": model, "task_id": t, "score": s, "failure_class": "ok", "repeat": 0} for t, s in scores.items()]
+
+
+def test_learning_rows_pair_per_task_and_split_held_in_from_held_out():
+    fam = {"a-1": "a", "a-2": "a", "a-3": "a", "a-4": "a", "z-1": "z", "z-2": "z"}
+    base = _rows("base", {"a-1": 0.0, "a-2": 0.0, "a-3": 0.0, "a-4": 0.5, "z-1": 0.0, "z-2": 0.0})
+    sft = _rows("sft", {"a-1": 1.0, "a-2": 1.0, "a-3": 1.0, "a-4": 1.0, "z-1": 0.0, "z-2": 0.0})
+    sft.append({"model": "sft", "task_id": "z-3", "score": 1.0, "failure_class": "ok", "repeat": 0})  # unpaired
+    held_in, held_out = learning_rows(base + sft, {**fam, "z-3": "z"}, ["a"], "sft", "base", n_boot=500)
+    assert held_in["group"] == HELD_IN and held_out["group"] == HELD_OUT
+    assert held_in["n"] == 4 and held_in["parent_mean"] == pytest.approx(12.5)
+    assert held_in["model_mean"] == pytest.approx(100.0) and held_in["delta"] == pytest.approx(87.5)
+    assert 0 < held_in["ci_low"] <= 87.5 <= held_in["ci_high"] <= 100
+    assert held_out["n"] == 2 and held_out["delta"] == 0.0 and held_out["ci_low"] == held_out["ci_high"] == 0.0
+
+
+def test_learning_rows_leave_infra_out_and_say_when_nothing_pairs():
+    fam = {"a-1": "a", "a-2": "a"}
+    base = _rows("base", {"a-1": 0.0, "a-2": 0.0})
+    sft = [{"model": "sft", "task_id": "a-1", "score": None, "failure_class": "infra", "repeat": 0},
+           *_rows("sft", {"a-2": 1.0})]
+    held_in, held_out = learning_rows(base + sft, fam, ["a"], "sft", "base", n_boot=200)
+    assert held_in["n"] == 1 and held_in["delta"] == 100.0  # the infra rollout is not a 0
+    assert held_out["n"] == 0 and held_out["delta"] is None
+
+
+def test_the_demo_says_what_it_shows_and_how_long():
+    from clawgym_assets.demo import EXPECTED_S, describe
+
+    text = describe(DemoPlan())
+    assert "min" in text and "held-out" in text and "sft-demo" in text and "95% CI" in text
+    assert f"≈ {sum(EXPECTED_S.values()) / 60:.0f} min" in text
+    assert "smollm2-base" not in describe(DemoPlan(), models=False)
