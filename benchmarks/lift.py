@@ -11,7 +11,8 @@ rollouts task by task):
                 train, the next ones are held out; train tasks = seeds [0, --train-seeds), bench = seeds
                 [1000, 1000 + --bench-seeds) of the training families ("new seeds") and of the held-out families
   2. oracle     teacher rollouts of the train tasks in sandboxes (real verifier scores). --teacher program (default):
-                one exec of the family's program solution (clawgym.synth.solutions) and a short answer, so a student
+                the `program` policy replaying each task's program_reference (one exec of the family's program
+                solution, clawgym.synth.solutions, recorded with the task) and a short answer, so a student
                 learns *how* to solve the family; --teacher reference: the family's reference calls (they write
                 answers the generator computed, which a small student can copy but not compute)
   3. sft set    build_sft_dataset (score filter, decontamination against both bench suites)
@@ -217,12 +218,14 @@ def main(argv=None) -> int:
             rollout_rows(tasks, spec, factory, work / f"bench_base_{suite}.jsonl", limits, a.workers, f"base/{suite}")
         return 0
     # 2. teacher trajectories
-    if a.teacher == "program":
-        from clawgym.synth.solutions import with_program_reference
+    # each task carries its references as synthesis records them (Task.program_reference: the family's program);
+    # the `program` policy replays it, `oracle` the reference
+    from clawgym.synth.solutions import with_program
 
-        train_tasks = [with_program_reference(t) for t in train_tasks]
-    oracle = rollout_rows(train_tasks, PolicySpec(name="oracle", kind="oracle", model="oracle"), factory,
-                          work / f"teacher_{a.teacher}.jsonl", Limits(), 2, "teacher")
+    train_tasks = [with_program(t) for t in train_tasks]
+    teacher = PolicySpec(name="program", kind="oracle", model="program") if a.teacher == "program" else \
+        PolicySpec(name="oracle", kind="oracle", model="oracle")
+    oracle = rollout_rows(train_tasks, teacher, factory, work / f"teacher_{a.teacher}.jsonl", Limits(), 2, "teacher")
     if any((r["score"] or 0.0) < 1.0 for r in oracle):
         _log(f"teacher below 1.0 on {[r['task_id'] for r in oracle if (r['score'] or 0.0) < 1.0]} (score-filtered)")
     if a.stop_after == "oracle":
