@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from pathlib import Path
 from typing import Any, Mapping
 
 # clawgym's defaults for trl.SFTConfig (TRL's own differ: lr 2e-5, batch 8, max_length 1024, seed 42, …)
@@ -22,8 +23,8 @@ SFT_DEFAULTS: dict[str, Any] = {
     "logging_steps": 1, "seed": 0, "activation_checkpointing": False, "assistant_only_loss": True,
     "packing": False, "report_to": [], "disable_tqdm": True, "include_num_input_tokens_seen": "non_padding",
     "dataloader_num_workers": 0, "save_only_model": False,
-    # unset use_cpu: on when no GPU is visible; bf16 None (or unset): on a GPU that supports it;
-    # data_seed unset: the seed
+    # unset use_cpu: on when no GPU is visible; bf16 None (or unset): on where the hardware computes in bfloat16
+    # (a GPU that supports it, a CPU with AVX512-BF16 / AMX: `bf16_supported`); data_seed unset: the seed
 }
 
 # clawgym's defaults for trl.GRPOConfig
@@ -89,18 +90,114 @@ def lora_config_class():
     return LoraConfig
 
 
+_CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of native bfloat16 arithmetic
+
+
+def cpu_bf16_flags(cpuinfo: str | None = None) -> list[str]:
+    """The native-bfloat16 flags this CPU reports (AVX512-BF16, AMX-BF16), from `cpuinfo` (the text of
+    /proc/cpuinfo; read when None). Empty where there are none or no /proc/cpuinfo (then `cpu_bf16_supported`
+    asks oneDNN)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            return []
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        key, _, val = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            flags.update(val.split())
+    return [f for f in _CPU_BF16_FLAGS if f in flags]
+
+
+def cpu_bf16_supported(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU computes in bfloat16 natively (AVX512-BF16 or AMX-BF16). Without them torch's CPU
+    bfloat16 matmul is emulated and slower than float32 (on an AVX2 EPYC here: 3-50x slower), so bf16 stays off.
+    Linux: the /proc/cpuinfo flags; elsewhere oneDNN's own check (``torch.ops.mkldnn._is_mkldnn_bf16_supported``)."""
+    if cpuinfo is not None or Path("/proc/cpuinfo").exists():
+        return bool(cpu_bf16_flags(cpuinfo))
+    import torch
+
+    try:  # pragma: no cover - non-Linux
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # pragma: no cover
+        return False
+
+
+def bf16_supported(use_cpu: bool) -> bool:
+    """Whether training where `use_cpu` says computes in bfloat16 natively: the visible GPU (CUDA bf16) or this
+    CPU (`cpu_bf16_supported`)."""
+    import torch
+
+    if not use_cpu and torch.cuda.is_available():
+        return bool(torch.cuda.is_bf16_supported())
+    return cpu_bf16_supported()
+
+
 def resolve_device(fields: dict[str, Any]) -> dict[str, Any]:
     """`fields` with the device settings made explicit: ``use_cpu`` unset -> on when no GPU is visible;
-    ``bf16`` None / unset -> on when training runs on a GPU that supports it."""
+    ``bf16`` None / unset -> on where training computes in bfloat16 natively (`bf16_supported`: a GPU that
+    supports it, a CPU with AVX512-BF16 / AMX). An explicit ``bf16`` (True or False) is kept as given."""
     import torch
 
     f = dict(fields)
     if f.get("use_cpu") is None:
         f["use_cpu"] = not torch.cuda.is_available()
     if f.get("bf16") is None:
-        f["bf16"] = bool(not f["use_cpu"] and torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        f["bf16"] = bf16_supported(bool(f["use_cpu"]))
     return f
 
 
+def weights_dtype(fields: Mapping[str, Any]):
+    """The dtype the model's weights are loaded in: ``model_init_kwargs["dtype"]`` (TRL's own field for how the
+    model is loaded) when given; else bfloat16 when ``bf16`` is on (pure-bf16 training: bf16 matmuls forward and
+    backward, kept learning by `bf16_optimizer`), float32 otherwise. ``bf16`` on with float32 weights is
+    autocast (float32 master weights, bf16 matmuls: slower, the Trainer's own mixed precision)."""
+    import torch
+
+    mik = fields.get("model_init_kwargs") or {}
+    if not isinstance(mik, Mapping):
+        raise TrainConfigError(f"model_init_kwargs: expected a mapping, got {type(mik).__name__}")
+    dt = mik.get("dtype", mik.get("torch_dtype"))
+    if dt is None or dt == "auto":
+        return torch.bfloat16 if fields.get("bf16") else torch.float32
+    if isinstance(dt, torch.dtype):
+        return dt
+    got = getattr(torch, str(dt), None)
+    if not isinstance(got, torch.dtype):
+        raise TrainConfigError(f"model_init_kwargs: field 'dtype': {dt!r} is not a torch dtype "
+                               "(e.g. 'bfloat16', 'float32')")
+    return got
+
+
+def bf16_optimizer(fields: Mapping[str, Any], dtype) -> tuple[type, dict[str, Any]] | None:
+    """The optimizer that keeps bfloat16 weights learning, as the Trainer's ``optimizer_cls_and_kwargs``:
+    optimi's AdamW with Kahan summation (torch-optimi: the rounding error of each bf16 weight update is carried
+    in a bf16 compensation buffer, so small updates accumulate instead of rounding away), with the Trainer's
+    AdamW settings (learning_rate, adam_beta1/2, adam_epsilon, weight_decay). None (the Trainer's own ``optim``)
+    for float32 weights, or when ``optim`` is set explicitly."""
+    import torch
+
+    if dtype != torch.bfloat16 or "optim" in fields:
+        return None
+    from optimi import AdamW
+
+    kw = {"lr": float(fields.get("learning_rate", 5e-5)),
+          "betas": (float(fields.get("adam_beta1", 0.9)), float(fields.get("adam_beta2", 0.999))),
+          "eps": float(fields.get("adam_epsilon", 1e-8)), "weight_decay": float(fields.get("weight_decay", 0.0)),
+          "kahan_sum": True}
+    return AdamW, kw
+
+
+def precision(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """What a run computes in (for its record): bf16 on/off, the weights' dtype, the optimizer, the CPU's flags."""
+    dt = weights_dtype(fields)
+    opt = bf16_optimizer(fields, dt)
+    return {"bf16": bool(fields.get("bf16")), "weights": str(dt).removeprefix("torch."),
+            "optimizer": "optimi.AdamW(kahan_sum=True)" if opt else str(fields.get("optim", "trainer default")),
+            "cpu_bf16_flags": cpu_bf16_flags()}
+
+
 __all__ = ["SFT_DEFAULTS", "GRPO_DEFAULTS", "LORA_DEFAULTS", "TrainConfigError", "field_names", "check_fields",
-           "sft_config_class", "grpo_config_class", "lora_config_class", "resolve_device"]
+           "sft_config_class", "grpo_config_class", "lora_config_class", "resolve_device", "cpu_bf16_flags",
+           "cpu_bf16_supported", "bf16_supported", "weights_dtype", "bf16_optimizer", "precision"]

@@ -27,7 +27,9 @@ from typing import Any
 
 from clawgym.tasks.model import Task
 from clawgym.train.base_model import DEFAULT_BASE_DIR
-from clawgym.train.config import GRPO_DEFAULTS, check_fields, grpo_config_class, resolve_device
+from clawgym.train.config import (
+    GRPO_DEFAULTS, bf16_optimizer, check_fields, grpo_config_class, precision, resolve_device, weights_dtype,
+)
 from clawgym.train.record import CheckpointRecord
 
 GPU_RECIPE = """\
@@ -326,7 +328,6 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> Che
     loss curve. Tokens: TRL samples the completions itself and trains on exactly those ids (tool results are
     appended as template tokens and masked out of the loss, control text in them as plain text tokens:
     `guard_control_text`), so nothing is re-tokenized."""
-    import torch
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
@@ -338,8 +339,10 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> Che
     work.mkdir(parents=True, exist_ok=True)
     trl_fields = cfg.trl_fields()
     tok = grpo_tokenizer(cfg.base_model)  # control text in prompts / tool results: plain text tokens
-    model = AutoModelForCausalLM.from_pretrained(cfg.base_model,
-                                                 dtype=torch.bfloat16 if trl_fields["bf16"] else torch.float32)
+    # bf16 (on where the hardware has it): bf16 weights for sampling and training, optimi's Kahan-summed AdamW
+    dtype = weights_dtype(trl_fields)
+    mik = {k: v for k, v in (trl_fields.get("model_init_kwargs") or {}).items() if k not in ("dtype", "torch_dtype")}
+    model = AutoModelForCausalLM.from_pretrained(cfg.base_model, **mik, dtype=dtype)
     eos = model.generation_config.eos_token_id
 
     env_cls = type("SandboxEnv", (SandboxEnv,), {"registry": {t.task_id: t for t in tasks}, "factory": factory,
@@ -355,6 +358,8 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> Che
     trainer = GRPOTrainer(model=model, reward_funcs=make_reward_func(cfg.score_workers, reward_log), args=args,
                           train_dataset=task_prompts(tasks, cfg.system_prompt), processing_class=tok,
                           environment_factory=env_cls, callbacks=[_Forward()])
+    # GRPOTrainer takes no optimizer_cls_and_kwargs argument; the Trainer reads the attribute in create_optimizer
+    trainer.optimizer_cls_and_kwargs = bf16_optimizer(trl_fields, dtype)
     resume_from = last_trainer_checkpoint(work) if cfg.resume else None
     result = trainer.train(resume_from_checkpoint=resume_from)
     trainer.save_state()
@@ -369,7 +374,7 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> Che
     loss_curve = [{"step": c["step"], "loss": c["loss"]} for c in curve]
     png = plot_rewards(curve, out / "reward.png", f"GRPO reward — {cfg.name or out.name}")
     hyper = {"grpo_config": trl_fields, "score_workers": cfg.score_workers, "system_prompt": cfg.system_prompt,
-             "resume": cfg.resume, "dataset_version": cfg.dataset_version,
+             "resume": cfg.resume, "dataset_version": cfg.dataset_version, "precision": precision(trl_fields),
              "tokens": {"token_exact": len(reward_log), "retokenized": 0, "tokenized_by": "trl_grpo_sampling"}}
     rec = CheckpointRecord(
         checkpoint=cfg.name or out.name, path=str(out), base=cfg.base_model, parent=cfg.base_model,

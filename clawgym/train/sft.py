@@ -26,8 +26,8 @@ from typing import Any
 
 from clawgym.train.base_model import DEFAULT_BASE_DIR
 from clawgym.train.config import (
-    LORA_DEFAULTS, SFT_DEFAULTS, TrainConfigError, check_fields, field_names, lora_config_class, resolve_device,
-    sft_config_class,
+    LORA_DEFAULTS, SFT_DEFAULTS, TrainConfigError, bf16_optimizer, check_fields, field_names, lora_config_class,
+    precision, resolve_device, sft_config_class, weights_dtype,
 )
 from clawgym.train.record import CheckpointRecord, read_registry_row
 
@@ -198,7 +198,6 @@ def run_sft(cfg: SFTRunConfig, on_log=None) -> CheckpointRecord:
 
     `on_log(dict)` (optional) receives every Trainer log entry (e.g. to forward it through Dagster Pipes).
     """
-    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import SFTConfig, SFTTrainer
     from trl.chat_template_utils import has_generation_markers
@@ -217,8 +216,11 @@ def run_sft(cfg: SFTRunConfig, on_log=None) -> CheckpointRecord:
         apply_tool_chat_template(tok)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(cfg.base_model,
-                                                 dtype=torch.bfloat16 if trl_fields["bf16"] else torch.float32)
+    # bf16 (on where the hardware has it): bf16 weights, trained by optimi's Kahan-summed AdamW (bf16_optimizer);
+    # model_init_kwargs / optim (TRL's fields) override either
+    dtype = weights_dtype(trl_fields)
+    mik = {k: v for k, v in (trl_fields.get("model_init_kwargs") or {}).items() if k not in ("dtype", "torch_dtype")}
+    model = AutoModelForCausalLM.from_pretrained(cfg.base_model, **mik, dtype=dtype)
     ds = load_sft_dataset(cfg.dataset_path)
     ds, token_stats = token_exact_dataset(ds, tok)
     if token_stats["tokenized_by"] == "clawgym" and trl_fields.get("assistant_only_loss"):
@@ -244,7 +246,7 @@ def run_sft(cfg: SFTRunConfig, on_log=None) -> CheckpointRecord:
 
     peft_config = lora_config_class()(**lora_fields) if lora_fields else None
     trainer = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok, peft_config=peft_config,
-                         callbacks=[_Forward()])
+                         callbacks=[_Forward()], optimizer_cls_and_kwargs=bf16_optimizer(trl_fields, dtype))
     resume_from = last_trainer_checkpoint(work) if cfg.resume else None
     t_train = time.time()
     result = trainer.train(resume_from_checkpoint=resume_from)
@@ -268,7 +270,8 @@ def run_sft(cfg: SFTRunConfig, on_log=None) -> CheckpointRecord:
     metrics = dict(result.metrics or {})
     runtime = float(metrics.get("train_runtime") or train_wall)
     hyper = {"sft_config": trl_fields, "lora": cfg.lora, "lora_config": lora_fields, "resume": cfg.resume,
-             "dataset_version": cfg.dataset_version, "tokens": token_stats, "rows_at_max_length": truncated}
+             "dataset_version": cfg.dataset_version, "tokens": token_stats, "rows_at_max_length": truncated,
+             "precision": precision(trl_fields)}
     rec = CheckpointRecord(
         checkpoint=cfg.name or out.name, path=str(out), base=cfg.base_model, parent=cfg.base_model, algorithm="sft",
         data_version=cfg.dataset_version, dataset_path=cfg.dataset_path, n_samples=len(ds), hyperparams=hyper,
