@@ -84,3 +84,20 @@ def test_the_demo_says_what_it_shows_and_how_long():
     assert "min" in text and "held-out" in text and "sft-demo" in text and "95% CI" in text
     assert f"≈ {sum(EXPECTED_S.values()) / 60:.0f} min" in text
     assert "smollm2-base" not in describe(DemoPlan(), models=False)
+
+
+def test_workspace_scope_keeps_new_seed_training_rows():
+    """The demo's sft_dataset uses contamination_scope 'workspace': a training task with the same instruction as
+    a bench task (a new seed of its family) is kept; the bench task itself (same id or workspace) is not."""
+    from clawgym.synth.families import get_family
+    from clawgym.trajectories.sft import contaminated_tasks
+
+    fam = get_family("backup_retention")
+    train, bench = fam.generate(0), fam.generate(1000)
+    assert train.instruction == bench.instruction
+    assert train.task_id in contaminated_tasks([train], [bench], scope="family")  # same instruction text
+    assert contaminated_tasks([train], [bench], scope="workspace") == {}
+    same = bench.model_copy(update={"task_id": "copy-of-bench", "split": "train"})
+    assert set(contaminated_tasks([train, same], [bench], scope="workspace")) == {"copy-of-bench"}
+    with pytest.raises(ValueError, match="contamination_scope"):
+        contaminated_tasks([train], [bench], scope="nearby")
