@@ -36,8 +36,8 @@ args = SFTConfig(output_dir=a["out"], max_steps=a["steps"], learning_rate=1e-5, 
                  seed=0, data_seed=0, use_cpu=not torch.cuda.is_available(), assistant_only_loss=True,
                  max_length=a["max_length"], packing=False, report_to=[], disable_tqdm=True, activation_checkpointing=False,
                  include_num_input_tokens_seen="non_padding", dataloader_num_workers=0,
-                 # same precision rule as clawgym.train.sft: bf16 only on a CUDA device that has it (TRL's
-                 # SFTConfig would otherwise turn bf16 autocast on, which on this CPU runs a slow reference GEMM)
+                 # the pipes arm is pinned to the same precision (bf16 only on a CUDA device that has it; TRL's
+                 # SFTConfig would otherwise turn bf16 autocast on); bf16 on CPU: benchmarks/train_bf16.py
                  bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported())
 tr = SFTTrainer(model=model, args=args, train_dataset=ds, processing_class=tok)
 r = tr.train()
@@ -77,10 +77,13 @@ def run_plain(base, data, work, steps, max_length) -> dict:
 
 def run_pipes(base, data, work, steps, max_length) -> dict:
     import dagster as dg
+    import torch
 
     cfg = {"base_model": base, "dataset_path": str(data), "output_dir": str(work), "resume": False,
            "sft_config": {"max_steps": steps, "learning_rate": 1e-5, "max_length": max_length, "save_steps": 10**9,
-                          "seed": 0, "lr_scheduler_type": "constant"}}
+                          "seed": 0, "lr_scheduler_type": "constant",
+                          # the plain arm's precision (clawgym's default would be bf16 on a CPU with AVX512-BF16)
+                          "bf16": bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())}}
 
     @dg.asset
     def checkpoints(context: dg.AssetExecutionContext, pipes_subprocess_client: dg.PipesSubprocessClient):
