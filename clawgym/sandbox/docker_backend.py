@@ -32,9 +32,9 @@ Isolation argument - what is writable in a container, and how a reset restores i
   * /dev/shm, /dev/mqueue and SysV IPC (the container's own ipc namespace): first from the host
     (nsipc: a helper joins the container's ipc namespace and removes every object and message queue;
     /dev/shm emptied through /proc/<init>/root), which charges nothing to the container's memory (it
-    may be full of shared memory), then a forked child of the server running as uid 1000 removes
-    every SysV shm/sem/msg object and empties both dirs, then checks nothing is left (a non-empty
-    result fails the reset);
+    may be full of shared memory), each checked empty; only where that could not be done does a forked
+    child of the server running as uid 1000 remove every SysV shm/sem/msg object and empty both dirs,
+    then check nothing is left (a non-empty result fails the reset; see Slot.quiesce);
   * nothing else is writable by uid 1000 (checked with `find / -writable`: besides HOME and /tmp
     only /dev/shm, /dev/mqueue and stateless device nodes such as /dev/null; the root is read-only,
     /dev, /run/clawgym, /proc/sys and the docker-managed /etc files are root-owned or read-only).
