@@ -1,5 +1,6 @@
 """Synthesis domain: personas, skills, imported and synthetic tasks, mock workspaces, verifiers."""
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -115,6 +116,7 @@ class LLMRouteConfig(dg.Config):
     llm_workers: int = 0  # LLM candidates in progress at once (0 = twice the requests allowed in flight)
     max_in_flight: int = 32  # chat requests overlapping at most, per server
     llm_hacker: str = "reject"  # hacker gate for LLM candidates: reject (repaired) | report | off
+    max_tokens: int = 0  # completion tokens per LLM request (0 = the endpoint's: a local model's PolicySpec.max_tokens)
 
 
 class SyntheticTasksConfig(LLMRouteConfig):
@@ -136,24 +138,41 @@ class LLMCandidatesConfig(LLMRouteConfig):
 ROUTES = ("procedural", "llm", "both")
 
 
-def _client_cfg(endpoints: ModelEndpointsResource, name: str, role: str, asset: str = "synthetic_tasks") -> dict:
-    """llm_route.ClientConfig fields of the endpoint registered as `name` (dg.Failure naming it otherwise)."""
+def _client_cfg(endpoints: ModelEndpointsResource, name: str, role: str, asset: str = "synthetic_tasks",
+                stack=None, max_tokens: int = 0) -> dict:
+    """llm_route.ClientConfig fields of the endpoint registered as `name` (dg.Failure naming it otherwise). A local
+    model or checkpoint (kind "local") is served for the run: its server is entered on `stack` (one per model,
+    shared by the roles, stopped when the stack closes, also on failure: clawgym.agent.servers.shared_endpoint)."""
     try:
         spec = endpoints.policy(name)
     except KeyError as e:
         raise dg.Failure(f"{asset}.config.{role}: {e.args[0] if e.args else e}") from None
+    if spec.kind == "local":
+        from clawgym.agent.servers import shared_endpoint
+
+        if stack is None:
+            raise dg.Failure(f"{asset}.config.{role}: endpoint {name!r} is a local model (kind 'local'): it is "
+                             "served only inside a run")
+        ep = stack.enter_context(shared_endpoint(spec))
+        # a local server on a starved CPU can take minutes per request: wait long, never re-send (RetryPolicy)
+        cfg = {"base_url": ep.base_url, "model": ep.model, "api_key_env": ep.api_key_env, "timeout_s": 3600.0,
+               "max_retries": 0, "max_tokens": max_tokens or spec.max_tokens, "temperature": spec.temperature}
+        return cfg
     if spec.kind != "openai" or not spec.base_url:
         raise dg.Failure(f"{asset}.config.{role}: endpoint {name!r} is not an OpenAI-compatible endpoint "
-                         f"with a base_url (kind {spec.kind!r})")
+                         f"with a base_url, nor a local model (kind {spec.kind!r})")
     cfg = {"base_url": spec.base_url, "model": spec.model or name, "extra": dict(spec.extra or {})}
+    if max_tokens:
+        cfg["max_tokens"] = max_tokens
     if spec.api_key_env:
         cfg["api_key_env"] = spec.api_key_env
     return cfg
 
 
 def _llm_plan(config: LLMRouteConfig, lake: LakeResource, endpoints: ModelEndpointsResource, pdicts: list,
-              asset: str = "synthetic_tasks"):
-    """The pipeline's LLMPlan for `config` (dg.Failure naming the bad field)."""
+              asset: str = "synthetic_tasks", stack=None):
+    """The pipeline's LLMPlan for `config` (dg.Failure naming the bad field); local model endpoints are served on
+    `stack` (an ExitStack the caller closes after synthesis)."""
     import json
 
     from clawgym.synth.pipeline import LLMPlan
@@ -162,11 +181,17 @@ def _llm_plan(config: LLMRouteConfig, lake: LakeResource, endpoints: ModelEndpoi
     unknown = sorted(set(config.categories) - set(SUBCATEGORIES))
     if unknown:
         raise dg.Failure(f"{asset}.config.categories: unknown {unknown}; known: {sorted(SUBCATEGORIES)}")
-    gen = {**_client_cfg(endpoints, config.generator, "generator", asset), "max_in_flight": config.max_in_flight}
-    rev = {**_client_cfg(endpoints, config.reviewer, "reviewer", asset), "max_in_flight": config.max_in_flight} \
-        if config.reviewer else None
-    aud = {**_client_cfg(endpoints, config.auditor, "auditor", asset), "max_in_flight": config.max_in_flight} \
-        if config.auditor else rev
+    if config.max_tokens < 0:
+        raise dg.Failure(f"{asset}.config.max_tokens: must be 0 (the endpoint's default) or positive, got "
+                         f"{config.max_tokens}")
+
+    def client(name: str, role: str) -> dict:
+        return {**_client_cfg(endpoints, name, role, asset, stack, config.max_tokens),
+                "max_in_flight": config.max_in_flight}
+
+    gen = client(config.generator, "generator")
+    rev = client(config.reviewer, "reviewer") if config.reviewer else None
+    aud = client(config.auditor, "auditor") if config.auditor else rev
     sks = [json.loads(s) for s in lake.skills().column("skill_json").to_pylist()]
     sks = [s for s in sks if s.get("usable_offline", True)]
     return LLMPlan(generator=gen, reviewer=rev, auditor=aud, n=config.n_llm, personas=pdicts, skills=sks,
@@ -199,11 +224,12 @@ def llm_candidates(context: dg.AssetExecutionContext, config: LLMCandidatesConfi
     if config.n_llm <= 0:
         return dg.MaterializeResult(metadata={"n_candidates": 0, "status": "n_llm is 0: nothing to make"})
     pdicts = [json.loads(s) for s in lake.personas().column("persona_json").to_pylist()]
-    plan = _llm_plan(config, lake, endpoints, pdicts, asset="llm_candidates")
-    if context.has_partition_key:
-        plan.shard, plan.n_shards = int(context.partition_key), LLM_SHARDS
-    with sandbox.factory() as factory:
-        acc, rej, stats = generate_llm(plan, factory=factory, seed=config.seed)
+    with contextlib.ExitStack() as servers:  # local model endpoints: served for this run, stopped on the way out
+        plan = _llm_plan(config, lake, endpoints, pdicts, asset="llm_candidates", stack=servers)
+        if context.has_partition_key:
+            plan.shard, plan.n_shards = int(context.partition_key), LLM_SHARDS
+        with sandbox.factory() as factory:
+            acc, rej, stats = generate_llm(plan, factory=factory, seed=config.seed)
     return dg.MaterializeResult(metadata={
         "shard": context.partition_key if context.has_partition_key else "all",
         "n_candidates": int(stats.get("candidates") or 0), "n_accepted": len(acc), "n_rejected": len(rej),
@@ -232,10 +258,11 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
         raise dg.Failure(f"synthetic_tasks.config.route: {config.route!r} is not one of {', '.join(ROUTES)}")
     pdicts = [json.loads(s) for s in lake.personas().column("persona_json").to_pylist()]
     people = [Persona(**{**d, "goals": tuple(d["goals"]), "tools": tuple(d["tools"])}) for d in pdicts]
-    plan = _llm_plan(config, lake, endpoints, pdicts) if config.route in ("llm", "both") else None
     n_proc = config.n if config.route in ("procedural", "both") else 0
     embed = minilm_embedder(str(lake.path("cache", "minilm_embeddings.npz")))
-    with sandbox.factory() as factory:
+    # local model endpoints (generator / reviewer / auditor) are served for this run and stopped on the way out
+    with contextlib.ExitStack() as servers, sandbox.factory() as factory:
+        plan = _llm_plan(config, lake, endpoints, pdicts, stack=servers) if config.route in ("llm", "both") else None
         res = synthesize(n_proc, seed=config.seed, factory=factory, families=config.families or None,
                          personas=people or None, workers=config.workers,
                          held_out_per_category=config.heldout_per_category, dedupe_threshold=config.dedupe_threshold,

@@ -22,6 +22,7 @@ the lake); isolating sandboxes never get this process's environment.
 No ``from __future__ import annotations`` here: FastAPI reads the endpoint annotations.
 """
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -31,7 +32,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Iterable, Optional, Self
+from typing import Any, Iterable, Iterator, Optional, Self
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -397,6 +398,71 @@ def shared_policy_server() -> PolicyServer:
         return _SHARED
 
 
+# ---- endpoints shared by the roles of one graph run (one local model server per model, reference-counted) ----
+class _SharedServer:
+    def __init__(self):
+        self.lock = threading.Lock()  # held while the server starts / stops
+        self.refs = 0
+        self.endpoint = None
+        self.cm = None
+
+
+_ENDPOINTS: dict[str, _SharedServer] = {}
+_ENDPOINTS_LOCK = threading.Lock()
+ENDPOINT_STARTS: dict[str, int] = {}  # key -> how many times its server was started in this process (for tests)
+
+
+def _endpoint_key(spec) -> str:
+    """One server per model: a local spec's model folder and server settings (not its name: two names of one
+    folder share the server)."""
+    extra = {k: v for k, v in (spec.extra or {}).items() if k != "model_path"}
+    return json.dumps([spec.kind, str((spec.extra or {}).get("model_path") or spec.model), extra], sort_keys=True,
+                      default=str)
+
+
+@contextlib.contextmanager
+def shared_endpoint(spec) -> Iterator[Any]:
+    """A live clawgym.agent.policies.Endpoint for `spec` for the block. A kind "local" spec (a registered model or
+    checkpoint: clawgym.train.serve.ModelServer) has one server per model in this process, reference-counted:
+    the first holder starts it, the others share it (generator, reviewer, auditor and judge of one run), the
+    last one out stops it — also when the block raises. Other kinds are opened as by open_endpoint."""
+    from clawgym.agent.policies import open_endpoint
+
+    if spec.kind != "local":
+        with open_endpoint(spec) as ep:
+            yield ep
+        return
+    key = _endpoint_key(spec)
+    with _ENDPOINTS_LOCK:
+        entry = _ENDPOINTS.setdefault(key, _SharedServer())
+        entry.refs += 1
+    try:
+        with entry.lock:
+            if entry.endpoint is None:
+                cm = open_endpoint(spec)
+                entry.endpoint = cm.__enter__()  # starts the server (stops it itself when start fails)
+                entry.cm = cm
+                ENDPOINT_STARTS[key] = ENDPOINT_STARTS.get(key, 0) + 1
+        yield entry.endpoint
+    finally:
+        with _ENDPOINTS_LOCK:
+            entry.refs -= 1
+            last = entry.refs == 0
+            if last and _ENDPOINTS.get(key) is entry:
+                del _ENDPOINTS[key]
+        if last:
+            with entry.lock:
+                cm, entry.cm, entry.endpoint = entry.cm, None, None
+                if cm is not None:
+                    cm.__exit__(None, None, None)
+
+
+def live_endpoints() -> dict[str, int]:
+    """The shared local endpoints alive now: key -> holders."""
+    with _ENDPOINTS_LOCK:
+        return {k: e.refs for k, e in _ENDPOINTS.items()}
+
+
 __all__ = ["ServerThread", "AppServer", "PolicyServer", "shared_policy_server", "adapt_call", "text_of",
-           "TOKEN_ENV", "server_token", "BearerAuth",
+           "TOKEN_ENV", "server_token", "BearerAuth", "shared_endpoint", "live_endpoints",
            "approx_tokens", "sse_chunks", "completion_json", "FINAL_TEXT", "NOOP_TEXT"]
