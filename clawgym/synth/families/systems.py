@@ -126,7 +126,8 @@ def disk_usage_report(ctx: Ctx) -> None:
             sub = rng.choice(["", "2026/", "old/"])
             name = f"data/{d}/{sub}{rng.choice(['part', 'file', 'chunk', 'blob'])}_{i}.{rng.choice(['bin', 'csv', 'dat'])}"
             n = rng.randint(100, 20000)
-            ctx.file(name, (f"{d}-{i}-" * (n // 8 + 1))[:n])
+            unit = f"{d}-{i}-"
+            ctx.file(name, (unit * (n // len(unit) + 1))[:n])  # exactly n bytes (the answer's sizes)
             sizes[d].append((name, n))
     rows = sorted(({"dir": d, "files": len(v), "bytes": sum(n for _, n in v)} for d, v in sizes.items()),
                   key=lambda r: (-r["bytes"], r["dir"]))
