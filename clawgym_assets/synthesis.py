@@ -153,11 +153,19 @@ def _client_cfg(endpoints: ModelEndpointsResource, name: str, role: str, asset: 
         if stack is None:
             raise dg.Failure(f"{asset}.config.{role}: endpoint {name!r} is a local model (kind 'local'): it is "
                              "served only inside a run")
+        from clawgym.synth.llm_route import TASK_SCHEMA, bounded_schema
+
+        try:
+            bounded_schema(TASK_SCHEMA, max_tokens or spec.max_tokens, "task_spec")
+        except ValueError as e:
+            raise dg.Failure(f"{asset}.config.max_tokens: {e}") from None
         ep = stack.enter_context(shared_endpoint(spec))
         # a local server on a starved CPU can take minutes per request: wait long, never re-send (RetryPolicy)
-        cfg = {"base_url": ep.base_url, "model": ep.model, "api_key_env": ep.api_key_env, "timeout_s": 3600.0,
-               "max_retries": 0, "max_tokens": max_tokens or spec.max_tokens, "temperature": spec.temperature}
-        return cfg
+        # a small local model gets the gate's schema bounded to its budget (llm_route.bounded_schema): a reply the
+        # constrained decoder can always finish within max_tokens
+        return {"base_url": ep.base_url, "model": ep.model, "api_key_env": ep.api_key_env, "timeout_s": 3600.0,
+                "max_retries": 0, "max_tokens": max_tokens or spec.max_tokens, "temperature": spec.temperature,
+                "bounded_schema": True}
     if spec.kind != "openai" or not spec.base_url:
         raise dg.Failure(f"{asset}.config.{role}: endpoint {name!r} is not an OpenAI-compatible endpoint "
                          f"with a base_url, nor a local model (kind {spec.kind!r})")

@@ -104,7 +104,7 @@ def _materialize(data, cfg: dict, model_dir):
 
 
 CFG = {"route": "llm", "n_llm": 4, "skill_fraction": 0.0, "categories": [CATEGORY], "max_repairs": 0,
-       "generator": "smollm2-base", "reviewer": "smollm2-base", "auditor": "smollm2-base", "max_tokens": 64}
+       "generator": "smollm2-base", "reviewer": "smollm2-base", "auditor": "smollm2-base", "max_tokens": 1024}
 
 
 def test_local_model_is_every_role_one_server_started_once_and_stopped(fake_server, tmp_path):
@@ -117,12 +117,14 @@ def test_local_model_is_every_role_one_server_started_once_and_stopped(fake_serv
     kinds = {b["response_format"]["json_schema"]["name"] for b in reqs}
     assert kinds == {"task_spec", "task_review", "task_audit"}
     assert {b["model"] for b in reqs} == {str(model_dir)}  # the server's model name
-    assert {b["max_tokens"] for b in reqs} == {64}  # the asset's max_tokens reaches every request
-    # the json_schema sent is the one the schema gate checks (clawgym.synth.llm_route.TASK_SCHEMA)
-    from clawgym.synth.llm_route import TASK_SCHEMA
+    assert {b["max_tokens"] for b in reqs} == {1024}  # the asset's max_tokens reaches every request
+    # the json_schema sent is the schema gate's own (clawgym.synth.llm_route.TASK_SCHEMA), bounded to the budget
+    from clawgym.synth.llm_route import TASK_SCHEMA, bounded_schema
+    from test_synth_llm_schema import unbounded
 
-    assert next(b for b in reqs if b["response_format"]["json_schema"]["name"] == "task_spec")[
-        "response_format"]["json_schema"]["schema"] == TASK_SCHEMA
+    sent = next(b for b in reqs if b["response_format"]["json_schema"]["name"] == "task_spec")[
+        "response_format"]["json_schema"]["schema"]
+    assert sent == bounded_schema(TASK_SCHEMA, 1024, "task_spec") and unbounded(sent) == TASK_SCHEMA
     md = r.asset_materializations_for_node("synthetic_tasks")[0].metadata
     gc = md["gate_counts"].value["persona"][CATEGORY]
     assert gc["candidates"] == 4 and gc["passed"]["schema"] == 4 and gc["accepted"] == 2  # 2 duplicates
@@ -161,3 +163,11 @@ def test_shared_endpoint_reference_counts(fake_server, tmp_path):
         with servers.shared_endpoint(a):
             raise ValueError("x")
     assert fake_server.log[-2:] == [("start", str(tmp_path / "m1")), ("stop", str(tmp_path / "m1"))]
+
+
+def test_a_budget_too_small_for_the_schema_fails_naming_the_field(fake_server, tmp_path):
+    r = _materialize(tmp_path / "data", {**CFG, "max_tokens": 40}, tmp_path / "m")
+    assert not r.success
+    msg = r.get_step_failure_events()[0].event_specific_data.error.to_string()
+    assert "synthetic_tasks.config.max_tokens" in msg and "40" in msg
+    assert fake_server.replies.requests == []

@@ -84,6 +84,94 @@ AUDIT_SCHEMA: dict[str, Any] = _obj({
     "leaked_text": _STR,
 })
 
+# ----------------------------------------------------------------------------------------------
+# the bounded request schema: what a small completion budget can finish
+# ----------------------------------------------------------------------------------------------
+# A constrained decoder (xgrammar behind the embedded server) keeps every token inside the JSON schema, but a
+# string it may not close before `max_tokens` is still cut off, and a cut-off reply fails the schema gate. For an
+# endpoint with a small budget the route sends a BOUNDED copy of the gate's own schema (bounded_schema): the same
+# properties, types and required fields, plus maxLength / maxItems sized so that a reply at every bound still fits
+# `max_tokens` (at `chars_per_token`). Everything the bounded schema admits, the gate's schema admits too.
+# Per schema: array path -> (minItems, maxItems), string path -> its share of the string budget (default 1).
+BOUNDS: dict[str, dict[str, Any]] = {
+    "task_spec": {"items": {"workspace_files": (1, 2), "output_paths": (1, 1), "rubric": (0, 0),
+                            "reference_outputs": (1, 1)},
+                  "weights": {"instruction": 3, "subcategory": 0.5, "workspace_files[].path": 1,
+                              "workspace_files[].content": 2, "output_paths[]": 1, "verifier_code": 6,
+                              "reference_outputs[].path": 1, "reference_outputs[].content": 2},
+                  "min_length": ("instruction", "verifier_code")},
+    "task_review": {"items": {"issues": (0, 2), "missing_task_requirements": (0, 2),
+                              "weak_or_incorrect_checks": (0, 2)}},
+    "task_audit": {"items": {"factual_errors": (0, 2)}},
+}
+
+
+def _leaves(schema: dict[str, Any], path: str, mult: int, items: dict, out: list) -> None:
+    t = schema.get("type")
+    if t == "object":
+        for k, sub in schema.get("properties", {}).items():
+            _leaves(sub, f"{path}.{k}" if path else k, mult, items, out)
+    elif t == "array":
+        _lo, hi = items.get(path, (0, 1))
+        _leaves(schema["items"], path + "[]", mult * hi, items, out)
+    elif t == "string":
+        out.append((path, mult))
+
+
+def _skeleton(schema: dict[str, Any], path: str, items: dict) -> Any:
+    """The reply with every array at its most items and every string empty (its structure's characters)."""
+    t = schema.get("type")
+    if t == "object":
+        return {k: _skeleton(sub, f"{path}.{k}" if path else k, items) for k, sub in schema["properties"].items()}
+    if t == "array":
+        return [_skeleton(schema["items"], path + "[]", items) for _ in range(items.get(path, (0, 1))[1])]
+    if t == "string":
+        return ""
+    if t == "boolean":
+        return False
+    return schema.get("maximum", 0)
+
+
+def bounded_schema(schema: dict[str, Any], max_tokens: int, name: str = "", *,
+                   chars_per_token: float = 3.0) -> dict[str, Any]:
+    """A copy of `schema` whose strings and arrays are bounded (maxLength / maxItems, BOUNDS[name]) so that a
+    reply at every bound is at most `chars_per_token * max_tokens` characters: a constrained decoder can always
+    finish it inside the budget. Raises ValueError when `max_tokens` cannot hold even the structure."""
+    spec = BOUNDS.get(name, {})
+    items, weights = spec.get("items", {}), spec.get("weights", {})
+    leaves: list[tuple[str, int]] = []
+    _leaves(schema, "", 1, items, leaves)
+    # the structure: keys, quotes, brackets, separators (one space after each ':' and ',') and numbers
+    skel = json.dumps(_skeleton(schema, "", items), separators=(", ", ": "))
+    budget = int(chars_per_token * max_tokens) - len(skel)
+    share = sum(weights.get(p, 1.0) * m for p, m in leaves)
+    # every character of a string may cost a JSON escape (\n, \"): half the budget is held back for escapes
+    lengths = {p: int(budget / 2 * weights.get(p, 1.0) / share) if share else 0 for p, _m in leaves}
+    if budget <= 0 or any(lengths[p] < 1 for p, m in leaves if m):
+        raise ValueError(f"max_tokens {max_tokens} cannot hold a {name or 'reply'} object "
+                         f"({len(skel)} characters of structure at {chars_per_token} characters per token)")
+    mins = set(spec.get("min_length", ()))
+
+    def walk(sch: dict[str, Any], path: str) -> dict[str, Any]:
+        out = dict(sch)
+        t = sch.get("type")
+        if t == "object":
+            out["properties"] = {k: walk(sub, f"{path}.{k}" if path else k) for k, sub in sch["properties"].items()}
+        elif t == "array":
+            lo, hi = items.get(path, (0, 1))
+            out["items"] = walk(sch["items"], path + "[]")
+            out["maxItems"] = hi
+            if lo:
+                out["minItems"] = lo
+        elif t == "string":
+            out["maxLength"] = lengths[path]
+            if path in mins:
+                out["minLength"] = 1
+        return out
+
+    return walk(schema, "")
+
+
 SYSTEM_GEN = """You design realistic, verifiable tasks for a personal AI agent ("Claw") that works inside a \
 file workspace (tools: read, write, edit, exec; python3, pytest, git, make and node are installed; there is NO \
 network). Reply with one JSON object matching the schema:
@@ -127,6 +215,9 @@ class ClientConfig:
     review_model: str | None = None  # reviewer/auditor model; defaults to `model`
     extra: dict[str, Any] = field(default_factory=dict)
     max_in_flight: int = 32  # chat requests overlapping at most
+    # send bounded_schema(schema, max_tokens) instead of the gate's schema: for a small model / budget, a reply the
+    # constrained decoder can always finish (the graph sets it for local model endpoints)
+    bounded_schema: bool = False
     cache_dir: str | None = None  # content-addressed response cache (None: no cache)
     price_per_1k_tokens: float | None = None  # one price for prompt and completion tokens
     price_per_1k_prompt: float | None = None  # overrides price_per_1k_tokens for prompt tokens
@@ -264,7 +355,10 @@ def _chat_json(rt: _Runtime, role: str, system: str, user: str, schema: dict[str
         model=ep.model,
         messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
         temperature=cfg.temperature,
-        response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}},
+        response_format={"type": "json_schema", "json_schema": {
+            "name": name, "strict": True,
+            "schema": bounded_schema(schema, cfg.max_tokens, name) if cfg.bounded_schema and cfg.max_tokens
+            else schema}},
     )
     if cfg.max_tokens:
         kwargs["max_tokens"] = cfg.max_tokens
@@ -715,6 +809,6 @@ def _err(e: BaseException) -> str:
 
 
 __all__ = [
-    "AUDIT_SCHEMA", "ClientConfig", "LLMReplyError", "REVIEW_SCHEMA", "TASK_SCHEMA", "compile_gate",
-    "generate_llm_tasks", "leak_check", "scaffold_files", "spec_to_task",
+    "AUDIT_SCHEMA", "BOUNDS", "ClientConfig", "LLMReplyError", "REVIEW_SCHEMA", "TASK_SCHEMA", "bounded_schema",
+    "compile_gate", "generate_llm_tasks", "leak_check", "scaffold_files", "spec_to_task",
 ]
