@@ -1,0 +1,203 @@
+"""Token-exact responses: prompt/completion token ids and sampled log-probabilities (a `transformers serve` patch)."""
+
+from __future__ import annotations
+
+from clawgym.serve.compat import require_transformers
+
+TRANSFORMERS_VERSION = "5.24.0"  # the transformers release whose private code this module patches (see compat)
+
+# ---- token-exact responses: prompt/completion token ids and sampled log-probabilities -----------------------------
+# RL wants the tokens that were sampled, not a re-tokenization of the text (`prompt_token_ids` may differ from a
+# re-render of the conversation, and a decoded-then-re-encoded completion may split into other tokens). Like vLLM,
+# a chat-completion request may ask for them (non-streaming requests; a streaming request ignores both):
+#   "return_token_ids": true  -> the response's top level gets "prompt_token_ids" (the ids the chat template
+#                                rendered, as generated from) and the choice "token_ids" (the generated ids, the
+#                                end-of-turn token included)
+#   "logprobs": true          -> the choice gets OpenAI's "logprobs": {"content": [{"token", "logprob", "bytes",
+#                                "top_logprobs": []}, ...]}, one entry per generated token: its log-probability
+#                                under the distribution it was drawn from (after temperature; greedy: the model's)
+# Continuous batching reports the log-probabilities of its own sampling step (ContinuousBatchingConfig
+# .return_logprobs, switched on by this launcher); the sequential path scores the generated tokens with one forward
+# pass on its inference thread. Installed in the server process by the launcher (`--token-ids`).
+
+_INSTALLED = False  # install_token_ids ran in this process
+TOKEN_FIELDS = ("return_token_ids",)  # request fields this extension reads (and removes before validation)
+_TOKEN_BOX = None  # contextvars.ContextVar holding the current request's capture dict
+
+
+def _token_box():
+    global _TOKEN_BOX
+    if _TOKEN_BOX is None:
+        import contextvars
+
+        _TOKEN_BOX = contextvars.ContextVar("clawgym_token_box", default=None)
+    return _TOKEN_BOX
+
+
+def _flat_ids(ids) -> list[int]:
+    if hasattr(ids, "tolist"):
+        ids = ids.tolist()
+    if ids and isinstance(ids[0], list):
+        ids = ids[0]
+    return [int(i) for i in ids]
+
+
+def _forward_logprobs(model, prompt_ids: list[int], completion_ids: list[int], gen_config) -> list[float]:
+    """log p(token) of each completion token given what precedes it, under the sampling distribution of
+    `gen_config` (logits / temperature when sampling)."""
+    import torch
+
+    if not completion_ids:
+        return []
+    ids = torch.tensor([prompt_ids + completion_ids], device=model.device)
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(prompt_ids) - 1:-1].float()
+    if getattr(gen_config, "do_sample", False) and (gen_config.temperature or 1.0) not in (0.0, 1.0):
+        logits = logits / float(gen_config.temperature)
+    lp = torch.log_softmax(logits, dim=-1)
+    return lp.gather(1, torch.tensor(completion_ids, device=lp.device)[:, None])[:, 0].tolist()
+
+
+def _wrap_sequential_generate(stock):
+    async def generate_non_streaming(self, model, processor, inputs, gen_config, request_id):
+        text, input_len, generated = await stock(self, model, processor, inputs, gen_config, request_id)
+        box = _token_box().get()
+        if box is not None:
+            prompt, completion = _flat_ids(inputs["input_ids"]), _flat_ids(generated)
+            box.update(prompt=prompt, completion=completion, tokenizer=getattr(processor, "tokenizer", processor))
+            if box.get("want_logprobs"):
+                box["logprobs"] = await self.async_submit(_forward_logprobs, model, prompt, completion, gen_config)
+        return text, input_len, generated
+
+    generate_non_streaming._clawgym_stock = stock
+    return generate_non_streaming
+
+
+def _cb_generate_non_streaming(self, model, processor, inputs, gen_config, request_id):
+    """`CBGenerateManager.generate_non_streaming` that also keeps the result's sampled log-probabilities."""
+    import asyncio
+
+    from transformers.cli.serving.utils import CBWorkerDeadError
+
+    async def run():
+        cb = self._cb
+        if cb is None:
+            raise RuntimeError("CB manager not initialized. Call `init_cb()` first.")
+        self._check_alive(request_id)
+        input_ids = inputs["input_ids"]
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+
+        def _on_result(result):
+            if not future.done():
+                future.set_result(result)
+
+        cb.register_result_handler(request_id, _on_result)
+        cb.add_request(input_ids, request_id=request_id, max_new_tokens=gen_config.max_new_tokens, streaming=False,
+                       eos_token_id=gen_config.eos_token_id)
+        result = await future
+        if result.error is not None:
+            if cb.background_thread_status.fatal_error is not None:
+                raise CBWorkerDeadError(f"CB worker died during request {request_id}: {result.error}")
+            raise RuntimeError(f"CB generation failed for {request_id}: {result.error}")
+        generated = result.generated_tokens
+        box = _token_box().get()
+        if box is not None:
+            lps = list(getattr(result, "logprobs", None) or [])
+            box.update(prompt=_flat_ids(input_ids), completion=_flat_ids(generated),
+                       tokenizer=getattr(processor, "tokenizer", processor),
+                       logprobs=[float(x) for x in lps] if len(lps) == len(generated) else None)
+        return processor.decode(generated, skip_special_tokens=True), len(input_ids), generated
+
+    return run()
+
+
+def _cb_init_with_logprobs(stock):
+    def __init__(self, cb_config=None):
+        from transformers import ContinuousBatchingConfig
+
+        cb_config = cb_config if cb_config is not None else ContinuousBatchingConfig()
+        cb_config.return_logprobs = True  # a softmax per step; the sampled tokens are unchanged
+        stock(self, cb_config)
+
+    __init__._clawgym_stock = stock
+    return __init__
+
+
+def _token_entries(tok, ids: list[int], logprobs: list[float]) -> list[dict]:
+    out = []
+    for i, lp in zip(ids, logprobs):
+        piece = tok.decode([i])
+        out.append({"token": piece, "logprob": float(lp), "bytes": list(piece.encode("utf-8", "replace")),
+                    "top_logprobs": []})
+    return out
+
+
+def _wrap_handle_request(stock):
+    async def handle_request(self, body, request_id):
+        from fastapi.responses import JSONResponse
+
+        want_ids = bool(body.pop("return_token_ids", False))
+        want_lp = body.get("logprobs") is True
+        if not (want_ids or want_lp) or body.get("stream"):
+            return await stock(self, body, request_id)
+        body.pop("top_logprobs", None)
+        box = {"want_logprobs": want_lp}
+        var = _token_box()
+        token = var.set(box)
+        try:
+            resp = await stock(self, body, request_id)
+        finally:
+            var.reset(token)
+        if not isinstance(resp, JSONResponse) or resp.status_code != 200 or "completion" not in box:
+            return resp
+        import json as _json
+
+        data = _json.loads(resp.body)
+        choice = data["choices"][0]
+        if want_ids:
+            data["prompt_token_ids"] = box["prompt"]
+            choice["token_ids"] = box["completion"]
+        if want_lp:
+            lps = box.get("logprobs")
+            choice["logprobs"] = ({"content": _token_entries(box["tokenizer"], box["completion"], lps)}
+                                  if lps is not None else None)
+        return JSONResponse(data, status_code=resp.status_code)
+
+    handle_request._clawgym_stock = stock
+    return handle_request
+
+
+def install_token_ids() -> None:
+    """Answer `return_token_ids` / `logprobs` in this process's chat-completions handler (see above)."""
+    require_transformers(__name__, TRANSFORMERS_VERSION)
+    from transformers.cli.serving import utils
+    from transformers.cli.serving.chat_completion import ChatCompletionHandler
+
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    _INSTALLED = True
+    ChatCompletionHandler.handle_request = _wrap_handle_request(ChatCompletionHandler.handle_request)
+    utils.GenerateManager.generate_non_streaming = _wrap_sequential_generate(
+        utils.GenerateManager.generate_non_streaming)
+    stock = utils.CBGenerateManager.generate_non_streaming
+    utils.CBGenerateManager.__init__ = _cb_init_with_logprobs(utils.CBGenerateManager.__init__)
+    _cb_generate_non_streaming._clawgym_stock = stock
+    utils.CBGenerateManager.generate_non_streaming = _cb_generate_non_streaming
+
+
+def uninstall_token_ids() -> None:
+    """Undo `install_token_ids` (tests)."""
+    from transformers.cli.serving import utils
+    from transformers.cli.serving.chat_completion import ChatCompletionHandler
+
+    for owner, name in ((ChatCompletionHandler, "handle_request"), (utils.GenerateManager, "generate_non_streaming"),
+                        (utils.CBGenerateManager, "__init__"), (utils.CBGenerateManager, "generate_non_streaming")):
+        stock = getattr(getattr(owner, name), "_clawgym_stock", None)
+        if stock is not None:
+            setattr(owner, name, stock)
+    global _INSTALLED
+    _INSTALLED = False
+
+
