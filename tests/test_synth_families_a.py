@@ -131,3 +131,22 @@ def test_registry_rejects_duplicates():
     with pytest.raises(ValueError):
         register(Family(fam.name, fam.category, fam.subcategory, [], [], "dup", lambda c: None))
     assert REGISTRY[fam.name] is fam and get_family(fam.name) is fam
+
+
+def test_disk_usage_report_files_have_the_sizes_the_answer_assumes():
+    """Regression (issue 24): the written files are exactly the bytes the expected answer counts, so the answer is
+    derivable from the workspace (3-letter folders used to get files shorter than their expected size)."""
+    from clawgym.synth.families.base import Ctx
+
+    fam = get_family("disk_usage_report")
+    for seed in range(300):
+        ctx = Ctx(fam, seed)
+        fam.build(ctx)
+        data = {p: len(f.content) for p, f in ctx.files.items() if p.startswith("data/")}
+        per_dir: dict[str, list[int]] = {}
+        for p, n in data.items():
+            per_dir.setdefault(p.split("/")[1], []).append(n)
+        exp = ctx.grade.expected
+        assert {r["dir"]: (r["files"], r["bytes"]) for r in exp["rows"]} == {
+            d: (len(v), sum(v)) for d, v in per_dir.items()}, seed
+        assert [p for p, _ in sorted(data.items(), key=lambda x: (-x[1], x[0]))[:3]] == exp["largest"], seed
