@@ -35,6 +35,81 @@ def test_program_reference_is_one_exec_and_keeps_the_verifier():
         program_command("print(1)\nEOF\nprint(2)\n")
 
 
+ARG_FAMILIES = ("meeting_slot_finder", "metric_trend_alerts", "rename_with_alias", "renewal_reminders",
+                "task_board_report")
+
+
+def test_programs_take_their_arguments_from_the_instruction():
+    """The five families whose values are only in the instruction declare `# args:`; the command passes exactly the
+    regex's groups (each a value copied from the instruction) and runs the program without that line; persona
+    voicing (which may lowercase the first letter) still matches."""
+    import re
+    import shlex
+
+    from clawgym.synth.personas import expand_personas
+    from clawgym.synth.solutions import program_args_regex
+
+    assert set(ARG_FAMILIES) <= set(program_families())
+    assert program_args_regex(program_source("budget_variance")) is None
+    personas = expand_personas(limit=6)
+    for f in ARG_FAMILIES:
+        src = program_source(f)
+        rx = program_args_regex(src)
+        assert rx and re.compile(rx).groups >= 1, f
+        for seed in (0, 1, 2, 1000, 1001):
+            for persona in (None, *personas[:3]):
+                t = get_family(f).generate(seed, persona)
+                cmd = program_reference(t)[0].arguments["command"]
+                head, body = cmd.split("\n", 1)
+                argv = shlex.split(head.removesuffix("<<'EOF'"))
+                assert argv[:2] == ["python3", "-"] and argv[2:] == list(re.search(rx, t.instruction, re.S).groups())
+                assert all(a and a in t.instruction for a in argv[2:]), (f, seed, argv)
+                assert "# args:" not in body and body.endswith("\nEOF")
+                assert with_program(t).program_reference == program_reference(t)
+    # the values the generator put in the instruction, spelled out for one seed of two families
+    t = get_family("metric_trend_alerts").generate(0)
+    thr = re.search(r"\|pct_change\| >= (\d+)\.", t.instruction)[1]
+    assert program_reference(t)[0].arguments["command"].startswith(f"python3 - {thr} <<'EOF'\n")
+    t = get_family("rename_with_alias").generate(0)
+    mod, old, new = re.search(r"`(\w+)\.(\w+)` to `\w+\.(\w+)`", t.instruction).groups()
+    assert program_reference(t)[0].arguments["command"].startswith(f"python3 - {mod} {old} {new} <<'EOF'\n")
+
+
+def test_instruction_arguments_never_reach_the_shell_unquoted(tmp_path):
+    """Values with quotes, $(...), backticks, ; and a newline arrive intact as sys.argv and run nothing."""
+    import json
+    import subprocess
+
+    from clawgym.synth.solutions import program_args
+
+    src = "# args: A=<(.*?)> B=<(.*?)>\nimport sys, json\nprint(json.dumps(sys.argv[1:]))\n"
+    a = "x'; touch pwned1; echo '$(touch pwned2) `touch pwned3`"
+    b = 'say "hi" \\ $HOME; touch pwned4\n touch pwned5 && echo EOF'
+    instruction = f"Do it with A=<{a}> B=<{b}> please."
+    args = program_args("fam", src, instruction)
+    assert args == [a, b]
+    cmd = program_command(src, args)
+    r = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [a, b]
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="NUL"):
+        program_command(src, ["a\x00b"])
+
+
+def test_an_instruction_without_the_arguments_is_one_clear_error():
+    from clawgym.synth.solutions import program_args
+
+    t = get_family("metric_trend_alerts").generate(0)
+    bad = t.model_copy(update={"instruction": "Summarise the metrics, flag the big movers."})
+    for call in (program_reference, with_program):
+        with pytest.raises(ValueError, match=r"family 'metric_trend_alerts'.*regex .*pct_change.*"
+                                             r"solutions/metric_trend_alerts\.py"):
+            call(bad)
+    with pytest.raises(ValueError, match="fam"):  # a group that matched nothing is no argument either
+        program_args("fam", "# args: n=(\\d+)?;\nprint(1)\n", "n=;")
+
+
 def test_programs_solve_new_seeds_in_a_sandbox(any_isolating_factory):
     seeds = [0, 1, 1000, 1001, 4242]
     res = check_programs(seeds=seeds, factory=any_isolating_factory, workers=2)
