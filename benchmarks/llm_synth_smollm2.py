@@ -2,6 +2,7 @@
 
     python benchmarks/llm_synth_smollm2.py [--n 12] [--max-tokens 1024] [--in-flight 4] [--max-repairs 1]
                                            [--model-dir data/models/smollm2-135m-instruct] [--backend auto]
+                                           [--unbounded]
 
 Starts the embedded model server (clawgym.train.serve.ModelServer, `transformers serve`), then runs the one
 synthesis pipeline (clawgym.synth.pipeline.synthesize, the code the `synthetic_tasks` asset runs) with `n` LLM
@@ -35,6 +36,7 @@ def main() -> None:
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--data", default="data")
     ap.add_argument("--fresh", action="store_true")
+    ap.add_argument("--unbounded", action="store_true", help="send the gate's schema without length bounds")
     ap.add_argument("--out", default="", help="write the report as JSON here")
     a = ap.parse_args()
 
@@ -56,7 +58,10 @@ def main() -> None:
         print(f"server up in {time.perf_counter() - t0:.0f}s at {srv.base_url}")
         gen = {"base_url": srv.base_url, "model": srv.model_name, "max_tokens": a.max_tokens, "timeout_s": 1800,
                "api_key_env": "CLAWGYM_SERVER_TOKEN",
-               "max_retries": 0, "max_in_flight": a.in_flight, "temperature": 0.7}
+               "max_retries": 0, "max_in_flight": a.in_flight, "temperature": 0.7,
+               # the schema gate's schema bounded to max_tokens (llm_route.bounded_schema), as the graph sends a
+               # local model: the server's constrained decoder can always finish the reply
+               "bounded_schema": not a.unbounded}
         plan = LLMPlan(generator=gen, n=a.n, personas=personas, skills=skills, skill_fraction=0.25,
                        max_repairs=a.max_repairs, cache_dir=cache)
         factory = get_factory(a.backend, SandboxConfig())
