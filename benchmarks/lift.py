@@ -139,7 +139,9 @@ def _wrote_program(row: dict) -> bool:
                 cmd = json.loads(c["function"]["arguments"]).get("command")
             except (ValueError, KeyError, AttributeError):
                 return False
-            return src is not None and cmd == program_command(src)
+            # the program itself (the first line carries the task's instruction arguments, if any)
+            return src is not None and isinstance(cmd, str) and cmd.startswith("python3 - ") and \
+                cmd.split("\n", 1)[-1] == program_command(src).split("\n", 1)[-1]
     return False
 
 
