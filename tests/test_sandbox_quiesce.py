@@ -402,3 +402,54 @@ def test_listing_survives_hostile_workspace(factory):
     finally:
         sb.close()  # a recycled sandbox is reset with the 1100-deep tree still in it
     assert factory.settle(60)
+
+
+# ---------------------------------------------------------------------------------------------
+# a recycled sandbox: directory metadata (default ACLs, xattrs) the agent set on what a reset keeps
+PLANT_ACL = r"""
+import os, struct
+# a default ACL granting r-x only (user::r-x, group::---, other::---): what is made below inherits mode 0500
+acl = struct.pack("<I", 2) + struct.pack("<HHI", 1, 5, 0xffffffff) + struct.pack("<HHI", 4, 0, 0xffffffff) \
+    + struct.pack("<HHI", 0x20, 0, 0xffffffff)
+done = []
+for d in ("/root", "/tmp", os.getcwd()):
+    for name, val in (("system.posix_acl_default", acl), ("user.note", b"left for the next task")):
+        try:
+            os.setxattr(d, name, val)
+            done.append(name)
+        except OSError:
+            pass
+print(" ".join(done))
+"""
+
+
+def _state_path(sb) -> str:
+    st = getattr(sb, "_state", None) or sb._slot.state
+    return st.path
+
+
+def test_reset_clears_acls_and_xattrs_the_agent_set(sfactory):
+    """A reset keeps HOME, /tmp and (re-made) the workspace path: the agent's default ACL on them would make every
+    entry of the next task's sandbox mode 0500 (its files unwritable: a later rollout scores 0), and xattrs carry data
+    to the next user. The reset strips them (found by a hostile review of session 10)."""
+    from clawgym.sandbox import get_factory
+
+    backend = "docker" if type(sfactory).__name__.startswith("Docker") else "bwrap"
+    with get_factory(backend, sfactory.config, pool_size=1, max_idle=1) as f:
+        assert f.warm(60)
+        s1 = f.open([File(path="a.txt", content=b"one")])
+        path1 = _state_path(s1)
+        r = s1.exec(["python3", "-c", PLANT_ACL])
+        assert r.ok, r.stderr
+        assert "system.posix_acl_default" in r.stdout.split(), r.stdout  # the plant itself took
+        s1.close()
+        assert f.settle(60)
+        with f.open([File(path="sub/b.txt", content=b"two\n")]) as s2:
+            if _state_path(s2) != path1:
+                pytest.fail("the pool did not hand back the recycled sandbox (pool_size=1, max_idle=1)")
+            r = s2.exec("echo new > made.txt && mkdir -p d/e && echo x > d/e/f && echo t > /tmp/t && "
+                        "echo h > ~/h && cat sub/b.txt made.txt d/e/f")
+            assert r.ok and r.stdout == "two\nnew\nx\n", (r.rc, r.stdout, r.stderr)
+            r = s2.exec(["python3", "-c", "import os; print([(d, os.listxattr(d)) for d in ('/root', '/tmp', '.') "
+                                          "if os.listxattr(d)])"])
+            assert r.stdout.strip() == "[]", r.stdout

@@ -27,7 +27,9 @@ Isolation argument - what is writable in a container, and how a reset restores i
     server (the sandbox user cannot signal or ptrace either: other uid, no capabilities, the server
     is not dumpable), repeated until cgroup.procs holds only those two;
   * HOME (/root, incl. the workspace) and /tmp: host tmpfs dirs; their contents are removed from the
-    host with an fd-based walk that never follows symlinks, modes/owners are restored, the
+    host with an fd-based walk that never follows symlinks, modes/owners are restored and every
+    extended attribute of the dirs kept is removed (a default ACL the agent set there would be
+    inherited by the next task's files: statedir.strip_xattrs), the
     workspace path is created again (the same state as a fresh container) and checked empty;
   * /dev/shm, /dev/mqueue and SysV IPC (the container's own ipc namespace): first from the host
     (nsipc: a helper joins the container's ipc namespace and removes every object and message queue;

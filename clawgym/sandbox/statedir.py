@@ -41,6 +41,26 @@ def sandbox_env(config, env: dict | None = None) -> dict[str, str]:
     return {str(k): str(v) for k, v in e.items()}
 
 
+def strip_xattrs(path: "str | int") -> None:
+    """Remove every extended attribute of `path` itself (a path, never followed if a symlink, or an open fd),
+    default and access ACLs included, then check none is left (raises OSError). A directory a reset keeps (HOME,
+    /tmp, the workspace) belongs to the sandbox user, who may set a default ACL on it: chmod leaves that in place
+    and every entry made there later (the next task's workspace, its files) would inherit it (e.g. mode 0500 ->
+    EACCES), so a reset must clear metadata, not only contents, modes and owners."""
+    kw = {} if isinstance(path, int) else {"follow_symlinks": False}
+    try:
+        names = os.listxattr(path, **kw)
+    except OSError as e:
+        if e.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            return
+        raise
+    for n in names:
+        os.removexattr(path, n, **kw)
+    left = os.listxattr(path, **kw)
+    if left:
+        raise OSError(f"extended attributes left on {path}: {left}")
+
+
 def tmp_base() -> str:
     """Where sandbox state directories go: $CLAWGYM_SANDBOX_TMP, else the system temp dir."""
     return os.environ.get("CLAWGYM_SANDBOX_TMP") or tempfile.gettempdir()
@@ -166,6 +186,7 @@ class StateDir:
         dirs = ((self.home, 0o755), (self.tmp, 0o1777)) + (((self.ws, 0o755),) if self.ws_separate else ()) + extra
         for d, mode in dirs:
             empty_dir(d)
+            strip_xattrs(d)
             if own:
                 os.chown(d, self.uid, self.gid if self.gid is not None else self.uid, follow_symlinks=False)
             os.chmod(d, mode, follow_symlinks=False)
@@ -186,6 +207,8 @@ class StateDir:
         (kind "symlink" with its target, or "special"). Raises OSError when a directory on the way down to the
         workspace is no longer a plain directory (replaced by the agent)."""
         empty_dir(self.tmp)
+        for d in (self.tmp, self.home, self.ws):  # what the verifier writes there must not inherit the agent's ACLs
+            strip_xattrs(d)
         if self.ws_separate:
             empty_dir(self.home)
         else:
@@ -199,6 +222,7 @@ class StateDir:
                     nfd = os.open(part, _O_DIR, dir_fd=fd)
                     os.close(fd)
                     fd = nfd
+                    strip_xattrs(fd)
             finally:
                 os.close(fd)
         odd: list[list[str]] = []
