@@ -1,5 +1,5 @@
 """Linear-layer kernels on this CPU at decoding shapes: MKL's `F.linear` (torch's default for fp32) against oneDNN
-with the weight packed once (`clawgym.train.serve.packed_linear_forward`, what ModelServer installs on CPU).
+with the weight packed once (`clawgym.serve.packed_linear.packed_linear_forward`, what ModelServer installs on CPU).
 
     python benchmarks/linear_kernels.py [--model data/models/smollm2-135m-instruct] [--rows 1,16] [--rounds 15]
 
@@ -35,7 +35,7 @@ def shapes(model: str) -> tuple[list[tuple[int, int]], tuple[int, int], int]:
 
 
 def main() -> None:
-    from clawgym.train import serve
+    from clawgym.serve import packed_linear as serve
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="data/models/smollm2-135m-instruct")

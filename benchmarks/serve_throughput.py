@@ -1,4 +1,4 @@
-"""Serving throughput of a checkpoint through clawgym.train.serve.ModelServer (`transformers serve`):
+"""Serving throughput of a checkpoint through clawgym.serve.ModelServer (`transformers serve`):
 generated tokens/s for N concurrent OpenAI chat requests with continuous batching on vs off.
 
     python benchmarks/serve_throughput.py [--model data/models/smollm2-135m-instruct] [--concurrency 4] [--max-tokens 32]
@@ -26,7 +26,7 @@ TOOLS = [{"type": "function", "function": {
 def measure(model: str, cb: bool, n: int, max_tokens: int) -> dict:
     import openai
 
-    from clawgym.train.serve import ModelServer
+    from clawgym.serve import ModelServer
 
     with ModelServer(model, continuous_batching=cb) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key=srv.token or "none", timeout=600)

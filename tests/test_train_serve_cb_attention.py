@@ -1,7 +1,7 @@
-"""ModelServer's CPU kernels: the continuous-batching attention (clawgym.train.serve.cb_sdpa_attention, with the
+"""ModelServer's CPU kernels: the continuous-batching attention (clawgym.serve.cb_attention.cb_sdpa_attention, with the
 one-copy cache read of decode steps, cb_cache_update) gives the same result as transformers' block-diagonal sdpa;
 the pre-packed oneDNN linear layers (packed_linear_forward) the same as F.linear; the server runs through
-serve.py's launcher with both installed."""
+clawgym/serve/launcher.py with both installed."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from clawgym.train import serve
-from clawgym.train.serve import (MALLOC_ENV, ModelServer, cb_sdpa_attention, install_cb_attention,
-                                 install_packed_linear, uninstall_cb_attention,
-                                 uninstall_packed_linear)
+from clawgym.serve import cb_attention, packed_linear
+from clawgym.serve import launcher as launcher_module
+from clawgym.serve.cb_attention import cb_sdpa_attention, install_cb_attention, uninstall_cb_attention
+from clawgym.serve.launcher import CPU_CB_ARGS, MALLOC_ENV, ModelServer
+from clawgym.serve.packed_linear import install_packed_linear, uninstall_packed_linear
 
 HEADS, KV_HEADS, DIM = 6, 2, 16
 
@@ -93,7 +94,7 @@ def test_decode_step_read_padded_from_the_cache(causal_module):
     got, _ = cb_sdpa_attention(module, query, dummy if causal_module else key[:, :, :0], dummy, mask[None, None],
                                scaling=DIM ** -0.5, cu_seq_lens_q=torch.tensor(cu_q, dtype=torch.int32),
                                cu_seq_lens_k=torch.tensor(cu_k, dtype=torch.int32),
-                               **{serve._PADDED_KV: _padded(key, value, cu_k)})
+                               **{cb_attention._PADDED_KV: _padded(key, value, cu_k)})
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
 
 
@@ -145,11 +146,11 @@ def test_continuous_batching_generates_the_same_tokens(tiny):
     try:
         install_cb_attention()
         assert AttentionInterface._global_mapping["sdpa"] is cb_sdpa_attention
-        assert PagedAttentionCache.update is serve.cb_cache_update
+        assert PagedAttentionCache.update is cb_attention.cb_cache_update
 
         def counting(self, k, v, layer_idx, kwargs):  # count the decode-only steps read padded from the cache
-            out = serve.cb_cache_update(self, k, v, layer_idx, kwargs)
-            padded_steps.append(serve._PADDED_KV in kwargs)
+            out = cb_attention.cb_cache_update(self, k, v, layer_idx, kwargs)
+            padded_steps.append(cb_attention._PADDED_KV in kwargs)
             return out
 
         PagedAttentionCache.update = counting
@@ -166,26 +167,31 @@ def test_continuous_batching_generates_the_same_tokens(tiny):
 
 
 def test_command_and_environment(tiny, monkeypatch):
-    launcher = str(Path(serve.__file__).resolve())
+    launcher = str(Path(launcher_module.__file__).resolve())
     cb = ModelServer(tiny, port=1234, device="cpu")
     cmd = cb.command()
-    assert cmd[:7] == [sys.executable, launcher, "--safe-tool-parsing", "--token-ids", "--cb-attention",
-                       "--packed-linear", "serve"]
-    assert "--continuous-batching" in cmd and cmd[-6:] == list(serve.CPU_CB_ARGS)
-    assert ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False, token_ids=False).command()[:5] == [
+    assert cmd[:8] == [sys.executable, launcher, "--safe-tool-parsing", "--token-ids", "--structured",
+                       "--cb-attention", "--packed-linear", "serve"]
+    assert "--continuous-batching" in cmd and cmd[-6:] == list(CPU_CB_ARGS)
+    assert ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False, token_ids=False,
+                       structured_output=False).command()[:5] == [
         sys.executable, launcher, "--safe-tool-parsing", "--packed-linear", "serve"]
     assert launcher not in ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False, token="",
-                                       packed_linear=False, safe_tool_parsing=False, token_ids=False).command()
+                                       packed_linear=False, safe_tool_parsing=False, token_ids=False,
+                                       structured_output=False).command()
     assert launcher in ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False,  # auth: the launcher
-                                   packed_linear=False, safe_tool_parsing=False, token_ids=False).command()
+                                   packed_linear=False, safe_tool_parsing=False, token_ids=False,
+                                   structured_output=False).command()
     assert ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False, packed_linear=False,
-                       token_ids=False).command()[:4] == [sys.executable, launcher, "--safe-tool-parsing", "serve"]
+                       token_ids=False, structured_output=False).command()[:4] == [
+        sys.executable, launcher, "--safe-tool-parsing", "serve"]
     assert ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False, packed_linear=False,
-                       safe_tool_parsing=False).command()[:4] == [sys.executable, launcher, "--token-ids", "serve"]
+                       safe_tool_parsing=False).command()[:5] == [sys.executable, launcher, "--token-ids",
+                                                                 "--structured", "serve"]
     assert "--packed-linear" not in ModelServer(tiny, port=1, device="cuda").command()  # CPU kernels only
     plain = ModelServer(tiny, port=1, device="cpu", continuous_batching=False).command()
-    assert "--no-continuous-batching" in plain and plain[2:6] == ["--safe-tool-parsing", "--token-ids",
-                                                                  "--packed-linear", "serve"]
+    assert "--no-continuous-batching" in plain and plain[2:7] == ["--safe-tool-parsing", "--token-ids",
+                                                                  "--structured", "--packed-linear", "serve"]
     env = cb.environment()
     assert all(env[k] == v for k, v in MALLOC_ENV.items()) and env["HF_HUB_OFFLINE"] == "1"
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "12345")  # the caller's settings win
@@ -197,8 +203,8 @@ def test_command_and_environment(tiny, monkeypatch):
 
 
 def test_launcher_runs_transformers_serve_cli():
-    r = subprocess.run([sys.executable, serve.__file__, "--safe-tool-parsing", "--token-ids", "--cb-attention",
-                        "--packed-linear", "serve", "--help"],
+    r = subprocess.run([sys.executable, launcher_module.__file__, "--safe-tool-parsing", "--token-ids", "--structured",
+                        "--cb-attention", "--packed-linear", "serve", "--help"],
                        capture_output=True, text=True,
                        timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert r.returncode == 0, r.stderr[-2000:]
@@ -238,7 +244,8 @@ def test_packed_linear_matches_f_linear(packed):
         for x in (torch.randn(5, 96, generator=g), torch.randn(1, 16, 96, generator=g),
                   torch.randn(7, 3, 96, generator=g).transpose(0, 1)):  # 2-D, CB's [1, tokens, hidden], strided
             got = lin(x)
-            assert serve._PACKED in lin.__dict__ and lin.__dict__[serve._PACKED] is not False  # the oneDNN path ran
+            # the oneDNN path ran
+            assert packed_linear._PACKED in lin.__dict__ and lin.__dict__[packed_linear._PACKED] is not False
             torch.testing.assert_close(got, torch.nn.functional.linear(x, lin.weight, lin.bias), atol=1e-5, rtol=1e-5)
         nobias = torch.nn.Linear(96, 8, bias=False)
         x = torch.randn(3, 96, generator=g)
@@ -268,7 +275,7 @@ def test_packed_linear_generates_like_stock(tiny, packed):
         return sorted((o.prompt_ids, o.generated_tokens, o.logprobs) for o in out.values())
 
     got = run()
-    assert all(serve._PACKED in m.__dict__ for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert all(packed_linear._PACKED in m.__dict__ for m in model.modules() if isinstance(m, torch.nn.Linear))
     uninstall_packed_linear()
     want = run()
     install_packed_linear()

@@ -9,7 +9,8 @@ import textwrap
 import threading
 import time
 
-from clawgym.train.serve import _die_with_parent, popen_die_with_parent
+from clawgym.sandbox.spawner import die_with_parent as _die_with_parent
+from clawgym.sandbox.spawner import popen_die_with_parent
 
 
 def _alive(p: subprocess.Popen, wait_s: float = 0.7) -> bool:
@@ -49,7 +50,7 @@ def test_child_dies_when_the_process_is_killed(tmp_path):
     pidfile = tmp_path / "pid"
     code = textwrap.dedent(f"""
         import threading, time
-        from clawgym.train.serve import popen_die_with_parent
+        from clawgym.sandbox.spawner import popen_die_with_parent
         def go():
             p = popen_die_with_parent(["sleep", "60"])
             open({str(pidfile)!r}, "w").write(str(p.pid))
@@ -100,7 +101,7 @@ def test_busy_model_server_exits_when_its_parent_is_killed(tmp_path):
     info = tmp_path / "server"
     code = textwrap.dedent(f"""
         import threading, time, httpx
-        from clawgym.train.serve import ModelServer
+        from clawgym.serve import ModelServer
         srv = ModelServer({str(model)!r}, startup_timeout_s=300)
         srv.start()
         body = {{"model": srv.model_name, "max_tokens": 4000, "temperature": 1.0,

@@ -19,7 +19,7 @@ TRANSFORMERS_VERSION = "5.24.0"  # the transformers release whose private code t
 # else (no CB boundaries, sliding windows, sinks, softcap, dropout, non-causal modules) goes to transformers' own
 # sdpa function.
 # It is installed with transformers' public extension point, `AttentionInterface.register("sdpa", ...)`, in the
-# server process only (`python clawgym/train/serve.py serve ...`, see `_launch`).
+# server process only (`python clawgym/serve/launcher.py serve ...`, see `launcher._launch`).
 
 _CB_DECODE_INDEX: dict = {}  # (cu_q, cu_k) of the step -> padded gather index; reused by every layer of the step
 
