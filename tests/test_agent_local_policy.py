@@ -1,4 +1,4 @@
-"""The embedded model as a policy: kind="local" starts transformers serve (clawgym.train.serve.ModelServer)
+"""The embedded model as a policy: kind="local" starts transformers serve (clawgym.serve.ModelServer)
 around the rollout, health-checks it and stops it. Needs the prepared base model folder."""
 
 import os

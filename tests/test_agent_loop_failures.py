@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from clawgym.agent.loop import MALFORMED_KEY, Limits, run_builtin
 from clawgym.agent.policies import Endpoint, RetryPolicy
 from clawgym.agent.servers import ServerThread
-from clawgym.train.serve import free_port
+from clawgym.serve import free_port
 
 FAST = RetryPolicy(attempts=3, backoff_s=0.01, max_backoff_s=0.05, timeout_s=30)
 FINAL = {"role": "assistant", "content": "All done."}
@@ -302,7 +302,7 @@ def test_patched_parsers_answer_bad_tool_calls_as_text(tok, text):
     from transformers.cli.serving import chat_completion as cc
     from transformers.cli.serving.utils import ToolCall, response_events_to_chunks
 
-    from clawgym.train import serve
+    from clawgym.serve import safe_tools as serve
 
     prompt = _prompt(tok)
     ids = tok(text, add_special_tokens=False)["input_ids"]
@@ -373,7 +373,7 @@ def test_model_server_answers_a_bad_tool_call_as_text(scripted_model):
     import openai
 
     from clawgym.agent.tools import TOOL_SCHEMAS
-    from clawgym.train.serve import ModelServer
+    from clawgym.serve import ModelServer
 
     with ModelServer(scripted_model, device="cpu", startup_timeout_s=120) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key=srv.token or "none", timeout=120, max_retries=0)

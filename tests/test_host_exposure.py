@@ -247,7 +247,7 @@ def test_bearer_auth_middleware_in_process():
 
 
 def test_model_server_command_line_never_holds_the_token(tmp_path):
-    from clawgym.train import serve
+    from clawgym.serve import launcher as serve
 
     model = tmp_path / "m"
     model.mkdir()
@@ -270,7 +270,7 @@ def tiny(tmp_path_factory):
 
 
 def test_model_server_needs_the_token(tiny):
-    from clawgym.train.serve import ModelServer
+    from clawgym.serve import ModelServer
 
     with ModelServer(tiny, device="cpu", continuous_batching=False, startup_timeout_s=180) as srv:
         body = {"model": srv.model_name, "max_tokens": 2, "temperature": 0,

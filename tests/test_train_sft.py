@@ -113,7 +113,7 @@ def test_sft_then_resume_through_pipes_then_serve(setup):
     import openai
     from transformers import AutoModelForCausalLM
 
-    from clawgym.train.serve import ModelServer
+    from clawgym.serve import ModelServer
 
     AutoModelForCausalLM.from_pretrained(str(out))
     srv = ModelServer(out, continuous_batching=False)
