@@ -9,7 +9,7 @@ TRANSFORMERS_VERSION = "5.24.0"  # the transformers release whose private code t
 # ---- token-exact responses: prompt/completion token ids and sampled log-probabilities -----------------------------
 # RL wants the tokens that were sampled, not a re-tokenization of the text (`prompt_token_ids` may differ from a
 # re-render of the conversation, and a decoded-then-re-encoded completion may split into other tokens). Like vLLM,
-# a chat-completion request may ask for them (non-streaming requests; a streaming request ignores both):
+# a chat-completion request may ask for them, streamed or not:
 #   "return_token_ids": true  -> the response's top level gets "prompt_token_ids" (the ids the chat template
 #                                rendered, as generated from) and the choice "token_ids" (the generated ids, the
 #                                end-of-turn token included)
@@ -18,7 +18,14 @@ TRANSFORMERS_VERSION = "5.24.0"  # the transformers release whose private code t
 #                                under the distribution it was drawn from (after temperature; greedy: the model's)
 # Continuous batching reports the log-probabilities of its own sampling step (ContinuousBatchingConfig
 # .return_logprobs, switched on by this launcher); the sequential path scores the generated tokens with one forward
-# pass on its inference thread. Installed in the server process by the launcher (`--token-ids`).
+# pass on its inference thread.
+# Streamed (``"stream": true``), the same fields ride on the chunks, as vLLM sends them: the first chunk carries
+# ``prompt_token_ids`` at its top level, and every content / tool-call chunk (and the final one, with the
+# finish reason) carries on its choice the ``token_ids`` generated since the previous chunk and, with
+# ``logprobs``, their ``logprobs.content`` entries; concatenated over the stream they are exactly the
+# non-streamed fields (`test_serve_stream_tokens`). Tokens that produced no text yet (a partial UTF-8
+# character, a held tool call, the end-of-turn token) ride on a later chunk, the last ones on the final chunk.
+# Installed in the server process by the launcher (`--token-ids`).
 
 _INSTALLED = False  # install_token_ids ran in this process
 TOKEN_FIELDS = ("return_token_ids",)  # request fields this extension reads (and removes before validation)
@@ -133,13 +140,110 @@ def _token_entries(tok, ids: list[int], logprobs: list[float]) -> list[dict]:
     return out
 
 
+def _wrap_streaming(stock, sequential: bool):
+    """`generate_streaming` that records the request's prompt and, as they are generated, its token ids (and
+    CB's log-probabilities) in the request's token box, by wrapping the returned streamer's `put`."""
+
+    def generate_streaming(self, model, processor, inputs, gen_config, request_id, *args, **kwargs):
+        queue, streamer = stock(self, model, processor, inputs, gen_config, request_id, *args, **kwargs)
+        box = _token_box().get()
+        if box is None:
+            return queue, streamer
+        box.update(prompt=_flat_ids(inputs["input_ids"]), completion=[], logprobs=[],
+                   tokenizer=getattr(processor, "tokenizer", processor), manager=self, model=model,
+                   gen_config=gen_config, sequential=sequential)
+        put = streamer.put
+        if sequential:
+            first = [True]
+
+            def put_direct(value):
+                if first[0]:  # generate's first put is the prompt
+                    first[0] = False
+                else:
+                    box["completion"].extend(_flat_ids(value) if value.dim() else [int(value)])
+                return put(value)
+
+            streamer.put = put_direct
+        else:
+            def put_cb(output):
+                ids, lps = list(output.generated_tokens), list(getattr(output, "logprobs", None) or [])
+                box["completion"][len(box["completion"]):] = ids[len(box["completion"]):]
+                box["logprobs"][len(box["logprobs"]):] = [float(x) for x in lps[len(box["logprobs"]):]]
+                return put(output)
+
+            streamer.put = put_cb
+        return queue, streamer
+
+    generate_streaming._clawgym_stock = stock
+    return generate_streaming
+
+
+def _sse_events(text: str) -> list[str]:
+    return [e for e in text.split("\n\n") if e.strip()]
+
+
+async def _streamed_with_tokens(inner, box: dict, want_ids: bool, want_lp: bool):
+    """The SSE stream of `inner` with the token fields added to its chunks (see above)."""
+    import json as _json
+
+    sent = 0  # completion tokens already attached to a chunk
+    first = True
+    async for part in inner:
+        text = part.decode() if isinstance(part, (bytes, bytearray)) else part
+        events = _sse_events(text)
+        out = []
+        for ev in events:
+            if not ev.startswith("data: ") or ev.strip() == "data: [DONE]":
+                out.append(ev)
+                continue
+            try:
+                data = _json.loads(ev[len("data: "):])
+            except ValueError:
+                out.append(ev)
+                continue
+            choices = data.get("choices") or []
+            if not isinstance(data, dict) or "error" in data or not choices:
+                out.append(ev)
+                continue
+            if first and want_ids:
+                data["prompt_token_ids"] = box.get("prompt")
+            first = False
+            choice = choices[0]
+            final = choice.get("finish_reason") is not None
+            delta = choice.get("delta") or {}
+            if final or delta.get("content") or delta.get("tool_calls") or delta.get("reasoning_content"):
+                ids = list(box.get("completion") or [])
+                new = ids[sent:]
+                if want_ids:
+                    choice["token_ids"] = new
+                if want_lp:
+                    lps = await _stream_logprobs(box, len(ids)) if final else box.get("logprobs") or []
+                    got = lps[sent:sent + len(new)] if len(lps) >= sent + len(new) else None
+                    choice["logprobs"] = ({"content": _token_entries(box["tokenizer"], new, got)}
+                                          if got is not None else None)
+                sent += len(new)
+            out.append("data: " + _json.dumps(data, separators=(",", ":")))
+        yield "".join(e + "\n\n" for e in out)
+
+
+async def _stream_logprobs(box: dict, n: int) -> list[float]:
+    """The log-probabilities of the first `n` completion tokens: CB's own, or (sequential generation, which
+    streams no scores) one scoring forward pass on the inference thread once the generation has ended."""
+    if not box.get("sequential"):
+        return box.get("logprobs") or []
+    if len(box.get("logprobs") or []) != n:
+        box["logprobs"] = await box["manager"].async_submit(_forward_logprobs, box["model"], box["prompt"],
+                                                            box["completion"][:n], box["gen_config"])
+    return box["logprobs"]
+
+
 def _wrap_handle_request(stock):
     async def handle_request(self, body, request_id):
-        from fastapi.responses import JSONResponse
+        from fastapi.responses import JSONResponse, StreamingResponse
 
         want_ids = bool(body.pop("return_token_ids", False))
         want_lp = body.get("logprobs") is True
-        if not (want_ids or want_lp) or body.get("stream"):
+        if not (want_ids or want_lp):
             return await stock(self, body, request_id)
         body.pop("top_logprobs", None)
         box = {"want_logprobs": want_lp}
@@ -149,6 +253,10 @@ def _wrap_handle_request(stock):
             resp = await stock(self, body, request_id)
         finally:
             var.reset(token)
+        if isinstance(resp, StreamingResponse):
+            if "prompt" in box:
+                resp.body_iterator = _streamed_with_tokens(resp.body_iterator, box, want_ids, want_lp)
+            return resp
         if not isinstance(resp, JSONResponse) or resp.status_code != 200 or "completion" not in box:
             return resp
         import json as _json
@@ -181,6 +289,8 @@ def install_token_ids() -> None:
     ChatCompletionHandler.handle_request = _wrap_handle_request(ChatCompletionHandler.handle_request)
     utils.GenerateManager.generate_non_streaming = _wrap_sequential_generate(
         utils.GenerateManager.generate_non_streaming)
+    for mgr, sequential in ((utils.GenerateManager, True), (utils.CBGenerateManager, False)):
+        mgr.generate_streaming = _wrap_streaming(mgr.generate_streaming, sequential)
     stock = utils.CBGenerateManager.generate_non_streaming
     utils.CBGenerateManager.__init__ = _cb_init_with_logprobs(utils.CBGenerateManager.__init__)
     _cb_generate_non_streaming._clawgym_stock = stock
@@ -193,7 +303,8 @@ def uninstall_token_ids() -> None:
     from transformers.cli.serving.chat_completion import ChatCompletionHandler
 
     for owner, name in ((ChatCompletionHandler, "handle_request"), (utils.GenerateManager, "generate_non_streaming"),
-                        (utils.CBGenerateManager, "__init__"), (utils.CBGenerateManager, "generate_non_streaming")):
+                        (utils.CBGenerateManager, "__init__"), (utils.CBGenerateManager, "generate_non_streaming"),
+                        (utils.GenerateManager, "generate_streaming"), (utils.CBGenerateManager, "generate_streaming")):
         stock = getattr(getattr(owner, name), "_clawgym_stock", None)
         if stock is not None:
             setattr(owner, name, stock)
