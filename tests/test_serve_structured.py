@@ -230,3 +230,14 @@ def test_streamed_token_ids_and_logprobs_equal_the_non_streamed(server):
         assert lps == pytest.approx(want_lp, abs=1e-4)
         if not extra:
             assert _merged(chunks)[0] == want["choices"][0]["message"]["content"]
+
+
+def test_serving_dtype_bf16_only_where_the_cpu_has_it():
+    from clawgym.serve.launcher import DTYPE_ENV, serving_dtype
+
+    assert serving_dtype("auto", "cpu", cpuinfo="flags\t: sse avx2 avx512_bf16\n", env={}) == "bfloat16"
+    assert serving_dtype("auto", "cpu", cpuinfo="flags\t: sse avx2 amx_bf16\n", env={}) == "bfloat16"
+    assert serving_dtype("auto", "cpu", cpuinfo="flags\t: sse avx2\n", env={}) == "float32"  # emulated: slower
+    assert serving_dtype("auto", "cpu", cpuinfo="flags\t: avx2\n", env={DTYPE_ENV: "bfloat16"}) == "bfloat16"
+    assert serving_dtype("float32", "cpu", cpuinfo="flags\t: avx512_bf16\n", env={}) == "float32"  # as asked
+    assert serving_dtype("auto", "cuda", env={}) == "auto"  # a GPU: the checkpoint's own dtype

@@ -91,6 +91,38 @@ def _has_cuda(device: str) -> bool:
         return False
 
 
+CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of native bfloat16 arithmetic
+DTYPE_ENV = "CLAWGYM_SERVE_DTYPE"  # overrides dtype="auto": float32 / bfloat16 / float16 / auto (the model's)
+
+
+def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU does bfloat16 arithmetic natively (AVX512-BF16 or AMX-BF16 in /proc/cpuinfo)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            return False
+    flags = set()
+    for line in cpuinfo.splitlines():
+        if line.startswith("flags"):
+            flags.update(line.split(":", 1)[-1].split())
+    return any(f in flags for f in CPU_BF16_FLAGS)
+
+
+def serving_dtype(dtype: str, device: str, cpuinfo: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """The --dtype the server gets. "auto": $CLAWGYM_SERVE_DTYPE if set; on a GPU the model's own dtype
+    ("auto"); on a CPU bfloat16 where it does bfloat16 natively (weights and, since CB's paged cache takes the
+    model's dtype, the KV cache: half the bytes a decode step reads), float32 elsewhere. Anything else: as given."""
+    if dtype != "auto":
+        return dtype
+    env = os.environ if env is None else env
+    if env.get(DTYPE_ENV):
+        return env[DTYPE_ENV]
+    if _has_cuda(device):
+        return "auto"
+    return "bfloat16" if cpu_has_bf16(cpuinfo) else "float32"
+
+
 class ModelServer:
     """An OpenAI-compatible server for one model folder. `start()` returns the base URL (…/v1)."""
 
@@ -157,7 +189,8 @@ class ModelServer:
         serve = _serve_cmd(launcher) if launcher or not self.token else \
             [sys.executable, str(Path(__file__).resolve()), "serve"]
         cmd = serve + [self.model_dir, "--host", self.host, "--port", str(self.port),
-                       "--device", self.device, "--dtype", self.dtype, "--log-level", "warning"]
+                       "--device", self.device, "--dtype", serving_dtype(self.dtype, self.device, env=self.env),
+                       "--log-level", "warning"]
         cmd.append("--continuous-batching" if self.continuous_batching else "--no-continuous-batching")
         extra = list(self.extra_args)
         if self.continuous_batching and not _has_cuda(self.device) and not any(a.startswith("--cb-") for a in extra):
