@@ -57,19 +57,32 @@ HOP_HEADERS = {"host", "content-length", "connection", "transfer-encoding", "aut
 
 
 def merge_stream(chunks: list[dict]) -> dict:
-    """Re-assemble a chat.completion from chat.completion.chunk objects."""
+    """Re-assemble a chat.completion from chat.completion.chunk objects: with the sampled tokens where the
+    upstream streamed them (vLLM's fields: ``prompt_token_ids`` on a chunk, ``token_ids`` and
+    ``logprobs.content`` on the choices), laid out as in a non-streamed response, so a streamed turn is recorded
+    as token-exactly as a non-streamed one. Only upstream chunks are merged: nothing a client sends gets here."""
     content: list[str] = []
     reasoning: list[str] = []
     calls: dict[int, dict] = {}
     finish = None
     usage = None
     model = rid = None
+    prompt_ids = None
+    token_ids: list = []
+    lp_content: list = []
     for c in chunks:
         rid = rid or c.get("id")
         model = model or c.get("model")
         if c.get("usage"):
             usage = c["usage"]
+        if prompt_ids is None and isinstance(c.get("prompt_token_ids"), list):
+            prompt_ids = c["prompt_token_ids"]  # vLLM / the embedded server: on the first chunk
         for ch in c.get("choices") or []:
+            if isinstance(ch.get("token_ids"), list):  # the ids sampled since the previous chunk
+                token_ids.extend(ch["token_ids"])
+            lp = ch.get("logprobs")
+            if isinstance(lp, dict) and isinstance(lp.get("content"), list):
+                lp_content.extend(lp["content"])
             d = ch.get("delta") or {}
             if d.get("content"):
                 content.append(d["content"])
@@ -92,8 +105,15 @@ def merge_stream(chunks: list[dict]) -> dict:
         msg["reasoning_content"] = "".join(reasoning)
     if calls:
         msg["tool_calls"] = [calls[i] for i in sorted(calls)]
-    return {"id": rid, "object": "chat.completion", "model": model,
-            "choices": [{"index": 0, "message": msg, "finish_reason": finish}], "usage": usage}
+    out = {"id": rid, "object": "chat.completion", "model": model,
+           "choices": [{"index": 0, "message": msg, "finish_reason": finish}], "usage": usage}
+    if prompt_ids is not None:
+        out["prompt_token_ids"] = prompt_ids
+    if token_ids:
+        out["choices"][0]["token_ids"] = token_ids
+    if lp_content:
+        out["choices"][0]["logprobs"] = {"content": lp_content}
+    return out
 
 
 def _as_chunk(completion: dict) -> dict:
@@ -104,8 +124,14 @@ def _as_chunk(completion: dict) -> dict:
         delta["reasoning_content"] = msg["reasoning_content"]
     if msg.get("tool_calls"):
         delta["tool_calls"] = [{**tc, "index": i} for i, tc in enumerate(msg["tool_calls"])]
-    return {"id": completion.get("id"), "model": completion.get("model"), "usage": completion.get("usage"),
-            "choices": [{"index": 0, "delta": delta, "finish_reason": completion["choices"][0]["finish_reason"]}]}
+    chunk = {"id": completion.get("id"), "model": completion.get("model"), "usage": completion.get("usage"),
+             "choices": [{"index": 0, "delta": delta, "finish_reason": completion["choices"][0]["finish_reason"]}]}
+    for k in ("token_ids", "logprobs"):  # the sampled tokens so far travel with the merged text
+        if k in completion["choices"][0]:
+            chunk["choices"][0][k] = completion["choices"][0][k]
+    if "prompt_token_ids" in completion:
+        chunk["prompt_token_ids"] = completion["prompt_token_ids"]
+    return chunk
 
 
 def _reply_cut(response: dict, bounds: Optional[Limits]) -> Optional[tuple]:
@@ -169,15 +195,19 @@ class RecordingProxy(AppServer):
     client_token / strict_sessions / limits / uds: see the module docstring (one proxy per rollout: the
     limits count every answered request of the proxy, whatever its session). bounds: the size caps of a
     clawgym.agent.loop.Limits (max_tool_calls_per_turn, max_message_chars, max_argument_chars,
-    max_response_bytes, max_record_bytes) applied to what is recorded; None: unbounded."""
+    max_response_bytes, max_record_bytes) applied to what is recorded; None: unbounded.
+    token_ids: ask the upstream for the sampled tokens of every chat request (``return_token_ids`` and
+    ``logprobs``, vLLM's / the embedded server's fields, streamed or not), so the recorded turns are token-exact
+    (`merge_stream`, proxy_log's rebuild: ``clawgym_tokens`` on each assistant turn)."""
 
     def __init__(self, upstream: str, log_path: str, api_key_env: Optional[str] = None,
                  model: Optional[str] = None, timeout_s: float = 600.0, uds: Optional[str] = None,
                  max_requests: Optional[int] = None, max_total_tokens: Optional[int] = None,
                  max_wall_s: Optional[float] = None, client_token: Optional[str] = None,
                  strict_sessions: bool = False, uds_expect: Optional[tuple] = None,
-                 bounds: Optional[Limits] = None):
+                 bounds: Optional[Limits] = None, token_ids: bool = False):
         self.upstream = upstream.rstrip("/")
+        self.token_ids = token_ids
         self.log_path = log_path
         self.api_key_env = api_key_env
         self.model = model
@@ -339,6 +369,9 @@ class RecordingProxy(AppServer):
                 seq = proxy._seq
             if proxy.model:
                 body["model"] = proxy.model
+            if proxy.token_ids:  # the proxy's own choice, whatever the client sent
+                body["return_token_ids"] = True
+                body["logprobs"] = True
             headers = proxy._headers(request, session)
             entry: dict[str, Any] = {"session": session, "seq": seq, "ts": t0, "request": body,
                                      "stream": bool(body.get("stream"))}

@@ -119,10 +119,18 @@ def canonical(m: dict) -> tuple:
 
 
 def _reply_of(e: dict) -> dict:
-    msg = ((e["response"].get("choices") or [{}])[0].get("message") or {})
+    choice = (e["response"].get("choices") or [{}])[0]
+    msg = choice.get("message") or {}
     final: dict[str, Any] = {"role": "assistant", "content": msg.get("content")}
     if msg.get("tool_calls"):
         final["tool_calls"] = msg["tool_calls"]
+    # the sampled tokens, when the upstream returned them (streamed or not): from the proxy's own record of the
+    # upstream response, never from a request; not part of `canonical` (the chain is matched on text)
+    from clawgym.agent.loop import TOKENS_KEY, token_record
+
+    toks = token_record(e["response"], choice) if isinstance(choice, dict) else None
+    if toks is not None and e.get("limit") is None:
+        final[TOKENS_KEY] = toks
     return final
 
 
