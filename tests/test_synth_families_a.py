@@ -150,3 +150,19 @@ def test_disk_usage_report_files_have_the_sizes_the_answer_assumes():
         assert {r["dir"]: (r["files"], r["bytes"]) for r in exp["rows"]} == {
             d: (len(v), sum(v)) for d, v in per_dir.items()}, seed
         assert [p for p, _ in sorted(data.items(), key=lambda x: (-x[1], x[0]))[:3]] == exp["largest"], seed
+
+
+def test_task_board_report_rows_are_owners_the_export_shows():
+    """Regression (issue 24): one row per owner that appears in the board export; a team member who owns no task is
+    nowhere in the workspace, so expecting their 0/0/0 row made ~7% of seeds unsolvable."""
+    import json
+
+    from clawgym.synth.families.base import Ctx
+
+    fam = get_family("task_board_report")
+    for seed in range(300):
+        ctx = Ctx(fam, seed)
+        fam.build(ctx)
+        text = ctx.files["input/board_export.jsonl"].content.decode()
+        owners = {json.loads(ln).get("owner") for ln in text.splitlines() if ln.strip().startswith("{")}
+        assert {r["owner"] for r in ctx.grade.expected["table"]} <= {str(o).strip() for o in owners if o}, seed
