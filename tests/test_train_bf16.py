@@ -36,7 +36,7 @@ def setup(tmp_path_factory):
     from clawgym.trajectories.sft import save_hf_dataset
 
     d = tmp_path_factory.mktemp("bf16")
-    base = make_tiny_model(d / "tiny", hidden_size=64, num_layers=2)
+    base = make_tiny_model(d / "tiny", hidden_size=32, num_layers=1)
     rows = [{"messages": _conv(i), "tools": TOOLS, "sample_id": f"s{i}", "task_id": f"t{i}", "category": "c",
              "n_tokens": 0} for i in range(3)]
     return {"dir": d, "base": str(base), "ds": str(save_hf_dataset(rows, d / "ds"))}
@@ -107,7 +107,7 @@ def test_bf16_sft_learns_like_float32(setup):
     for name, extra in [("fp32", {"bf16": False}), ("bf16", {"bf16": True})]:
         recs[name] = run_sft(SFTRunConfig(
             base_model=setup["base"], dataset_path=setup["ds"], output_dir=str(setup["dir"] / name), resume=False,
-            sft_config={"learning_rate": 3e-4, "max_steps": 12, "logging_steps": 3, "save_steps": 10**6,
+            sft_config={"learning_rate": 2e-3, "max_steps": 6, "logging_steps": 2, "save_steps": 10**6,
                         "max_length": 1024, "seed": 0, **extra}))
     fp, bf = recs["fp32"], recs["bf16"]
     assert bf.hyperparams["precision"]["weights"] == "bfloat16"
@@ -115,7 +115,7 @@ def test_bf16_sft_learns_like_float32(setup):
     assert fp.hyperparams["precision"]["weights"] == "float32"
     drop_fp = fp.loss_curve[0]["loss"] - fp.loss_curve[-1]["loss"]
     drop_bf = bf.loss_curve[0]["loss"] - bf.loss_curve[-1]["loss"]
-    assert drop_fp > 0.3, fp.loss_curve
+    assert drop_fp > 0.2, fp.loss_curve
     assert abs(drop_bf - drop_fp) < 0.15 * drop_fp, (fp.loss_curve, bf.loss_curve)
     assert abs(bf.loss_curve[-1]["loss"] - fp.loss_curve[-1]["loss"]) < 0.05 * fp.loss_curve[-1]["loss"]
 
