@@ -3,7 +3,7 @@
 1. oracle rollouts/s (builtin runtime, our own tasks) at pool sizes 1, 2, 4, 8 on each sandbox backend
    (goals: >= 10/s bwrap, >= 3/s docker);
 2. the local model server's aggregate decode tokens/s at 16 concurrent rollout-shaped requests over 1 stream
-   (`transformers serve --continuous-batching` through clawgym.train.serve.ModelServer; goal >= 6x);
+   (`transformers serve --continuous-batching` through clawgym.serve.ModelServer; goal >= 6x);
 3. a DuckDB query (pass rate by category x policy) over 1M generated step rows (goal < 1 s; benchmarks/duckdb_steps.py).
 
     python benchmarks/rollout_throughput.py [--n 24] [--pools 1,2,4,8] [--backends bwrap,docker]
@@ -106,7 +106,7 @@ def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: li
     """Aggregate completion tokens/s: `streams` concurrent requests vs one stream at a time, same server."""
     import openai
 
-    from clawgym.train.serve import ModelServer
+    from clawgym.serve import ModelServer
 
     if model == "data/models/smollm2-135m-instruct":
         from clawgym.train.base_model import prepare_base_model

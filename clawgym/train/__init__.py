@@ -13,7 +13,7 @@ from clawgym.train.base_model import (
 from clawgym.train.config import GRPO_DEFAULTS, LORA_DEFAULTS, SFT_DEFAULTS, TrainConfigError
 from clawgym.train.grpo import GRPORunConfig, run_grpo
 from clawgym.train.record import CheckpointRecord, read_registry_row
-from clawgym.train.serve import ModelServer
+from clawgym.serve import ModelServer
 from clawgym.train.sft import SFTRunConfig, run_sft
 
 __all__ = [
