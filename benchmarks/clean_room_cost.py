@@ -8,7 +8,7 @@ neighbours, not absolute numbers).
 
 --docker-reset adds a third mode on docker, interleaved with the other two: the clean room with session 9's container
 reset (the exec server's in-container reset op after the host-side IPC clear, ~40 ms each; today it runs only where
-the host side could not clear and check everything, see clawgym.sandbox.docker_container.Slot.quiesce).
+the host side could not clear and check everything, see clawgym.sandbox.docker.container.Slot.quiesce).
 
 Prints per backend: rollouts/s and verification latency per task (ms, median over tasks: from the end of
 the agent phase to the score) for both modes, and the ratio clean/in-place.
@@ -31,7 +31,7 @@ import clawgym.verify as verify_pkg  # noqa: E402
 from clawgym.agent.demo import demo_tasks  # noqa: E402
 from clawgym.agent.rollout import run_rollout  # noqa: E402
 from clawgym.sandbox import get_factory  # noqa: E402
-from clawgym.sandbox.docker_container import Slot  # noqa: E402
+from clawgym.sandbox.docker.container import Slot  # noqa: E402
 from clawgym.verify.runtime import verify_after_agent, verify_task  # noqa: E402
 
 _HOST_CLEAR = Slot.clear_host_side

@@ -39,9 +39,9 @@ def _available(name: str) -> tuple[bool, str]:
     if name == "local":
         return True, ""
     if name == "bwrap":
-        from clawgym.sandbox.bwrap_backend import available
+        from clawgym.sandbox.bwrap.backend import available
     else:
-        from clawgym.sandbox.docker_backend import available
+        from clawgym.sandbox.docker.backend import available
     return available()
 
 

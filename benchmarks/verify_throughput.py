@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from clawgym import DEFAULT_WORKSPACE  # noqa: E402
 from clawgym.sandbox import get_factory  # noqa: E402
-from clawgym.sandbox.bwrap_backend import find_rootfs  # noqa: E402
+from clawgym.sandbox.bwrap.backend import find_rootfs  # noqa: E402
 from clawgym.sandbox.base import SandboxConfig  # noqa: E402
 from clawgym.tasks.clawgym_format import import_clawgym_folder  # noqa: E402
 from clawgym.verify import verify_noop_many  # noqa: E402
@@ -79,7 +79,7 @@ def harness_loop(tasks, factory, workers: int = 1) -> tuple[float, dict[str, flo
 def host_tuning() -> str:
     """What the bwrap figure depends on: joining a cgroup (v1) waits for an RCU grace period unless the kernel
     expedites them (scripts/setup.sh: CLAWGYM_TUNE_HOST=1)."""
-    from clawgym.sandbox.cgroups import mode
+    from clawgym.sandbox.host.cgroups import mode
 
     try:
         with open("/sys/kernel/rcu_expedited") as f:

@@ -166,7 +166,7 @@ def bench_leaderboard(suite: str = typer.Option("procedural", help="bench suite"
 def sandbox_cleanup(all_: bool = typer.Option(False, "--all", help="also things whose maker is still alive"),
                     dry_run: bool = typer.Option(False, help="only list what would be removed")):
     """Find and remove what crashed sandbox runs left behind (containers, mounts, dirs, processes, cgroups)."""
-    from clawgym.sandbox.cleanup import remove_leftovers
+    from clawgym.sandbox.host.cleanup import remove_leftovers
 
     lo = remove_leftovers(orphans_only=not all_, dry_run=dry_run)
     console.print(("would remove: " if dry_run else "removed: ") + lo.summary() if lo else "nothing to clean up")

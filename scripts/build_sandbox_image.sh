@@ -5,7 +5,7 @@
 #      file records the same package list. The bwrap backend uses this root read-only as /.
 #   2. when a Docker engine answers: `docker import` it as $CLAWGYM_IMAGE (clawgym-sandbox:latest),
 #      skipped when the image already carries the same stamp label.
-# The online alternative is clawgym/sandbox/Dockerfile (FROM python:3.11-slim).
+# The online alternative is clawgym/sandbox/docker/Dockerfile (FROM python:3.11-slim).
 # Usage: scripts/build_sandbox_image.sh [--rootfs-only] [--force]
 set -euo pipefail
 

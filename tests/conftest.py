@@ -60,9 +60,9 @@ def _no_sandbox_leftovers():
     yield
     import sys
 
-    if "clawgym.sandbox.cleanup" not in sys.modules:  # no sandbox was ever made
+    if "clawgym.sandbox.host.cleanup" not in sys.modules:  # no sandbox was ever made
         return
-    from clawgym.sandbox import cleanup
+    from clawgym.sandbox.host import cleanup
 
     cleanup.close_all()
     left = cleanup.find_leftovers(pid=os.getpid())
@@ -99,7 +99,7 @@ def docker_factory(sandbox_rootfs):
         images.ensure_image()
     except SandboxError as e:
         pytest.fail(f"docker answers but the sandbox image cannot be built: {e}")
-    from clawgym.sandbox.docker_backend import DockerFactory
+    from clawgym.sandbox.docker.backend import DockerFactory
 
     f = DockerFactory(_config(), pool_size=2)
     f.warm(timeout=60)
@@ -109,12 +109,12 @@ def docker_factory(sandbox_rootfs):
 
 @pytest.fixture(scope="session")
 def bwrap_factory(sandbox_rootfs):
-    from clawgym.sandbox import bwrap_backend
+    from clawgym.sandbox.bwrap.backend import BwrapFactory, available
 
-    ok, why = bwrap_backend.available()
+    ok, why = available()
     if not ok:
         pytest.skip(f"bubblewrap cannot run here: {why}")
-    f = bwrap_backend.BwrapFactory(_config())
+    f = BwrapFactory(_config())
     yield f
     f.close()
 
@@ -122,9 +122,9 @@ def bwrap_factory(sandbox_rootfs):
 @pytest.fixture(scope="session")
 def bwrap_perexec_factory(bwrap_factory):
     """bwrap with a fresh bwrap per exec (the fallback where server mode cannot run)."""
-    from clawgym.sandbox import bwrap_backend
+    from clawgym.sandbox.bwrap.backend import BwrapFactory
 
-    f = bwrap_backend.BwrapFactory(_config(), server=False)
+    f = BwrapFactory(_config(), server=False)
     yield f
     f.close()
 
@@ -141,8 +141,8 @@ def local_factory():
 @pytest.fixture(scope="session")
 def any_isolating_factory(request):
     """An isolating sandbox factory: bwrap when it works here (fast, no daemon), else docker."""
-    from clawgym.sandbox import bwrap_backend
+    from clawgym.sandbox.bwrap.backend import available
 
-    if bwrap_backend.available()[0]:
+    if available()[0]:
         return request.getfixturevalue("bwrap_factory")
     return request.getfixturevalue("docker_factory")

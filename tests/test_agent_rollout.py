@@ -20,9 +20,9 @@ def _backend_ok(name):
     if name == "local":
         return True, ""
     if name == "bwrap":
-        from clawgym.sandbox.bwrap_backend import available
+        from clawgym.sandbox.bwrap.backend import available
         return available()
-    from clawgym.sandbox.docker_backend import available
+    from clawgym.sandbox.docker.backend import available
     return available()
 
 

@@ -183,7 +183,7 @@ def test_toolcore_runs_on_any_backend_and_only_infra_errors_propagate(tmp_path):
     """clawgym.agent.toolcore (what the gates' replay driver ships) on a plain directory: the same results as
     through execute_tool; a backend failure of an `infra` class propagates, any other is an is_error result."""
     from clawgym.agent import toolcore
-    from clawgym.synth.drivers.replay import DirWorkspace
+    from clawgym.sandbox.guest.synth.replay import DirWorkspace
 
     (tmp_path / "a.txt").write_text("one two\n")
     ws = DirWorkspace(str(tmp_path))

@@ -6,8 +6,8 @@ from the entry points that meet it first.
 Each module is imported in a child forked from one interpreter that has loaded only third-party packages (so a
 child starts with no clawgym module, like `python -c "import <module>"`, without paying the interpreter and
 dagster/torch start-up 160 times). Not modules: `__main__` files (they run a command), the program solutions
-(clawgym/synth/solutions/<family>.py are programs run in a sandbox) and the *_side folders (files copied into
-sandboxes, no package)."""
+(clawgym/synth/solutions/<family>.py are programs run in a sandbox), clawgym/sandbox/guest/verify/ and the *_side
+folders (files copied into sandboxes, no package)."""
 
 from __future__ import annotations
 

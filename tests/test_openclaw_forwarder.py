@@ -169,8 +169,8 @@ print("REAL-RESULT-7f3a")
 
 def _backends():
     out = []
-    from clawgym.sandbox.bwrap_backend import available as bw
-    from clawgym.sandbox.docker_backend import available as dk
+    from clawgym.sandbox.bwrap.backend import available as bw
+    from clawgym.sandbox.docker.backend import available as dk
 
     for name, fn in (("bwrap", bw), ("docker", dk)):
         ok, why = fn()

@@ -126,8 +126,8 @@ class Upstream:
 
 def _backends():
     out = []
-    from clawgym.sandbox.bwrap_backend import available as bw
-    from clawgym.sandbox.docker_backend import available as dk
+    from clawgym.sandbox.bwrap.backend import available as bw
+    from clawgym.sandbox.docker.backend import available as dk
 
     for name, fn in (("bwrap", bw), ("docker", dk)):
         ok, why = fn()

@@ -24,9 +24,9 @@ if not _ok:
 
 def _available(name):
     if name == "bwrap":
-        from clawgym.sandbox.bwrap_backend import available
+        from clawgym.sandbox.bwrap.backend import available
     else:
-        from clawgym.sandbox.docker_backend import available
+        from clawgym.sandbox.docker.backend import available
     return available()
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from clawgym.sandbox import cleanup, get_factory, registry
+from clawgym.sandbox import get_factory, registry
+from clawgym.sandbox.host import cleanup
 from clawgym.sandbox.base import SandboxConfig, SandboxError
 from clawgym.tasks.model import File
 from proc_helpers import host_procs_with

@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from clawgym.sandbox import cleanup
+from clawgym.sandbox.host import cleanup
 from clawgym.sandbox.base import SandboxError
 from clawgym.tasks.model import File
 from proc_helpers import host_procs_with, wait_gone

@@ -1,4 +1,4 @@
-"""Docker backend: the in-container exec server (clawgym/sandbox/execd.py) and container recycling.
+"""Docker backend: the in-container exec server (clawgym/sandbox/guest/execd.py) and container recycling.
 
 Real Docker (tests/conftest.py starts an engine and builds the image, or skips with the reason).
 """
@@ -25,7 +25,7 @@ WS = "/root/.openclaw/workspace"
 @pytest.fixture(scope="module")
 def dfactory(docker_factory):
     """A pool-less factory of our own: open() after a close gets the recycled container back."""
-    from clawgym.sandbox.docker_backend import DockerFactory
+    from clawgym.sandbox.docker.backend import DockerFactory
 
     f = DockerFactory(SandboxConfig(**CFG), pool_size=0, max_idle=2, client=docker_factory.client)
     yield f
@@ -36,7 +36,7 @@ def dfactory(docker_factory):
 def dfactory_keep_shm(docker_factory):
     """Like dfactory, with kernel.shm_rmid_forced off: SysV segments outlive their processes, so the reset
     (not the kernel) must be what removes them."""
-    from clawgym.sandbox.docker_backend import DockerFactory
+    from clawgym.sandbox.docker.backend import DockerFactory
 
     f = DockerFactory(SandboxConfig(**CFG, shm_rmid_forced=False), pool_size=0, max_idle=2,
                       client=docker_factory.client)
@@ -197,8 +197,8 @@ def test_suspect_containers_are_destroyed_not_reused(dfactory):
 
 
 def test_idle_cap_and_forced_fallback(docker_factory):
-    from clawgym.sandbox import cleanup
-    from clawgym.sandbox.docker_backend import DockerFactory
+    from clawgym.sandbox.host import cleanup
+    from clawgym.sandbox.docker.backend import DockerFactory
 
     f = DockerFactory(SandboxConfig(**CFG), pool_size=0, max_idle=1, use_execd=False, client=docker_factory.client)
     try:
@@ -225,7 +225,7 @@ def test_idle_cap_and_forced_fallback(docker_factory):
 
 def test_pool_reuses_instead_of_creating(docker_factory):
     """Sequential sandboxes cycle through recycled containers: the filler makes no new ones."""
-    from clawgym.sandbox.docker_backend import DockerFactory
+    from clawgym.sandbox.docker.backend import DockerFactory
 
     with DockerFactory(SandboxConfig(**CFG), pool_size=1, client=docker_factory.client) as f:
         assert f.warm(60)

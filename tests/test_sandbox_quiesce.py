@@ -240,7 +240,7 @@ def _alive(pids) -> bool:
 
 
 def _set_rmid_forced(sb, on: bool) -> None:
-    from clawgym.sandbox import nsipc
+    from clawgym.sandbox.host import nsipc
 
     assert nsipc.force_shm_rmid(_init_pid(sb), on)
 

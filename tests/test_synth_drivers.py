@@ -1,4 +1,4 @@
-"""The gates' in-sandbox programs (clawgym.synth.drivers): real modules that travel as files, stdlib only, and
+"""The gates' in-sandbox programs (clawgym.sandbox.guest.synth): real modules that travel as files, stdlib only, and
 apply references / reduce scores with the very code the agent tools and the verifier runtime use."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from clawgym.synth.drivers import bundle
+from clawgym.sandbox.guest.synth import bundle
 from clawgym.synth.gates import _b64, _run_driver, validate_many, validate_task
 from clawgym.tasks.model import File, Task, ToolCall
 
@@ -42,15 +42,15 @@ FILES = {"notes.txt": b"alpha\nbeta\ngamma\n", "dup.txt": b"a a\n", "old.txt": b
 def test_bundle_is_a_stdlib_only_package_tree(tmp_path):
     files = bundle()
     assert {"launch.py", "clawgym/__init__.py", "clawgym/agent/toolcore.py", "clawgym/verify/scoring.py",
-            "clawgym/synth/drivers/replay.py", "clawgym/synth/drivers/grade.py",
-            "clawgym/synth/drivers/forkserver.py"} <= set(files)
+            "clawgym/sandbox/guest/synth/replay.py", "clawgym/sandbox/guest/synth/grade.py",
+            "clawgym/sandbox/guest/synth/forkserver.py"} <= set(files)
     assert all(files[p] == b"" for p in files if p.endswith("__init__.py"))  # stubs, not the host's packages
     for rel, data in files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_bytes(data)
     # an isolated interpreter (-I -S: no site-packages, no cwd on the path) imports every driver from the bundle alone
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); import clawgym.synth.drivers.replay, "
-            "clawgym.synth.drivers.grade, launch; "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import clawgym.sandbox.guest.synth.replay, "
+            "clawgym.sandbox.guest.synth.grade, launch; "
             "extra = {m.split('.')[0] for m in sys.modules} - set(sys.stdlib_module_names) "
             "- {'clawgym', 'launch', '__main__'}; "
             "print(sorted(extra)); print(clawgym.__file__)")
@@ -66,7 +66,7 @@ def test_replay_driver_applies_references_like_the_agent_tools(tmp_path):
     from clawgym.agent.toolcore import replay_errors
     from clawgym.agent.tools import apply_reference
     from clawgym.sandbox import get_factory
-    from clawgym.synth.drivers.replay import replay_task
+    from clawgym.sandbox.guest.synth.replay import replay_task
 
     r = replay_task(str(tmp_path / "w"), _b64(FILES), CALLS)
     got = {p: (base64.b64decode(b) if b is not None else None) for p, b in r["overlay"].items()}

@@ -20,7 +20,7 @@ sandbox (clawgym.agent.proxy_forwarder) bridges 127.0.0.1:PORT to that socket. W
 isolation) OpenClaw talks to the proxy's TCP port directly.
 
 The forwarder is ours, not the agent's (:func:`start_forwarder`): it runs as a harness service
-(`service_exec` of the docker / bwrap backends: uid clawgym.sandbox.execd_client.SERVICE_UID, neither the
+(`service_exec` of the docker / bwrap backends: uid clawgym.sandbox.host.execd_client.SERVICE_UID, neither the
 sandbox user nor root, no capabilities; bwrap: entered from the host into the sandbox's network + mount
 namespaces only, invisible from inside), from its source on the command line (no file to replace), bound to
 the port before OpenClaw starts; the gate admits only that uid (SO_PEERCRED as the host sees it,

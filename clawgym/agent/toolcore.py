@@ -3,7 +3,7 @@
 One implementation of OpenClaw's core tools (``read``, ``write``, ``edit`` incl. the
 ``{path, edits:[{oldText,newText}]}`` form, ``exec``, ``ls``, ``apply_patch``) used both by
 clawgym.agent.tools (against a clawgym Sandbox) and by the synthesis gates' replay driver, which ships
-this file into a sandbox and runs it there against a plain directory (clawgym.synth.drivers.replay).
+this file into a sandbox and runs it there against a plain directory (clawgym.sandbox.guest.synth.replay).
 
 A workspace backend is anything with the Sandbox surface the tools use: ``workspace`` (the path the
 agent sees), ``read_file(path) -> bytes``, ``write_file(path, data)``, ``remove(path)`` and

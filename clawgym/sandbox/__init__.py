@@ -9,7 +9,7 @@
 Setup: scripts/start_dockerd.sh (an engine), scripts/build_sandbox_image.sh (rootfs + image, offline);
 or from Python clawgym.sandbox.images.ensure_docker()/ensure_rootfs()/ensure_image().
 Pools (docker, bwrap: clawgym.sandbox.pool): factory.warm(), settle(), idle(), stats.
-Leftovers of crashed runs: `python -m clawgym.sandbox.cleanup`. Overhead: `python -m clawgym.sandbox.bench`.
+Leftovers of crashed runs: `python -m clawgym.sandbox.host.cleanup`. Overhead: `python -m clawgym.sandbox.bench`.
 Host-side file access raises OSError subclasses (FileNotFoundError, IsADirectoryError,
 PermissionError for symlinks/FIFOs/paths outside the workspace and /tmp); infra failures SandboxError.
 """

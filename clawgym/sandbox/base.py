@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar, Iterable
 from clawgym import DEFAULT_WORKSPACE
 
 if TYPE_CHECKING:
-    from clawgym.sandbox.export import WorkspaceExport
+    from clawgym.sandbox.host.export import WorkspaceExport
 
 
 class SandboxError(RuntimeError):
@@ -158,11 +158,11 @@ class Sandbox(abc.ABC):
         return {p: self.read_file(p) for p in self.list_files(".")}
 
     def export_workspace(self) -> "WorkspaceExport":
-        """The workspace as data for the verifier's clean room (clawgym.sandbox.export): regular files with
+        """The workspace as data for the verifier's clean room (clawgym.sandbox.host.export): regular files with
         their bytes and clean modes, directories, symlinks resolved inside the workspace as they are now (or
         dropped), special files dropped. Host-side backends walk it without following links; this default
         (regular files through list_files/read_file, no links, no empty directories) serves the others."""
-        from clawgym.sandbox.export import WorkspaceExport
+        from clawgym.sandbox.host.export import WorkspaceExport
 
         exp = WorkspaceExport()
         for p in self.list_files("."):

@@ -19,12 +19,12 @@ import posixpath
 import threading
 from typing import Iterable
 
-from clawgym.sandbox import cleanup
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError, SandboxFactory
-from clawgym.sandbox.hostfs import HostFileMixin, HostFS
-from clawgym.sandbox.proc import run_capture
+from clawgym.sandbox.host import cleanup
+from clawgym.sandbox.host.hostfs import HostFileMixin, HostFS
+from clawgym.sandbox.host.proc import run_capture
+from clawgym.sandbox.host.statedir import StateDir
 from clawgym.sandbox.registry import sandbox_backend
-from clawgym.sandbox.statedir import StateDir
 
 log = logging.getLogger(__name__)
 

@@ -26,8 +26,8 @@ import threading
 import time
 from typing import Callable, Generic, Iterable, TypeVar
 
-from clawgym.sandbox import cleanup
 from clawgym.sandbox.base import Sandbox, SandboxError, SandboxFactory
+from clawgym.sandbox.host import cleanup
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from clawgym.sandbox.base import SandboxConfig, SandboxError, SandboxFactory
 log = logging.getLogger(__name__)
 
 # modules whose import registers the built-in backends (imported on first lookup)
-BUILTIN_MODULES = ("clawgym.sandbox.docker_backend", "clawgym.sandbox.bwrap_backend",
+BUILTIN_MODULES = ("clawgym.sandbox.docker.backend", "clawgym.sandbox.bwrap.backend",
                    "clawgym.sandbox.local_backend")
 
 

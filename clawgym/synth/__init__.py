@@ -6,7 +6,7 @@ Entry points:
     all_families() / generate_procedural(n, seed)   -> families / tasks    (clawgym.synth.families)
     validate_many(tasks, factory) / validate_task    -> TaskValidation     (clawgym.synth.gates; variants from
                                                                            clawgym.synth.mutations, in-sandbox
-                                                                           programs in clawgym.synth.drivers)
+                                                                           programs in clawgym.sandbox.guest.synth)
     dedupe(tasks) / split_by_family(tasks)                                (clawgym.synth.dedupe, MiniLM: .embed)
     synthesize(n, seed, factory, ...)               -> SynthResult         (clawgym.synth.pipeline)
 """

@@ -23,13 +23,13 @@ Two ways to run the gates:
 - `validate_task(task, factory)` uses the official path (factory.open -> apply_reference -> verify_task)
   for every variant: authoritative, one sandbox per variant.
 - `validate_many(tasks, factory)` batches: one sandbox per chunk, two `python3` driver runs in it
-  (clawgym.synth.drivers: replay all references with the agent tools' own semantics, clawgym.agent.toolcore;
+  (clawgym.sandbox.guest.synth: replay all references with the agent tools' own semantics, clawgym.agent.toolcore;
   grade every variant of every task in-process, scored by the verifier's own mean_of_checks). Same scoring
   semantics, ~100x fewer sandbox starts. `factory=None` runs the drivers on the host in a temp dir (no
   isolation: development only, like the `local` backend).
 
 Where the batch path's time goes (13,500 tasks on 2 cores): nearly all of it is processes started inside the
-sandbox. So both drivers run a fork server (clawgym.synth.drivers.forkserver): a reference's `python3 ...`
+sandbox. So both drivers run a fork server (clawgym.sandbox.guest.synth.forkserver): a reference's `python3 ...`
 (replay) and grade code's `sys.executable` runs (grading) are served by fork()ing a pre-imported interpreter
 (pytest and its plugins included) instead of starting one; a POSIX-sh shim with pre-made answer FIFOs hands
 each run over without extra processes. Anything a served run could not reproduce exactly (other interpreter
@@ -53,7 +53,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
 from clawgym.synth.dedupe import Rejected, dedupe, split_by_family, workspace_fingerprint  # noqa: F401
-from clawgym.synth.drivers import DRIVERS, LAUNCHER, bundle
+from clawgym.sandbox.guest.synth import DRIVERS, LAUNCHER, bundle
 from clawgym.synth.exploits import DEFAULT_HACKER, HACK_BOUND, HACKER_MODES, exploits, hackable
 from clawgym.synth.mutations import (  # noqa: F401
     family_mutations, generic_mutations, number_off, row_dropped, scaffold_overlay, task_outputs,
@@ -146,7 +146,7 @@ def _judge_base(v: TaskValidation, n_mutations_expected: int = 1, has_reference:
 
 
 # ----------------------------------------------------------------------------------------------
-# batched path: the in-sandbox drivers (clawgym.synth.drivers)
+# batched path: the in-sandbox drivers (clawgym.sandbox.guest.synth)
 # ----------------------------------------------------------------------------------------------
 
 _VDIR = ".clawgym_validate"
@@ -173,7 +173,7 @@ class _Stats:
 
 def _run_driver(factory: Any, driver: str, payload: dict[str, Any], timeout: float, stats: _Stats | None = None,
                 phase: str | None = None) -> Any:
-    """Run driver `driver` ("replay" | "grade", clawgym.synth.drivers) on a payload in one fresh sandbox of
+    """Run driver `driver` ("replay" | "grade", clawgym.sandbox.guest.synth) on a payload in one fresh sandbox of
     `factory` (None = a host temp dir)."""
     if driver not in DRIVERS:
         raise ValueError(f"unknown driver {driver!r} (one of {DRIVERS})")

@@ -21,7 +21,7 @@ execute inside the verifier or change what the verifier reads as configuration:
    site (`PYTHONNOUSERSITE`), no byte code written (agent-planted `__pycache__`/`.pyc` files are removed in
    step 3; a PYTHONPYCACHEPREFIX would also hide the interpreter's own cached stdlib: 2.4x slower), git without
    system/global config and with hooks and fsmonitor forced off, and an import guard on PYTHONPATH
-   (`sandbox_side/sitecustomize.py`) that resolves every stdlib / installed top-level module from the
+   (`clawgym/sandbox/guest/verify/sitecustomize.py`) that resolves every stdlib / installed top-level module from the
    interpreter's own directories before the workspace (a planted `json.py` or `pytest.py` is never imported).
 5. **Sealed verifier files** — `reward/` and the guard directory are written by the host after step 1 and
    then sealed (`Sandbox.seal`: owned by root, read-only for the sandbox user), so nothing running during
@@ -38,11 +38,11 @@ import re
 import secrets
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from clawgym.sandbox.base import Sandbox, SandboxError
+from clawgym.sandbox.guest import VERIFY_SIDE
 
-SIDE = Path(__file__).with_name("sandbox_side")
+SIDE = VERIFY_SIDE  # the files written into the room (clawgym/sandbox/guest/verify/)
 CLEAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # basenames that configure a test runner or the interpreter when they sit in the workspace

@@ -1,6 +1,6 @@
 """The names no workspace may ever provide to a verifier's Python: the data behind the import guard.
 
-The verifier's import guard (`sandbox_side/sitecustomize.py`) resolves a top-level module from the
+The verifier's import guard (`clawgym/sandbox/guest/verify/sitecustomize.py`) resolves a top-level module from the
 interpreter's own directories whenever the name is *protected*, and refuses it (ModuleNotFoundError) when those
 directories do not have it -- it never falls through to the workspace for such a name. Protected are:
 
@@ -11,7 +11,7 @@ directories do not have it -- it never falls through to the workspace for such a
 * every name its library directories hold (found at run time: the trusted directories answer first).
 
 The second set is computed from the sandbox's root file system by `scan()` and kept as data in
-`sandbox_side/protected_modules.txt` (one name per line), regenerated with
+`clawgym/sandbox/guest/verify/protected_modules.txt` (one name per line), regenerated with
 
     python -m clawgym.verify.protected [--rootfs /var/lib/clawgym/rootfs]
 
@@ -27,7 +27,9 @@ import re
 import sys
 from pathlib import Path
 
-LIST = Path(__file__).with_name("sandbox_side") / "protected_modules.txt"
+from clawgym.sandbox.guest import VERIFY_SIDE
+
+LIST = VERIFY_SIDE / "protected_modules.txt"
 _IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t.]|import[ \t]+([^#\n;]+))", re.M)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

@@ -1,5 +1,5 @@
 """The code-score reduction (stdlib only): shared by the verifier runtime and the synthesis gates' grade
-driver, which ships this file into a sandbox (clawgym.synth.drivers)."""
+driver, which ships this file into a sandbox (clawgym.sandbox.guest.synth)."""
 
 import math
 from typing import Any

@@ -3,7 +3,7 @@
 Two ways to run commands, both in the same sandbox layout:
 
 * server mode (default where the host is root and a cgroup is available): one `bwrap` per sandbox
-  runs the exec server (clawgym/sandbox/execd.py, bound read-only at /run/clawgym/execd.py) as pid 1
+  runs the exec server (clawgym/sandbox/guest/execd.py, bound read-only at /run/clawgym/execd.py) as pid 1
   of its pid namespace, as the sandbox user, on a listening unix socket the host made outside the
   sandbox (<state>/ctl.sock, root 0600) and handed in as an inherited fd: nothing inside can reach,
   replace or signal it (pid 1 ignores signals from its own namespace; not dumpable, so no ptrace or
@@ -41,21 +41,22 @@ import subprocess
 import threading
 import time
 
-from clawgym.sandbox import cleanup, execd_client, nsipc, spawner
-from clawgym.sandbox.bwrap_args import _supports, _system_args, available, bwrap_path, find_rootfs
+from clawgym.sandbox import guest, spawner
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError
-from clawgym.sandbox.cgroups import Cgroup
-from clawgym.sandbox.execd_client import SERVICE_GID, SERVICE_UID
-from clawgym.sandbox.fstree import empty_dir
-from clawgym.sandbox.hostfs import CountedHostFileMixin, HostFS
+from clawgym.sandbox.bwrap.args import _supports, _system_args, available, bwrap_path, find_rootfs
+from clawgym.sandbox.host import cleanup, execd_client, nsipc
+from clawgym.sandbox.host.cgroups import Cgroup
+from clawgym.sandbox.host.execd_client import SERVICE_GID, SERVICE_UID
+from clawgym.sandbox.host.fstree import empty_dir
+from clawgym.sandbox.host.hostfs import CountedHostFileMixin, HostFS
+from clawgym.sandbox.host.proc import flood_limit, run_capture
+from clawgym.sandbox.host.statedir import HOME, SANDBOX_GID, SANDBOX_PATH, SANDBOX_UID, StateDir, sandbox_env
 from clawgym.sandbox.pool import PooledFactory, RecyclingPool
-from clawgym.sandbox.proc import flood_limit, run_capture
 from clawgym.sandbox.registry import sandbox_backend
-from clawgym.sandbox.statedir import HOME, SANDBOX_GID, SANDBOX_PATH, SANDBOX_UID, StateDir, sandbox_env
 
 log = logging.getLogger(__name__)
 
-EXECD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "execd.py")
+EXECD = str(guest.EXECD)
 EXECD_IN = "/run/clawgym/execd.py"
 SERVER_START_TIMEOUT_S = 20.0
 MAX_STARTING = 4  # pool starts in flight at once (a start is mostly waiting; more would only queue on the CPU)

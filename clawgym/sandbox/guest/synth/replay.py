@@ -14,8 +14,8 @@ import subprocess
 import sys
 
 from clawgym.agent import toolcore
-from clawgym.synth.drivers import forkserver
-from clawgym.synth.drivers.common import Discard
+from clawgym.sandbox.guest.synth import forkserver
+from clawgym.sandbox.guest.synth.common import Discard
 
 
 class ExecResult:

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 
 from clawgym.sandbox.base import SandboxConfig, SandboxError
-from clawgym.sandbox.statedir import SANDBOX_GID, SANDBOX_UID
+from clawgym.sandbox.host.statedir import SANDBOX_GID, SANDBOX_UID
 
 DEFAULT_ROOTFS = "/var/lib/clawgym/rootfs"
 STAMP = ".clawgym-stamp"

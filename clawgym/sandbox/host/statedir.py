@@ -4,7 +4,7 @@
   (`mount -t tmpfs -o size=<disk_mb>m`), so a disk bomb fills the sandbox, not the host. Without root it
   falls back to a plain temp dir (no size limit).
 * names: clawgym-sbx-<pid>-<hex> (`new_name`, `owner_pid`), so leftovers of dead processes can be found
-  (clawgym.sandbox.cleanup); tmpfs mounts through ctypes (no `mount` process per sandbox).
+  (clawgym.sandbox.host.cleanup); tmpfs mounts through ctypes (no `mount` process per sandbox).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import secrets
 import stat
 import tempfile
 
-from clawgym.sandbox.fstree import _O_DIR, _remove_at, _rmtree, empty_dir, iter_tree
+from clawgym.sandbox.host.fstree import _O_DIR, _remove_at, _rmtree, empty_dir, iter_tree
 
 log = logging.getLogger(__name__)
 

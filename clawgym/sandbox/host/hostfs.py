@@ -4,8 +4,8 @@
   symlink (every path component is opened with O_NOFOLLOW relative to its parent's fd) and without
   blocking on FIFOs (O_NONBLOCK + a regular-file check).
 * `HostFileMixin` / `CountedHostFileMixin`: the Sandbox file methods on top of a HostFS.
-The writable state itself: clawgym.sandbox.statedir; tree walks: clawgym.sandbox.fstree; host processes:
-clawgym.sandbox.proc.
+The writable state itself: clawgym.sandbox.host.statedir; tree walks: clawgym.sandbox.host.fstree; host processes:
+clawgym.sandbox.host.proc.
 
 Errors of host-side file access are OSError subclasses: FileNotFoundError (missing),
 IsADirectoryError, NotADirectoryError, PermissionError (a symlink, a FIFO/device, a path outside
@@ -23,11 +23,13 @@ import stat
 import time
 from typing import TYPE_CHECKING
 
-from clawgym.sandbox import cleanup
-from clawgym.sandbox.fstree import _O_DIR, FS_IMMUTABLE_FL, _remove_at, _seal_at, _seal_fd, _set_fs_flags, iter_tree
+from clawgym.sandbox.host import cleanup
+from clawgym.sandbox.host.fstree import (
+    _O_DIR, FS_IMMUTABLE_FL, _remove_at, _seal_at, _seal_fd, _set_fs_flags, iter_tree,
+)
 
 if TYPE_CHECKING:
-    from clawgym.sandbox.export import WorkspaceExport
+    from clawgym.sandbox.host.export import WorkspaceExport
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +235,7 @@ class HostFS:
 
     def export(self, max_file: int | None = None, max_entries: int = 50_000,
                max_bytes: int | None = None) -> "WorkspaceExport":
-        """The workspace as data (clawgym.sandbox.export): regular files with their bytes and clean modes,
+        """The workspace as data (clawgym.sandbox.host.export): regular files with their bytes and clean modes,
         directories, symlinks resolved inside the workspace at this moment or dropped, everything else
         dropped. Never follows a link, never blocks on a FIFO; an entry that cannot be read is dropped and
         listed (the agent's doing), never an error. At most `max_entries` files, links and directories are
@@ -241,7 +243,7 @@ class HostFS:
         dropped and counted. At most `max_bytes` in all (default: 3/4 of the sandbox's disk, `max_read`), hard
         links and resolved symlinks counted at their full size (they become copies in the room): the room, of the
         same size, can always hold the export, and the host holds one copy of each inode."""
-        from clawgym.sandbox.export import WorkspaceExport, clean_mode, resolve_links
+        from clawgym.sandbox.host.export import WorkspaceExport, clean_mode, resolve_links
 
         exp = WorkspaceExport()
         limit = max_file if max_file is not None else self.max_read

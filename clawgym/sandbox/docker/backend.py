@@ -1,10 +1,10 @@
 """Docker backend (docker SDK).
 
 Each sandbox is one container of `clawgym-sandbox:latest` (scripts/build_sandbox_image.sh builds it
-offline; clawgym/sandbox/Dockerfile is the online way): --network none, read-only root,
+offline; clawgym/sandbox/docker/Dockerfile is the online way): --network none, read-only root,
 no-new-privileges, cap_drop ALL + cap_add SETUID/SETGID, memory (no swap), pids and CPU limits,
 labelled clawgym.sandbox=1. Its pid 1 is docker-init; its only child is the exec server
-(clawgym/sandbox/execd.py, bind-mounted read-only at /opt/clawgym/execd.py) running as uid 0 and
+(clawgym/sandbox/guest/execd.py, bind-mounted read-only at /opt/clawgym/execd.py) running as uid 0 and
 listening on a unix socket in a per-sandbox control dir (<state>/ctl on the host, root 0700,
 mounted at /run/clawgym), which the sandbox user (uid 1000) cannot enter. The writable state
 (HOME=/root with the workspace, /tmp) is a size-limited host tmpfs bind-mounted in, so file access
@@ -45,12 +45,12 @@ Isolation argument - what is writable in a container, and how a reset restores i
     The server itself keeps no per-sandbox state: each command runs in a fresh forked handler.
 The same steps minus the file reset are `DockerSandbox.quiesce()` (between the agent and the verifier).
 docker-init and the exec server run with oom_score_adj -1000 where the host may set it (CAP_SYS_RESOURCE),
-commands with 500 (always picked first), and kernel.shm_rmid_forced=1 (see bwrap_backend).
+commands with 500 (always picked first), and kernel.shm_rmid_forced=1 (see clawgym.sandbox.bwrap.backend).
 A container whose reset fails, that had to be restarted after a timeout, whose processes cannot
 be swept from the host, that was used `max_uses` times, or whose sandbox still had a command
 running `close_wait_s` after close is destroyed, not reused. factory.close() waits for the reaper,
 so no container, mount or temp dir outlives it.
-Containers and their host side: clawgym/sandbox/docker_container.py; exec paths: clawgym/sandbox/docker_exec.py.
+Containers and their host side: clawgym/sandbox/docker/container.py; exec paths: clawgym/sandbox/docker/exec.py.
 """
 
 from __future__ import annotations
@@ -60,15 +60,15 @@ import posixpath
 import threading
 import time
 
-from clawgym.sandbox import cleanup
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError
-from clawgym.sandbox.docker_container import EXECD_IN, Slot, available, create_slot, destroy_slot, docker_client
-from clawgym.sandbox.docker_exec import DockerExecMixin
-from clawgym.sandbox.hostfs import CountedHostFileMixin, HostFS
+from clawgym.sandbox.docker.container import EXECD_IN, Slot, available, create_slot, destroy_slot, docker_client
+from clawgym.sandbox.docker.exec import DockerExecMixin
+from clawgym.sandbox.host import cleanup
+from clawgym.sandbox.host.hostfs import CountedHostFileMixin, HostFS
+from clawgym.sandbox.host.proc import flood_limit
+from clawgym.sandbox.host.statedir import SANDBOX_GID, SANDBOX_UID
 from clawgym.sandbox.pool import PooledFactory, RecyclingPool
-from clawgym.sandbox.proc import flood_limit
 from clawgym.sandbox.registry import sandbox_backend
-from clawgym.sandbox.statedir import SANDBOX_GID, SANDBOX_UID
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Docker containers of the docker backend: the engine (`docker_client`, `available`), starting and removing a
 sandbox container (`create_slot`, `destroy_slot`) and `Slot`, a started container with its host state, which
 the host drives without docker calls (cgroup sweeps, the exec server's socket, IPC cleanup). See
-clawgym/sandbox/docker_backend.py for the isolation argument."""
+clawgym/sandbox/docker/backend.py for the isolation argument."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ import signal
 import socket
 import time
 
-from clawgym.sandbox import cleanup, execd_client, nsipc
+from clawgym.sandbox import guest
 from clawgym.sandbox.base import SandboxConfig, SandboxError
-from clawgym.sandbox.fstree import empty_dir
-from clawgym.sandbox.statedir import HOME, SANDBOX_GID, SANDBOX_UID, StateDir, tmp_base
+from clawgym.sandbox.host import cleanup, execd_client, nsipc
+from clawgym.sandbox.host.fstree import empty_dir
+from clawgym.sandbox.host.statedir import HOME, SANDBOX_GID, SANDBOX_UID, StateDir, tmp_base
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +49,17 @@ def available(image: str = "clawgym-sandbox:latest") -> tuple[bool, str]:
     return True, ""
 
 
-EXECD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "execd.py")
+EXECD = str(guest.EXECD)
 EXECD_IN = "/opt/clawgym/execd.py"
 CTL_IN = "/run/clawgym"
 
 
 def execd_host_path() -> str:
-    """The execd.py the engine binds into sandboxes: this package's file, or, with CLAWGYM_EXECD_STAGE=1 (a
-    caller that is itself a container, e.g. a run launched by deploy/'s DockerRunLauncher, whose package path
-    the engine's host does not have), a content-addressed copy in tmp_base(), a directory the caller shares with
-    the engine's host at the same path. Host fact read from the environment like CLAWGYM_SANDBOX_TMP."""
+    """The execd.py the engine binds into sandboxes: the guest side's file (clawgym/sandbox/guest/execd.py),
+    or, with CLAWGYM_EXECD_STAGE=1 (a caller that is itself a container, e.g. a run launched by deploy/'s
+    DockerRunLauncher, whose package path the engine's host does not have), a content-addressed copy in
+    tmp_base(), a directory the caller shares with the engine's host at the same path. Host fact read from the
+    environment like CLAWGYM_SANDBOX_TMP."""
     if os.environ.get("CLAWGYM_EXECD_STAGE") != "1":
         return EXECD
     import hashlib
@@ -240,7 +242,7 @@ class Slot:
 
 
 def create_slot(client, c: SandboxConfig, use_execd: bool = True) -> Slot:
-    """Start one sandbox container (see docker_backend) on a fresh StateDir; raises SandboxError."""
+    """Start one sandbox container (see clawgym.sandbox.docker.backend) on a fresh StateDir; raises SandboxError."""
     state = StateDir(c.workspace, c.disk_mb, SANDBOX_UID, SANDBOX_GID)
     ctl = os.path.join(state.path, "ctl")
     try:

@@ -11,8 +11,8 @@ import os
 import signal
 import sys
 
-from clawgym.synth.drivers import forkserver
-from clawgym.synth.drivers.common import Discard
+from clawgym.sandbox.guest.synth import forkserver
+from clawgym.sandbox.guest.synth.common import Discard
 from clawgym.verify.scoring import mean_of_checks
 
 

@@ -1,6 +1,6 @@
 """Entry point of the gates' in-sandbox drivers: `python3 <dir>/launch.py replay|grade`.
 
-<dir> holds clawgym.synth.drivers.bundle() and in.json (the job); the driver's result goes to out.json and
+<dir> holds clawgym.sandbox.guest.synth.bundle() and in.json (the job); the driver's result goes to out.json and
 the CPU seconds it used (itself and its children) to cpu.json.
 """
 
@@ -18,9 +18,9 @@ def main(argv=None) -> None:
 
     which = (sys.argv if argv is None else argv)[1:2]
     if which == ["replay"]:
-        from clawgym.synth.drivers.replay import run
+        from clawgym.sandbox.guest.synth.replay import run
     elif which == ["grade"]:
-        from clawgym.synth.drivers.grade import run
+        from clawgym.sandbox.guest.synth.grade import run
     else:
         raise SystemExit("usage: launch.py replay|grade")
     root = os.path.dirname(os.path.abspath(__file__))

@@ -1,4 +1,4 @@
-"""Host side of the in-sandbox exec server (clawgym/sandbox/execd.py), shared by the docker and bwrap
+"""Host side of the in-sandbox exec server (clawgym/sandbox/guest/execd.py), shared by the docker and bwrap
 backends: request framing, the output pump (deadline, output cap, flood limit) and short requests.
 
 The pump never kills anything itself: the backend kills host-side (a sweep of the sandbox's cgroup
@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from clawgym.sandbox.proc import cap_append
+from clawgym.sandbox.host.proc import cap_append
 
 OUT, ERR, EXIT, ERROR, STARTED = 1, 2, 3, 4, 5
 

@@ -8,7 +8,7 @@
   processes and cgroups. Each carries the pid of the process that made it, so on a shared machine
   `remove_leftovers()` (orphans_only=True) only touches what dead processes left.
 
-    python -m clawgym.sandbox.cleanup [--all] [--dry-run]
+    python -m clawgym.sandbox.host.cleanup [--all] [--dry-run]
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 
-from clawgym.sandbox import cgroups
 from clawgym.sandbox.base import SandboxFactory
-from clawgym.sandbox.fstree import _rmtree
-from clawgym.sandbox.statedir import PREFIX, our_mounts, owner_pid, tmp_base, umount
+from clawgym.sandbox.host import cgroups
+from clawgym.sandbox.host.fstree import _rmtree
+from clawgym.sandbox.host.statedir import PREFIX, our_mounts, owner_pid, tmp_base, umount
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: remove sandbox leftovers (orphans only unless --all) and print what was removed."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m clawgym.sandbox.cleanup", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m clawgym.sandbox.host.cleanup", description=__doc__.split("\n\n")[0])
     ap.add_argument("--all", action="store_true", help="also what live processes own (stops their sandboxes)")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args(argv)

@@ -360,7 +360,7 @@ REAL_EXECUTABLE = sys.executable
 def start(root, timeout, heavy=True, base_modules=None):
     """Start serving; returns the environment whose PATH puts the `python3` shim first (the shim is at
     <root>/bin/python3). heavy: also pre-import pytest (for references that run it). base_modules: what a bare
-    interpreter holds in sys.modules (taken first thing by the program, see clawgym.synth.drivers.launch);
+    interpreter holds in sys.modules (taken first thing by the program, see clawgym.sandbox.guest.synth.launch);
     everything imported beyond it counts as pre-imported, i.e. shadowable by a program's own files."""
     import shutil
     real = shutil.which("python3")

@@ -1,5 +1,5 @@
 """How a docker sandbox runs a command: the in-container exec server (fast path) or `docker exec` through the
-raw API socket (fallback). A mixin of DockerSandbox (clawgym/sandbox/docker_backend.py), which provides
+raw API socket (fallback). A mixin of DockerSandbox (clawgym/sandbox/docker/backend.py), which provides
 `_slot`, `_api`, `_lock`/`_active`, `kill_background`, `_recover()` and `_kill_all()`."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import socket
 import struct
 import time
 
-from clawgym.sandbox import execd_client
 from clawgym.sandbox.base import ExecResult, SandboxError
-from clawgym.sandbox.execd_client import SERVICE_GID, SERVICE_UID
-from clawgym.sandbox.proc import cap_append, flood_limit
-from clawgym.sandbox.statedir import SANDBOX_GID, SANDBOX_UID, sandbox_env
+from clawgym.sandbox.host import execd_client
+from clawgym.sandbox.host.execd_client import SERVICE_GID, SERVICE_UID
+from clawgym.sandbox.host.proc import cap_append, flood_limit
+from clawgym.sandbox.host.statedir import SANDBOX_GID, SANDBOX_UID, sandbox_env
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,10 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-_CLAWGYM = Path(__file__).resolve().parents[2]
-SHIPPED = ("agent/toolcore.py", "verify/scoring.py", "synth/drivers/common.py", "synth/drivers/forkserver.py",
-           "synth/drivers/replay.py", "synth/drivers/grade.py")
+HERE = Path(__file__).resolve().parent
+_CLAWGYM = HERE.parents[2]
+SHIPPED = ("agent/toolcore.py", "verify/scoring.py", "sandbox/guest/synth/common.py",
+           "sandbox/guest/synth/forkserver.py", "sandbox/guest/synth/replay.py", "sandbox/guest/synth/grade.py")
 LAUNCHER = "launch.py"
 DRIVERS = ("replay", "grade")
 
@@ -29,7 +30,7 @@ DRIVERS = ("replay", "grade")
 @lru_cache(maxsize=1)
 def bundle() -> dict[str, bytes]:
     """{path relative to the driver directory: content} of every file a driver run needs."""
-    out = {LAUNCHER: (_CLAWGYM / "synth" / "drivers" / LAUNCHER).read_bytes()}
+    out = {LAUNCHER: (HERE / LAUNCHER).read_bytes()}
     for rel in SHIPPED:
         parts = rel.split("/")
         for i in range(len(parts)):
