@@ -27,6 +27,12 @@ Hostile clients (the OpenClaw runtime runs one proxy per rollout; the agent unde
   clawgym.agent.proxy_forwarder) and refuses connections from any other namespace, i.e. from any other
   sandbox.
 
+A hostile upstream (the policy endpoint is any server): its JSON is any shape (what is not a chunk / a message of
+the expected types is relayed but merged into nothing, never an exception: a model's garbage never reads as a
+broken stream, i.e. infra), its usage counts only as non-negative numbers (no refund of the token budget), only
+choice 0 is the reply, and its sampled token ids are claims checked where the SFT row is built
+(clawgym.trajectories.sft.token_exact_row).
+
 The trajectory is rebuilt from the log by :func:`clawgym.agent.proxy_log.rebuild_sessions` (the rule is in
 that module's docstring: only the chain of turns the proxy actually answered, never a client's claims about
 the past). Every public name of proxy_gate and proxy_log is importable from here as well.
@@ -47,8 +53,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from clawgym.agent.loop import TRUNCATED_KEY, Limits, _bound_reply, _cut_reason
 from clawgym.agent.proxy_gate import PeerGate
-from clawgym.agent.proxy_log import (HEARTBEAT_MARKERS, INTERNAL_MARKERS, canonical, clean_messages, read_log,
-                                     rebuild_sessions)
+from clawgym.agent.proxy_log import (HEARTBEAT_MARKERS, INTERNAL_MARKERS, _usage_tokens, canonical, clean_messages,
+                                     read_log, rebuild_sessions)
 from clawgym.agent.secrets import redact
 from clawgym.agent.servers import AppServer, completion_json, sse_chunks
 
@@ -56,11 +62,26 @@ HOP_HEADERS = {"host", "content-length", "connection", "transfer-encoding", "aut
                "keep-alive", "te", "upgrade"}
 
 
+OTHER_CHOICES = "clawgym_other_choices"  # on a merged stream that also carried a choice of index != 0
+
+
+def _obj(v: Any) -> dict:
+    return v if isinstance(v, dict) else {}
+
+
+def _list(v: Any) -> list:
+    return v if isinstance(v, list) else []
+
+
 def merge_stream(chunks: list[dict]) -> dict:
     """Re-assemble a chat.completion from chat.completion.chunk objects: with the sampled tokens where the
     upstream streamed them (vLLM's fields: ``prompt_token_ids`` on a chunk, ``token_ids`` and
     ``logprobs.content`` on the choices), laid out as in a non-streamed response, so a streamed turn is recorded
-    as token-exactly as a non-streamed one. Only upstream chunks are merged: nothing a client sends gets here."""
+    as token-exactly as a non-streamed one. Only upstream chunks are merged: nothing a client sends gets here.
+
+    Only the choice of index 0 is the reply (a choice without an index counts as 0): another choice's text, tool
+    calls and tokens are never merged into it, and a stream that carried one keeps no tokens at all (which
+    choice a client took is not known: the recorded ids could be another reply's); ``other_choices`` marks it."""
     content: list[str] = []
     reasoning: list[str] = []
     calls: dict[int, dict] = {}
@@ -70,33 +91,43 @@ def merge_stream(chunks: list[dict]) -> dict:
     prompt_ids = None
     token_ids: list = []
     lp_content: list = []
+    other = False  # a choice of another index was streamed
     for c in chunks:
+        other = other or bool(c.get(OTHER_CHOICES))
         rid = rid or c.get("id")
         model = model or c.get("model")
         if c.get("usage"):
             usage = c["usage"]
         if prompt_ids is None and isinstance(c.get("prompt_token_ids"), list):
             prompt_ids = c["prompt_token_ids"]  # vLLM / the embedded server: on the first chunk
-        for ch in c.get("choices") or []:
+        for ch in _list(c.get("choices")):
+            if not isinstance(ch, dict):
+                continue
+            if ch.get("index", 0) != 0:
+                other = True
+                continue
             if isinstance(ch.get("token_ids"), list):  # the ids sampled since the previous chunk
                 token_ids.extend(ch["token_ids"])
             lp = ch.get("logprobs")
             if isinstance(lp, dict) and isinstance(lp.get("content"), list):
                 lp_content.extend(lp["content"])
-            d = ch.get("delta") or {}
-            if d.get("content"):
+            d = _obj(ch.get("delta"))  # the upstream's JSON is any shape: what is not text is not merged
+            if isinstance(d.get("content"), str):
                 content.append(d["content"])
-            if d.get("reasoning_content"):
+            if isinstance(d.get("reasoning_content"), str):
                 reasoning.append(d["reasoning_content"])
-            for tc in d.get("tool_calls") or []:
-                slot = calls.setdefault(tc.get("index", len(calls)),
+            for tc in _list(d.get("tool_calls")):
+                if not isinstance(tc, dict):
+                    continue
+                i = tc.get("index", len(calls))
+                slot = calls.setdefault(i if isinstance(i, int) else len(calls),
                                         {"id": None, "type": "function", "function": {"name": "", "arguments": ""}})
                 if tc.get("id"):
                     slot["id"] = tc["id"]
-                fn = tc.get("function") or {}
-                if fn.get("name"):
+                fn = _obj(tc.get("function"))
+                if isinstance(fn.get("name"), str):
                     slot["function"]["name"] += fn["name"]
-                if fn.get("arguments"):
+                if isinstance(fn.get("arguments"), str):
                     slot["function"]["arguments"] += fn["arguments"]
             if ch.get("finish_reason"):
                 finish = ch["finish_reason"]
@@ -107,6 +138,9 @@ def merge_stream(chunks: list[dict]) -> dict:
         msg["tool_calls"] = [calls[i] for i in sorted(calls)]
     out = {"id": rid, "object": "chat.completion", "model": model,
            "choices": [{"index": 0, "message": msg, "finish_reason": finish}], "usage": usage}
+    if other:
+        out[OTHER_CHOICES] = True
+        return out
     if prompt_ids is not None:
         out["prompt_token_ids"] = prompt_ids
     if token_ids:
@@ -131,6 +165,8 @@ def _as_chunk(completion: dict) -> dict:
             chunk["choices"][0][k] = completion["choices"][0][k]
     if "prompt_token_ids" in completion:
         chunk["prompt_token_ids"] = completion["prompt_token_ids"]
+    if completion.get(OTHER_CHOICES):
+        chunk[OTHER_CHOICES] = True
     return chunk
 
 
@@ -162,18 +198,19 @@ class _StreamCaps:
 
     def over(self, chunk: dict) -> Optional[str]:
         b = self.b
-        for ch in chunk.get("choices") or []:
-            d = (ch.get("delta") or {}) if isinstance(ch, dict) else {}
+        for ch in _list(chunk.get("choices")):
+            d = _obj(ch.get("delta")) if isinstance(ch, dict) else {}
             for k in ("content", "reasoning_content"):
                 if isinstance(d.get(k), str):
                     self.text += len(d[k])
             if self.text > b.max_message_chars:
                 return f"reply size limit: more than {b.max_message_chars} characters of text " \
                        f"(max_message_chars={b.max_message_chars}); stream cut"
-            for tc in d.get("tool_calls") or []:
+            for tc in _list(d.get("tool_calls")):
                 if not isinstance(tc, dict):
                     continue
                 i = tc.get("index", len(self.args))
+                i = i if isinstance(i, int) else len(self.args)
                 fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
                 grown = len(str(fn.get("arguments") or "")) + len(str(fn.get("name") or ""))
                 self.args[i] = self.args.get(i, 0) + grown
@@ -275,9 +312,10 @@ class RecordingProxy(AppServer):
         return None
 
     def _count(self, session: str, response: Optional[dict]) -> None:
-        u = (response or {}).get("usage") or {}
+        u = (response or {}).get("usage")
+        u = u if isinstance(u, dict) else {}
         with self._lock:
-            self._usage[1] += int(u.get("prompt_tokens") or 0) + int(u.get("completion_tokens") or 0)
+            self._usage[1] += _usage_tokens(u.get("prompt_tokens")) + _usage_tokens(u.get("completion_tokens"))
 
     def _log(self, entry: dict) -> None:
         if entry.get("status") == 200 and not entry.get("limit"):
@@ -470,9 +508,12 @@ class RecordingProxy(AppServer):
                                     done = True
                                 elif payload:
                                     try:
-                                        chunks.append(json.loads(payload))
+                                        parsed = json.loads(payload)
                                     except Exception:
                                         continue
+                                    if not isinstance(parsed, dict):  # not a chunk: relayed, not merged
+                                        continue
+                                    chunks.append(parsed)
                                     why = caps.over(chunks[-1]) if caps is not None else None
                                     if why is not None:
                                         chunks.pop()

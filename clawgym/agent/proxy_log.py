@@ -111,25 +111,52 @@ def canonical(m: dict) -> tuple:
     if role == "tool":
         return ("tool", _cid(m.get("tool_call_id")))
     if role == "assistant":
-        calls = tuple((_cid(tc.get("id")), (tc.get("function") or {}).get("name"),
-                       _cargs((tc.get("function") or {}).get("arguments")))
-                      for tc in (m.get("tool_calls") or []) if isinstance(tc, dict))
+        calls = tuple((_cid(tc.get("id")), tc["function"].get("name"), _cargs(tc["function"].get("arguments")))
+                      for tc in _calls_of(m.get("tool_calls")))
         return ("assistant", text_of(m.get("content")).strip(), calls)
     return (str(role), text_of(m.get("content")).strip())
 
 
+def _usage_tokens(v: Any) -> int:
+    """A usage count as the token limit adds it: the endpoint's claim, so never negative (a refund of the budget)
+    and never an exception (a string, a float, a list: 0)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+        return 0
+    return max(0, min(int(v), 2**62)) if abs(v) != float("inf") else 0
+
+
+def _calls_of(calls: Any) -> list[dict]:
+    """A reply's tool calls as objects with a function object: the endpoint's JSON is any shape (a call that is
+    not an object is dropped, a function that is not an object becomes an empty one: answered as malformed)."""
+    if not isinstance(calls, list):
+        return []
+    out = []
+    for tc in calls:
+        if isinstance(tc, dict):
+            out.append(tc if isinstance(tc.get("function"), dict)
+                       else {**tc, "function": {"name": "", "arguments": ""}})
+    return out
+
+
 def _reply_of(e: dict) -> dict:
-    choice = (e["response"].get("choices") or [{}])[0]
-    msg = choice.get("message") or {}
+    choices = e["response"].get("choices")
+    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    msg = choice.get("message") if isinstance(choice.get("message"), dict) else {}
     final: dict[str, Any] = {"role": "assistant", "content": msg.get("content")}
-    if msg.get("tool_calls"):
-        final["tool_calls"] = msg["tool_calls"]
+    calls = _calls_of(msg.get("tool_calls"))
+    if calls:
+        final["tool_calls"] = calls
     # the sampled tokens, when the upstream returned them (streamed or not): from the proxy's own record of the
     # upstream response, never from a request; not part of `canonical` (the chain is matched on text)
     from clawgym.agent.loop import TOKENS_KEY, token_record
 
-    toks = token_record(e["response"], choice) if isinstance(choice, dict) else None
-    if toks is not None and e.get("limit") is None:
+    toks = token_record(e["response"], choice) if choice else None
+    if toks is not None and any(type(i) is not int or i < 0 for k in ("prompt_token_ids", "token_ids")
+                                for i in toks[k]):
+        toks = None  # not token ids (bools, negatives): nothing token-exact to keep
+    if toks is not None and toks["logprobs"] and not all(-1e30 < x <= 0.0 for x in toks["logprobs"]):
+        toks = {**toks, "logprobs": None}  # not log-probabilities (NaN, inf, positive): the ids alone are kept
+    if toks is not None and e.get("limit") is None and not e["response"].get("clawgym_other_choices"):
         final[TOKENS_KEY] = toks
     return final
 
@@ -149,11 +176,43 @@ def _is_side(msgs: list[dict], main_first: str, main_replies: set) -> bool:
     return not any(m.get("role") == "assistant" and canonical(m) in main_replies for m in msgs)
 
 
-def rebuild_sessions(entries: list[dict]) -> dict[str, dict]:
+TOKEN_RECORD_SHARE = 4  # a session's sampled-token records may take 1/4 of Limits().max_record_bytes
+
+
+def _drop_token_records(messages: list[dict], max_bytes: int) -> Optional[str]:
+    """Strip the sampled-token records (TOKENS_KEY) of `messages` in place when together they are over
+    `max_bytes` of JSON: they are bookkeeping (a row without them is re-tokenized from its text) and must never
+    push the transcript itself over the record cap. Returns why, or None when they fit."""
+    from clawgym.agent.loop import TOKENS_KEY
+
+    with_tokens = [m for m in messages if isinstance(m.get(TOKENS_KEY), dict)]
+    n = 0
+    for m in with_tokens:
+        t = m[TOKENS_KEY]
+        # ints only (checked in _reply_of): at most 21 characters and a separator each
+        n += sum(len(str(i)) + 2 for k in ("prompt_token_ids", "token_ids") for i in t.get(k) or [])
+        n += 24 * len(t.get("logprobs") or [])
+        if n > max_bytes:
+            break
+    if n <= max_bytes:
+        return None
+    for m in with_tokens:
+        del m[TOKENS_KEY]
+    return f"sampled-token records over {max_bytes} bytes: dropped from {len(with_tokens)} turns (re-tokenized)"
+
+
+def rebuild_sessions(entries: list[dict], max_token_bytes: Optional[int] = None) -> dict[str, dict]:
     """One trajectory per session, built by the rule of the module docstring: {session: {messages, tools,
-    n_requests, prompt_tokens, completion_tokens, dropped, model, divergence, side_requests, refused}}.
+    n_requests, prompt_tokens, completion_tokens, dropped, model, divergence, side_requests, refused,
+    tokens_dropped}}.
     `divergence` lists the requests that did not extend the conversation the proxy had answered
-    ({seq, kind, detail}); an empty list means the client's view and the proxy's agree."""
+    ({seq, kind, detail}); an empty list means the client's view and the proxy's agree. The assistant turns'
+    sampled-token records together stay under `max_token_bytes` (default: a TOKEN_RECORD_SHARE-th of
+    Limits().max_record_bytes) or are all dropped, `tokens_dropped` saying why (None when kept)."""
+    if max_token_bytes is None:
+        from clawgym.agent.loop import Limits
+
+        max_token_bytes = Limits().max_record_bytes // TOKEN_RECORD_SHARE
     by_session: dict[str, list[dict]] = {}
     refused: dict[str, int] = {}
     for e in entries:
@@ -239,12 +298,15 @@ def rebuild_sessions(entries: list[dict]) -> dict[str, dict]:
             messages.append(reply)
             chain.append((seq, creq, canonical(reply)))
         first = kept[0][0]
-        pt = sum(((e["response"].get("usage") or {}).get("prompt_tokens") or 0) for e, _ in kept)
-        ct = sum(((e["response"].get("usage") or {}).get("completion_tokens") or 0) for e, _ in kept)
-        out[session] = {"messages": clean_messages(messages), "tools": first["request"].get("tools") or [],
+        messages = clean_messages(messages)
+        tokens_dropped = _drop_token_records(messages, max_token_bytes)
+        usages = [u if isinstance(u := e["response"].get("usage"), dict) else {} for e, _ in kept]
+        pt = sum(_usage_tokens(u.get("prompt_tokens")) for u in usages)
+        ct = sum(_usage_tokens(u.get("completion_tokens")) for u in usages)
+        out[session] = {"messages": messages, "tools": first["request"].get("tools") or [],
                         "n_requests": len(kept), "prompt_tokens": pt, "completion_tokens": ct,
                         "dropped": dropped, "model": first["request"].get("model"), "divergence": divergence,
-                        "side_requests": side, "refused": refused.get(session, 0)}
+                        "side_requests": side, "refused": refused.get(session, 0), "tokens_dropped": tokens_dropped}
     return out
 
 

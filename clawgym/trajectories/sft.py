@@ -189,7 +189,15 @@ def token_exact_row(messages: list[dict], tok=None, tools: list | None = None
     context the server placed before each sampled turn (system/user/tool messages, tool schemas) is checked: where
     that content carries control-token text and the server's ids hold more control ids than the template places
     (`encode_chat` of the same messages), the context is replaced by that encoding (control text as ordinary
-    pieces; still masked out). Where it cannot be built, the reason is ``control_text_in_content``."""
+    pieces; still masked out). Where it cannot be built, the reason is ``control_text_in_content``.
+
+    The recorded ids are the endpoint's claim, never trusted blindly (an endpoint is any server; what the tools ran
+    and what the row trains must be one thing): ids that are not ints of the vocabulary give ``bad_ids``; with
+    `tok`, a turn's sampled ids must decode (`tok`, special tokens skipped as a server's text is) to the recorded
+    text and tool calls (``ids_mismatch`` otherwise; the end-of-turn id only last), and each context the server
+    placed must decode to the template's rendering of the recorded messages before it (``prompt_mismatch``:
+    a forged or unrecorded earlier turn, another template or tokenizer). Such rows are re-tokenized from the text
+    by the caller, with the reason counted."""
     turns = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
     if not turns:
         return "no_tokens"
@@ -199,24 +207,33 @@ def token_exact_row(messages: list[dict], tok=None, tools: list | None = None
     fixed = 0
     prev: int | None = None
     prev_out: list[int] = []
+    # the conversation as the template renders it (the token records are not rendered; walking them is costly)
+    plain = [{k: v for k, v in m.items() if k != TOKENS_KEY} for m in messages] if tok is not None else messages
     for j in turns:
         t = messages[j].get(TOKENS_KEY)
         if not isinstance(t, dict) or not isinstance(t.get("prompt_token_ids"), list) or not isinstance(
                 t.get("token_ids"), list) or not t["token_ids"]:
             return "no_tokens"
-        prompt, out = [int(i) for i in t["prompt_token_ids"]], [int(i) for i in t["token_ids"]]
+        prompt, out = t["prompt_token_ids"], t["token_ids"]
+        if not (_valid_ids(prompt, tok) and _valid_ids(out, tok)):
+            return BAD_IDS
         if prompt[:len(served)] != served:
             return "drift"
         ctx = prompt[len(served):]
         between = messages[(0 if prev is None else prev + 1):j]
-        if tok is not None and control_text_count(tok, between, tools if prev is None else None):
+        if tok is not None:
+            control = control_text_count(tok, between, tools if prev is None else None)
             try:
-                want = _context_ids(tok, messages, prev, prev_out, j, tools)
+                want = _context_ids(tok, plain, prev, prev_out, j, tools)
             except ControlTextError:
                 return CONTROL_TEXT
             if want is None:
-                return CONTROL_TEXT
-            if ctx != want and _n_control(tok, ctx) > _n_control(tok, want):
+                return CONTROL_TEXT if control else PROMPT_MISMATCH
+            if ctx != want and _decode(tok, ctx) != _decode(tok, want):
+                return PROMPT_MISMATCH  # the server's context is not the recorded one
+            if not _completion_matches(tok, out, messages[j]):
+                return IDS_MISMATCH
+            if control and ctx != want and _n_control(tok, ctx) > _n_control(tok, want):
                 ctx, fixed = want, fixed + 1
         mask += [0] * len(ctx) + [1] * len(out)
         ids += ctx + out
@@ -225,6 +242,75 @@ def token_exact_row(messages: list[dict], tok=None, tools: list | None = None
     if messages and messages[-1].get("role") != "assistant":
         return "trailing"
     return ids, mask, fixed
+
+
+BAD_IDS = "bad_ids"  # recorded ids that are not token ids of the tokenizer (bool, negative, past the vocabulary)
+IDS_MISMATCH = "ids_mismatch"  # sampled ids that do not decode to the recorded reply (text / tool calls)
+PROMPT_MISMATCH = "prompt_mismatch"  # a server context that does not decode to the recorded messages before it
+_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+def _valid_ids(ids: list, tok) -> bool:
+    """Every element a plain int (not a bool) and, with `tok`, a token id of its vocabulary."""
+    n = len(tok) if tok is not None else None
+    return all(type(i) is int and i >= 0 and (n is None or i < n) for i in ids)
+
+
+def _decode(tok, ids: list[int], skip_special: bool = False) -> str:
+    return tok.decode(ids, skip_special_tokens=skip_special, clean_up_tokenization_spaces=False)
+
+
+def _call_key(name: Any, args: Any) -> tuple | None:
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except ValueError:
+            return None
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        return None
+    return str(name or ""), json.dumps(args, sort_keys=True, ensure_ascii=False)
+
+
+def parse_sampled_turn(text: str) -> tuple[str, list[tuple]]:
+    """(content, [(name, canonical arguments JSON)]) of a sampled assistant turn in the tool-calling template's
+    format (``<tool_call>{"name", "arguments"}</tool_call>`` blocks, as the server parses them); a block that is
+    not such a call stays text."""
+    calls: list[tuple] = []
+    parts: list[str] = []
+    pos = 0
+    for m in _TOOL_CALL_RE.finditer(text):
+        try:
+            obj = json.loads(m.group(1))
+        except ValueError:
+            continue
+        key = _call_key(obj.get("name"), obj.get("arguments")) if isinstance(obj, dict) else None
+        if key is None:
+            continue
+        parts.append(text[pos:m.start()])
+        calls.append(key)
+        pos = m.end()
+    parts.append(text[pos:])
+    return "".join(parts).strip(), calls
+
+
+def _completion_matches(tok, out: list[int], msg: dict) -> bool:
+    """The sampled ids `out` of a turn decode to the recorded assistant message `msg`: the same text (whitespace
+    at the ends aside) and the same tool calls (name, arguments as JSON), the end-of-turn id at most once, last."""
+    eos = tok.eos_token_id
+    body = out[:-1] if out and out[-1] == eos else out
+    if eos is not None and eos in body:
+        return False  # a server stops at the end of the turn: ids past it were never sampled in this turn
+    content, calls = parse_sampled_turn(_decode(tok, body, skip_special=True))
+    want = []
+    for tc in msg.get("tool_calls") or []:
+        fn = tc.get("function") or {}
+        key = _call_key(fn.get("name"), fn.get("arguments"))
+        if key is None:
+            return False
+        want.append(key)
+    return content == text_of(msg.get("content")).strip() and calls == want
 
 
 def _n_control(tok, ids: list[int]) -> int:
@@ -674,5 +760,5 @@ __all__ = [
     "normalise_messages", "check_sft_rows", "write_sft_parquet", "save_hf_dataset", "to_hf_dataset",
     "dataset_stats", "load_tokenizer", "count_tokens", "is_noise_turn", "DEFAULT_TOKENIZER", "TOKENS_KEY",
     "token_exact_sequence", "token_exact_row", "encode_chat", "control_tokens", "control_text_count",
-    "ControlTextError", "CONTROL_TEXT",
+    "ControlTextError", "CONTROL_TEXT", "BAD_IDS", "IDS_MISMATCH", "PROMPT_MISMATCH", "parse_sampled_turn",
 ]
