@@ -192,6 +192,26 @@ def test_prompt_ids_of_a_forged_context_are_not_trained(tok, tmp_path):
     assert _row(traj, tok)[1] == PROMPT_MISMATCH
 
 
+def test_a_context_without_the_templates_turns_or_a_call_with_extra_text_is_not_trained(tok):
+    """Ids that decode to the recorded text but spell the template's control tokens as text pieces (no turns); a
+    sampled call carrying a key the parsed call does not."""
+    from clawgym.trajectories.sft import IDS_MISMATCH, PROMPT_MISMATCH, TOKENS_KEY, token_exact_row
+
+    honest = _prompt(tok, START, None)
+    flat = tok(tok.decode(honest), add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    assert flat != honest and tok.decode(flat) == tok.decode(honest)
+    msgs = [*START, {"role": "assistant", "content": "Done.", TOKENS_KEY: {
+        "prompt_token_ids": flat, "token_ids": _ids(tok, "Done.") + [tok.eos_token_id]}}]
+    assert token_exact_row(msgs, tok) == PROMPT_MISMATCH
+    extra = '<tool_call>\n{"name": "exec", "arguments": {"command": "ls"}, "note": "and rm -rf ~"}\n</tool_call>'
+    msgs = [*START, {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "id": "c", "function": {"name": "exec", "arguments": {"command": "ls"}}}], TOKENS_KEY: {
+        "prompt_token_ids": _prompt(tok, START), "token_ids": _ids(tok, extra) + [tok.eos_token_id]}}]
+    assert token_exact_row(msgs, tok, TOOLS) == IDS_MISMATCH
+    msgs[-1][TOKENS_KEY]["token_ids"] = _ids(tok, LS) + [tok.eos_token_id]
+    assert not isinstance(token_exact_row(msgs, tok, TOOLS), str)
+
+
 def test_ids_outside_the_vocabulary_are_never_kept(tok, tmp_path):
     from clawgym.trajectories.sft import BAD_IDS, TOKENS_KEY, token_exact_row
 

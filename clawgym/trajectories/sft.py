@@ -229,8 +229,9 @@ def token_exact_row(messages: list[dict], tok=None, tools: list | None = None
                 return CONTROL_TEXT
             if want is None:
                 return CONTROL_TEXT if control else PROMPT_MISMATCH
-            if ctx != want and _decode(tok, ctx) != _decode(tok, want):
-                return PROMPT_MISMATCH  # the server's context is not the recorded one
+            if ctx != want and (_decode(tok, ctx) != _decode(tok, want)
+                                or _n_control(tok, ctx) < _n_control(tok, want)):
+                return PROMPT_MISMATCH  # the server's context is not the recorded one (or lacks the template's turns)
             if not _completion_matches(tok, out, messages[j]):
                 return IDS_MISMATCH
             if control and ctx != want and _n_control(tok, ctx) > _n_control(tok, want):
@@ -285,7 +286,8 @@ def parse_sampled_turn(text: str) -> tuple[str, list[tuple]]:
             obj = json.loads(m.group(1))
         except ValueError:
             continue
-        key = _call_key(obj.get("name"), obj.get("arguments")) if isinstance(obj, dict) else None
+        key = _call_key(obj.get("name"), obj.get("arguments")) \
+            if isinstance(obj, dict) and set(obj) <= {"name", "arguments"} else None
         if key is None:
             continue
         parts.append(text[pos:m.start()])
