@@ -109,7 +109,7 @@ def call_stats(rollouts) -> dict:
 
 def score_model(label: str, model_dir: str, bench, factory, limits, workers: int, serve_args: list[str],
                 retry_timeout_s: float = 3600.0) -> dict:
-    from clawgym.agent import PolicySpec, RetryPolicy, run_rollouts
+    from clawgym.agent import PolicySpec, RetryPolicy, RolloutSettings, run_rollouts
     from clawgym.bench.stats import summarize
 
     log(f"{label}: scoring {len(bench)} bench tasks with {model_dir} (workers={workers})")
@@ -117,8 +117,9 @@ def score_model(label: str, model_dir: str, bench, factory, limits, workers: int
                       extra={"continuous_batching": True, "device": "cpu" if not _cuda() else "auto",
                              "startup_timeout_s": 600.0, "extra_args": serve_args})
     t = time.time()
-    ros = run_rollouts(bench, spec, factory, workers=workers, limits=limits, attempts=2,
-                       retry=RetryPolicy(attempts=2, timeout_s=retry_timeout_s))
+    ros = run_rollouts(bench, spec, factory, workers=workers,
+                       settings=RolloutSettings(limits=limits, attempts=2,
+                                                retry=RetryPolicy(attempts=2, timeout_s=retry_timeout_s)))
     wall = time.time() - t
     scored = [r for r in ros if r.score is not None]
     rows = summarize([{"task_id": r.task_id, "category": r.category, "score": r.score} for r in scored])

@@ -91,7 +91,7 @@ def rollout_rows(tasks, policy, factory, out: Path, limits, workers: int, tag: s
     from concurrent.futures import ThreadPoolExecutor
 
     from clawgym.agent.policies import open_endpoint
-    from clawgym.agent.rollout import run_rollout
+    from clawgym.agent.rollout import RolloutSettings, run_rollout
 
     done = {r["task_id"] for r in _jsonl_rows(out)}
     todo = [t for t in tasks if t.task_id not in done]
@@ -102,7 +102,7 @@ def rollout_rows(tasks, policy, factory, out: Path, limits, workers: int, tag: s
             ep.policy = policy.name
 
             def one(t):
-                ro = run_rollout(t, ep, factory, limits=limits)
+                ro = run_rollout(t, ep, factory, settings=RolloutSettings(limits=limits))
                 row = ro.to_row()
                 row["finish"] = _how_it_ended(ro)
                 _append(out, row)

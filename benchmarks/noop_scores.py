@@ -39,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without an install too
 
-from clawgym.agent.rollout import SCORED_CLASSES, run_rollouts  # noqa: E402
+from clawgym.agent.rollout import SCORED_CLASSES, RolloutSettings, run_rollouts  # noqa: E402
 from clawgym.sandbox import get_factory  # noqa: E402
 from clawgym.tasks import import_any  # noqa: E402
 from clawgym.verify import make_judge  # noqa: E402
@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         rollouts = run_rollouts(tasks, args.policy, factory, workers=max(1, args.workers), judge=judge,
-                                attempts=max(1, args.attempts), retry_wait_s=1.0)
+                                settings=RolloutSettings(attempts=max(1, args.attempts), retry_wait_s=1.0))
     finally:
         factory.close()
     wall = time.monotonic() - t0

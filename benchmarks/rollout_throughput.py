@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from clawgym.agent.demo import demo_tasks  # noqa: E402
-from clawgym.agent.rollout import run_rollout  # noqa: E402
+from clawgym.agent.rollout import RolloutSettings, run_rollout  # noqa: E402
 from clawgym.sandbox import get_factory  # noqa: E402
 
 GOALS = {"bwrap": 10.0, "docker": 3.0}
@@ -47,12 +47,13 @@ def _available(name: str) -> tuple[bool, str]:
 
 def measure(factory, n: int, workers: int, runtime: str = "builtin") -> tuple[float, float]:
     tasks = [demo_tasks()[i % 3] for i in range(n)]
+    settings = RolloutSettings(runtime=runtime)
     t0 = time.perf_counter()
     if workers <= 1:
-        rs = [run_rollout(t, "oracle", factory, runtime=runtime) for t in tasks]
+        rs = [run_rollout(t, "oracle", factory, settings) for t in tasks]
     else:
         with ThreadPoolExecutor(workers) as ex:
-            rs = list(ex.map(lambda t: run_rollout(t, "oracle", factory, runtime=runtime), tasks))
+            rs = list(ex.map(lambda t: run_rollout(t, "oracle", factory, settings), tasks))
     dt = time.perf_counter() - t0
     ok = sum(r.score == 1.0 for r in rs)
     return dt, ok / n

@@ -9,6 +9,7 @@ from clawgym.lake.records import counts, task_row, tasks_from_table
 from clawgym.tasks.names import check_name
 from clawgym_assets._util import md_counts, md_table
 from clawgym_assets.partitions import model_partitions, suite_partitions
+from clawgym_assets.rollout_config import RolloutConfig
 from clawgym_assets.synthesis import synthetic_tasks, verifiers
 from clawgym_assets.training import checkpoints
 from clawgym_resources import JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
@@ -92,21 +93,14 @@ def bench_tasks(context: dg.AssetExecutionContext, config: BenchTasksConfig,
     })
 
 
-class BenchScoresConfig(dg.Config):
+class BenchScoresConfig(RolloutConfig):  # + max_turns, max_wall_s, ..., attempts, retries (RolloutConfig)
     suites: List[str] = ["procedural"]
     repeats: int = 1  # >1 gives pass@k
-    max_turns: int = 30
-    max_wall_s: float = 600.0
-    max_completion_tokens: int = 1024  # per model request
     n_boot: int = 2000
     seed: int = 0
     pass_threshold: float = 1.0
     max_infra_rate: float = 0.05  # above this share of infra rollouts the model is flagged and not ranked
     max_unjudged_rate: float = 1.0  # likewise for unjudged rollouts (1.0 = never flags)
-    attempts: int = 3  # rollout-level tries of an infra failure
-    retry_wait_s: float = 2.0
-    request_attempts: int = 0  # tries per model request (0 = the endpoint kind's default)
-    request_backoff_s: float = 1.0
     workers: int = 1  # rollouts in flight at once (a local model server batches them)
 
 
@@ -122,69 +116,43 @@ class BenchScoresConfig(dg.Config):
 def bench_scores(context: dg.AssetExecutionContext, config: BenchScoresConfig, lake: LakeResource,
                  sandbox: SandboxResource, endpoints: ModelEndpointsResource, judge: JudgeResource,
                  openclaw: OpenClawResource) -> dg.MaterializeResult:
-    from clawgym.agent.loop import Limits
-    from clawgym.agent.policies import RetryPolicy
-    from clawgym.bench.runner import run_suite
-    from clawgym.bench.stats import OVERALL, summarize
-    from clawgym.lake.records import BENCH_RESULT_KEY, effective_rows
+    from clawgym.bench.scores import ScoreSettings, score_model
 
     try:  # a model key may name a folder under checkpoints/ (resolve_policy): one plain name (issue 22)
         model = check_name(context.partition_key, "model partition key")
     except ValueError as e:
         raise dg.Failure(str(e)) from None
     spec = endpoints.policy(model)
-    reg = lake.checkpoint_registry()
-    parent = (reg.get(model) or {}).get("parent")
-    retry = RetryPolicy(attempts=config.request_attempts, backoff_s=config.request_backoff_s) \
-        if config.request_attempts > 0 else None
-    md: dict = {}
-    all_rows: list = []
-    summary_rows: list = []
-    unscored: list[str] = []
+    parent = (lake.checkpoint_registry().get(model) or {}).get("parent")
+    suite_tasks = {}
+    for suite in config.suites:
+        suite_tasks[suite] = tasks_from_table(lake.bench_tasks(suite))
+        if not suite_tasks[suite]:
+            context.log.warning(f"suite {suite}: no bench tasks (materialize bench_tasks[{suite}] first)")
+            del suite_tasks[suite]
+
+    def write(ss) -> None:
+        lake.write(Table.BENCH_RESULTS, ss.results, {"model": model, "suite": ss.suite})
+        # written even when empty: stale scores of an earlier run must not stand in for this one
+        lake.write(Table.BENCH_SCORES, ss.scores, {"model": model, "suite": ss.suite})
+
     with sandbox.factory() as factory:
-        for suite in config.suites:
-            tasks = tasks_from_table(lake.bench_tasks(suite))
-            if not tasks:
-                context.log.warning(f"suite {suite}: no bench tasks (materialize bench_tasks[{suite}] first)")
-                continue
-            rows = run_suite(tasks, spec, factory, model=model, suite=suite, repeats=config.repeats,
-                             limits=Limits(max_turns=config.max_turns, max_wall_s=config.max_wall_s,
-                                           max_completion_tokens=config.max_completion_tokens),
-                             judge=judge.judge(), runtime=openclaw.runtime(), openclaw_opts=openclaw.opts(),
-                             run_id=context.run.run_id, pass_threshold=config.pass_threshold, log=context.log.info,
-                             attempts=config.attempts, retry_wait_s=config.retry_wait_s, retry=retry,
-                             workers=config.workers)
-            lake.write(Table.BENCH_RESULTS, rows, {"model": model, "suite": suite})
-            rows = effective_rows(rows, BENCH_RESULT_KEY)
-            # only scored rollouts enter means/CIs; infra and unjudged are counted, never scored as 0
-            stats = summarize(rows, n_boot=config.n_boot, seed=config.seed, pass_threshold=config.pass_threshold,
-                              max_infra_rate=config.max_infra_rate, max_unjudged_rate=config.max_unjudged_rate)
-            ov = next(s for s in stats if s.category == OVERALL)
-            srows = [{**s.to_dict(), "model": model, "suite": suite, "parent": parent, "run_id": context.run.run_id}
-                     for s in stats if s.mean is not None]  # a category with nothing scored has no mean to store
-            # written even when empty: stale scores of an earlier run must not stand in for this one
-            lake.write(Table.BENCH_SCORES, srows, {"model": model, "suite": suite})
-            all_rows += rows
-            summary_rows += srows
-            md[f"{suite}/n_tasks"] = ov.n_tasks
-            md[f"{suite}/n_scored"] = ov.n_scored
-            md[f"{suite}/n_infra"] = ov.n_infra
-            md[f"{suite}/n_unjudged"] = ov.n_unjudged
-            md[f"{suite}/infra_rate"] = dg.MetadataValue.float(round(ov.infra_rate, 4))
-            md[f"{suite}/flagged"] = ov.flagged
-            md[f"{suite}/flag_reason"] = ov.flag_reason
-            if ov.flagged:
-                context.log.warning(f"{model} on {suite} flagged, not ranked: {ov.flag_reason}")
-            md[f"{suite}/by_category"] = md_table(
-                ["category", "n", "mean", "ci_low", "ci_high", "pass@1", f"pass@{ov.k}", "n_tasks", "n_scored",
-                 "n_infra", "n_unjudged", "infra_rate"],
-                [[s.category, s.n, s.mean, s.ci_low, s.ci_high, s.pass_at_1, s.pass_at_k, s.n_tasks, s.n_scored,
-                  s.n_infra, s.n_unjudged, s.infra_rate] for s in stats])
-            if ov.mean is None:
-                unscored.append(f"{suite}: {ov.flag_reason}")
-                continue
-            md[f"{suite}/overall"] = dg.MetadataValue.float(round(ov.mean, 2))
-            md[f"{suite}/ci95"] = f"[{ov.ci_low:.1f}, {ov.ci_high:.1f}]"
+        scored = score_model(
+            suite_tasks, spec, factory, model=model, parent=parent, rollout=config.rollout_settings(openclaw),
+            judge=judge.judge(), run_id=context.run.run_id, log=context.log.info, on_suite=write,
+            scoring=ScoreSettings(repeats=config.repeats, n_boot=config.n_boot, seed=config.seed,
+                                  pass_threshold=config.pass_threshold, max_infra_rate=config.max_infra_rate,
+                                  max_unjudged_rate=config.max_unjudged_rate, workers=config.workers))
+    md: dict = {}
+    unscored: list[str] = []
+    for ss in scored:
+        md.update(_suite_metadata(ss))
+        if ss.overall.flagged:
+            context.log.warning(f"{model} on {ss.suite} flagged, not ranked: {ss.overall.flag_reason}")
+        if ss.overall.mean is None:
+            unscored.append(f"{ss.suite}: {ss.overall.flag_reason}")
+    all_rows = [r for ss in scored for r in ss.effective]
+    summary_rows = [r for ss in scored for r in ss.scores]
     _refresh(context, lake)
     if unscored:
         raise dg.Failure(f"{model}: nothing scored on " + "; ".join(unscored) + " (infra = endpoint or sandbox "
@@ -194,6 +162,23 @@ def bench_scores(context: dg.AssetExecutionContext, config: BenchScoresConfig, l
         "flagged": any(r["flagged"] for r in summary_rows),
         "failure_classes": md_counts("failure_class", counts(r["failure_class"] for r in all_rows)),
     })
+
+
+def _suite_metadata(ss) -> dict:
+    """Run metadata of one suite's SuiteScores: counts, flag, the per-category table, overall mean and CI."""
+    suite, ov, stats = ss.suite, ss.overall, ss.stats
+    md = {f"{suite}/n_tasks": ov.n_tasks, f"{suite}/n_scored": ov.n_scored, f"{suite}/n_infra": ov.n_infra,
+          f"{suite}/n_unjudged": ov.n_unjudged, f"{suite}/infra_rate": dg.MetadataValue.float(round(ov.infra_rate, 4)),
+          f"{suite}/flagged": ov.flagged, f"{suite}/flag_reason": ov.flag_reason,
+          f"{suite}/by_category": md_table(
+              ["category", "n", "mean", "ci_low", "ci_high", "pass@1", f"pass@{ov.k}", "n_tasks", "n_scored",
+               "n_infra", "n_unjudged", "infra_rate"],
+              [[s.category, s.n, s.mean, s.ci_low, s.ci_high, s.pass_at_1, s.pass_at_k, s.n_tasks, s.n_scored,
+                s.n_infra, s.n_unjudged, s.infra_rate] for s in stats])}
+    if ov.mean is not None:
+        md[f"{suite}/overall"] = dg.MetadataValue.float(round(ov.mean, 2))
+        md[f"{suite}/ci95"] = f"[{ov.ci_low:.1f}, {ov.ci_high:.1f}]"
+    return md
 
 
 class LeaderboardConfig(dg.Config):

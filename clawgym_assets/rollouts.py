@@ -11,23 +11,17 @@ from clawgym.lake.records import counts, effective_rows, group_mean, outcome, ou
 from clawgym.tasks.names import check_name
 from clawgym_assets._util import md_counts, md_histogram, md_table
 from clawgym_assets.partitions import DEFAULT_SHARDS, SUITES, n_shards_of, trajectory_partitions_def
+from clawgym_assets.rollout_config import RolloutConfig
 from clawgym_assets.synthesis import imported_tasks, synthetic_tasks, verifiers
 from clawgym_resources import JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
 
 GROUP = "rollouts"
 
 
-class TrajectoriesConfig(dg.Config):
+class TrajectoriesConfig(RolloutConfig):  # + max_turns, max_wall_s, ..., attempts, retries (RolloutConfig)
     sources: List[str] = ["synthetic"]  # which task sources to roll out (train split only)
-    max_turns: int = 30
-    max_wall_s: float = 600.0
-    max_completion_tokens: int = 1024
     batch_size: int = 4  # rollouts per appended part file (the resume granularity)
     limit: int = 0  # 0 = every task of the shard
-    attempts: int = 3  # rollout-level tries of an infra failure within this run
-    retry_wait_s: float = 2.0  # wait before rollout-level try i+1: retry_wait_s * i
-    request_attempts: int = 0  # tries per model request (0 = the endpoint kind's default RetryPolicy)
-    request_backoff_s: float = 1.0
 
 
 def _partition(context) -> tuple:
@@ -36,15 +30,6 @@ def _partition(context) -> tuple:
         return check_name(keys["policy"], "policy partition key"), int(keys["shard"])
     except ValueError as e:
         raise dg.Failure(str(e)) from None
-
-
-def train_tasks_for_shard(lake: LakeResource, sources, shard: int, n_shards: int = DEFAULT_SHARDS):
-    from clawgym.bench.runner import shard_of
-
-    rejected = lake.rejected_task_ids()
-    out = [t for t in lake.task_objects(sources)
-           if t.split == "train" and t.task_id not in rejected and shard_of(t.task_id, n_shards) == shard]
-    return sorted(out, key=lambda t: t.task_id)
 
 
 def build_rollout_assets(n_shards: int = DEFAULT_SHARDS) -> tuple[dg.AssetsDefinition, dg.AssetsDefinition]:
@@ -68,53 +53,25 @@ def _trajectories_asset(partitions: dg.MultiPartitionsDefinition) -> dg.AssetsDe
     def trajectories(context: dg.AssetExecutionContext, config: TrajectoriesConfig, lake: LakeResource,
                      sandbox: SandboxResource, endpoints: ModelEndpointsResource, judge: JudgeResource,
                      openclaw: OpenClawResource) -> dg.MaterializeResult:
-        from clawgym.agent.loop import Limits
-        from clawgym.agent.policies import RetryPolicy, open_endpoint
-        from clawgym.agent.rollout import run_rollout
-        from clawgym.lake.records import finished_keys
+        from clawgym.agent.resume import run_shard, shard_tasks
 
         policy, shard = _partition(context)
         part = {"policy": policy, "shard": shard}
-        tasks = train_tasks_for_shard(lake, config.sources, shard, n_shards)
-        if config.limit:
-            tasks = tasks[: config.limit]
+        tasks = shard_tasks(lake.task_objects(config.sources), lake.rejected_task_ids(), shard, n_shards,
+                            limit=config.limit)
         prior = lake.trajectories(policy, shard).select(["task_id", "failure_class", "score"]).to_pylist()
-        done = {decode_text(t) for t in finished_keys(prior)}  # finished: any class but infra
-        seen = {decode_text(r["task_id"]) for r in prior}
-        todo = [t for t in tasks if t.task_id not in done]
-        n_retry = sum(1 for t in todo if t.task_id in seen)  # only infra rows so far: run again
-        context.log.info(f"{policy}|{shard}: {len(tasks)} tasks, {len(done)} finished, {n_retry} infra to retry, "
-                         f"{len(todo)} to run")
-        retry = RetryPolicy(attempts=config.request_attempts, backoff_s=config.request_backoff_s) \
-            if config.request_attempts > 0 else None
-        spec = endpoints.policy(policy)
-        limits = Limits(max_turns=config.max_turns, max_wall_s=config.max_wall_s,
-                        max_completion_tokens=config.max_completion_tokens)
-        batch: list = []
-        written = 0
-        if todo:
-            with sandbox.factory() as factory, open_endpoint(spec, todo) as ep:
-                for t in todo:
-                    ro = run_rollout(t, ep, factory, limits=limits, judge=judge.judge(), runtime=openclaw.runtime(),
-                                     openclaw_opts=openclaw.opts(), attempts=config.attempts,
-                                     retry_wait_s=config.retry_wait_s, retry=retry)
-                    ro.policy = policy
-                    batch.append(ro.to_row(shard=shard, run_id=context.run.run_id))
-                    if len(batch) >= config.batch_size:
-                        lake.append(Table.TRAJECTORIES, batch, part)
-                        written += len(batch)
-                        batch = []
-            if batch:
-                lake.append(Table.TRAJECTORIES, batch, part)
-                written += len(batch)
+        rep = run_shard(tasks, prior, endpoints.policy(policy), sandbox.factory, policy=policy, shard=shard,
+                        settings=config.rollout_settings(openclaw), judge=judge.judge(), run_id=context.run.run_id,
+                        batch_size=config.batch_size, append=lambda rows: lake.append(Table.TRAJECTORIES, rows, part),
+                        log=context.log.info)
         history = (lake.trajectories(policy, shard)
                    .drop_columns(["messages_json", "diff_json", "tools_json"]).to_pylist())
         rows = effective_rows(history)  # the row that counts per task: latest non-infra, else latest infra
         oc = outcome_counts(rows)
         scored = [r for r in rows if outcome(r) == "scored"]
         return dg.MaterializeResult(metadata={
-            "n_rollouts": len(rows), "n_rows_with_history": len(history), "n_new": written,
-            "n_skipped_resume": len(done), "n_retried_infra": n_retry,
+            "n_rollouts": len(rows), "n_rows_with_history": len(history), "n_new": rep.n_written,
+            "n_skipped_resume": rep.n_finished, "n_retried_infra": rep.n_retried_infra,
             "n_scored": oc["n_scored"], "n_infra": oc["n_infra"], "n_unjudged": oc["n_unjudged"],
             "infra_rate": dg.MetadataValue.float(round(oc["infra_rate"], 4)),
             "mean_score": (sum(r["score"] for r in scored) / len(scored)) if scored else None,  # scored rollouts only

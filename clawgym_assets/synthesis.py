@@ -1,16 +1,13 @@
 """Synthesis domain: personas, skills, imported and synthetic tasks, mock workspaces, verifiers."""
 
 import contextlib
-import os
-import shutil
-from pathlib import Path
 from typing import List
 
 import dagster as dg
 
-from clawgym.lake import TRAIN_SOURCES, Table, TaskSource
-from clawgym.lake.records import counts, group_mean, task_row, verification_row
-from clawgym.tasks.names import check_name, safe_join
+from clawgym.lake import TRAIN_SOURCES, RejectedBy, Table, TaskSource
+from clawgym.lake.records import counts, group_mean, task_row
+from clawgym.synth.synthetic import ROUTES
 from clawgym_assets._util import md_counts, md_histogram, md_table
 from clawgym_assets.partitions import LLM_SHARDS, llm_shard_partitions
 from clawgym_resources import (JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource,
@@ -135,9 +132,6 @@ class LLMCandidatesConfig(LLMRouteConfig):
     n_llm: int = 0  # 0: nothing to make (the offline default graph has no generator endpoint)
 
 
-ROUTES = ("procedural", "llm", "both")
-
-
 def _client_cfg(endpoints: ModelEndpointsResource, name: str, role: str, asset: str = "synthetic_tasks",
                 stack=None, max_tokens: int = 0) -> dict:
     """llm_route.ClientConfig fields of the endpoint registered as `name` (dg.Failure naming it otherwise). A local
@@ -259,46 +253,35 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
     import json
 
     from clawgym.synth.embed import minilm_embedder
-    from clawgym.synth.personas import Persona
-    from clawgym.synth.pipeline import synthesize
+    from clawgym.synth.synthetic import synthesize_tasks
 
     if config.route not in ROUTES:
         raise dg.Failure(f"synthetic_tasks.config.route: {config.route!r} is not one of {', '.join(ROUTES)}")
     pdicts = [json.loads(s) for s in lake.personas().column("persona_json").to_pylist()]
-    people = [Persona(**{**d, "goals": tuple(d["goals"]), "tools": tuple(d["tools"])}) for d in pdicts]
-    n_proc = config.n if config.route in ("procedural", "both") else 0
     embed = minilm_embedder(str(lake.path("cache", "minilm_embeddings.npz")))
     # local model endpoints (generator / reviewer / auditor) are served for this run and stopped on the way out
     with contextlib.ExitStack() as servers, sandbox.factory() as factory:
         plan = _llm_plan(config, lake, endpoints, pdicts, stack=servers) if config.route in ("llm", "both") else None
-        res = synthesize(n_proc, seed=config.seed, factory=factory, families=config.families or None,
-                         personas=people or None, workers=config.workers,
-                         held_out_per_category=config.heldout_per_category, dedupe_threshold=config.dedupe_threshold,
-                         embed=embed, validate=config.gates, llm=plan,
-                         gate_cache_dir=str(lake.path("cache", "gates")),
-                         heldout_families=list(config.heldout_families) or None,
-                         bench_new_seeds=config.bench_new_seeds)
-    tasks = res.tasks
-    for t in tasks:
-        t.suite = "procedural" if t.route == "procedural" else "llm"
+        run = synthesize_tasks(config.route, config.n, seed=config.seed, factory=factory, personas=pdicts,
+                               families=config.families, workers=config.workers,
+                               heldout_per_category=config.heldout_per_category,
+                               heldout_families=config.heldout_families, bench_new_seeds=config.bench_new_seeds,
+                               dedupe_threshold=config.dedupe_threshold, gates=config.gates, embed=embed, llm=plan,
+                               gate_cache_dir=str(lake.path("cache", "gates")))
+    tasks, res = run.tasks, run.result
     lake.write(Table.TASKS, [task_row(t, TaskSource.SYNTHETIC.value) for t in tasks], {"source": TaskSource.SYNTHETIC})
-    # rejected_tasks: this asset's rejections (stage = the gate) replace the previous ones; the verifiers' stay
-    keep = [r for r in _rejection_rows(lake) if r.get("stage") == VERIFIERS_STAGE]
-    lake.write(Table.REJECTED_TASKS, keep + res.rejections)
+    # rejected_tasks: this asset's own partition (stage = the gate); the verifiers' partition is theirs
+    lake.write(Table.REJECTED_TASKS, res.rejections, {"writer": RejectedBy.SYNTHESIS})
     for r in res.rejections:
         context.log.info(f"rejected {r['task_id']} ({r['route']}, {r['category']}) at {r['stage']}: "
                          f"{r['reason'][:200]}")
-    gc = res.gate_counts()
-    from clawgym.synth.diversity import diversity
-
-    div = diversity(res.tasks, embed, seed=config.seed)
-    bench_fams = {t.family for t in tasks if t.split == "bench"}
+    gc, div = run.gate_counts, run.diversity
     return dg.MaterializeResult(metadata={
         "route": config.route,
         "n": len(tasks), "n_train": sum(t.split == "train" for t in tasks),
         "n_bench": sum(t.split == "bench" for t in tasks),
         "n_candidates": len(res.candidates), "n_rejected": len(res.rejections),
-        "heldout_families": dg.MetadataValue.json(sorted(bench_fams)),
+        "heldout_families": dg.MetadataValue.json(run.bench_families),
         "by_category": md_counts("category", counts(t.category for t in tasks)),
         "by_family": md_counts("family", counts(t.family for t in tasks)),
         "by_route": md_counts("route", counts(t.route for t in tasks)),
@@ -319,16 +302,6 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
     })
 
 
-VERIFIERS_STAGE = "verifiers"
-
-
-def _rejection_rows(lake: LakeResource) -> list:
-    """rejected_tasks rows, decoded (safe to write back)."""
-    from clawgym.lake import read_rows
-
-    return read_rows(Table.REJECTED_TASKS, root=lake.lake_dir)
-
-
 def _all_tasks(lake: LakeResource, sources=TRAIN_SOURCES):
     return lake.task_objects(sources)
 
@@ -336,39 +309,15 @@ def _all_tasks(lake: LakeResource, sources=TRAIN_SOURCES):
 @dg.asset(group_name=GROUP, kinds={"python"}, deps=[synthetic_tasks, imported_tasks],
           description="The files each task starts with, materialised under data/workspaces/<task_id>/.")
 def mock_workspaces(context: dg.AssetExecutionContext, lake: LakeResource) -> dg.MaterializeResult:
-    tasks = _all_tasks(lake)
+    from clawgym.tasks.workspaces import write_workspaces
+
     root = lake.path("workspaces")
-    tmp = lake.path(f".workspaces.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    exts: dict = {}
-    sizes = []
-    failed: dict[str, str] = {}
-    for t in tasks:
-        try:  # one task's odd files (a path the host cannot hold) are that task's error, never the asset's
-            for f in t.files:
-                p = safe_join(tmp, check_name(t.task_id, "task_id"), f.path)  # never outside data/ (issue 22)
-                p.parent.mkdir(parents=True, exist_ok=True)
-                p.write_bytes(f.content)
-                os.chmod(p, 0o755 if f.mode & 0o111 else 0o644)
-                ext = Path(f.path).suffix.lower() or "(none)"
-                exts[ext] = exts.get(ext, 0) + 1
-        except (OSError, ValueError) as e:
-            failed[t.task_id] = f"{type(e).__name__}: {str(e)[:300]}"
-            context.log.warning(f"workspace of {t.task_id} not written: {failed[t.task_id]}")
-            shutil.rmtree(tmp / t.task_id, ignore_errors=True)
-            continue
-        sizes.append(sum(len(f.content) for f in t.files))
-    tmp.mkdir(parents=True, exist_ok=True)
-    old = lake.path(f".workspaces.old-{os.getpid()}")
-    if root.exists():
-        os.replace(root, old)
-    os.replace(tmp, root)
-    shutil.rmtree(old, ignore_errors=True)
+    rep = write_workspaces(_all_tasks(lake), root, warn=context.log.warning)
     return dg.MaterializeResult(metadata={
-        "n_workspaces": len(tasks) - len(failed), "n_failed": len(failed), "failed": dg.MetadataValue.json(failed),
-        "n_files": sum(exts.values()), "path": str(root),
-        "by_extension": md_counts("extension", dict(sorted(exts.items()))),
-        "bytes_histogram": md_histogram([min(s, 20000) for s in sizes], lo=0, hi=20000, title="bytes"),
+        "n_workspaces": rep.n_written, "n_failed": len(rep.failed), "failed": dg.MetadataValue.json(rep.failed),
+        "n_files": rep.n_files, "path": str(root),
+        "by_extension": md_counts("extension", dict(sorted(rep.by_extension.items()))),
+        "bytes_histogram": md_histogram([min(s, 20000) for s in rep.sizes], lo=0, hi=20000, title="bytes"),
     })
 
 
@@ -385,84 +334,33 @@ class VerifiersConfig(dg.Config):
                       "the score, deterministic). Failing tasks go to rejected_tasks.")
 def verifiers(context: dg.AssetExecutionContext, config: VerifiersConfig, lake: LakeResource,
               sandbox: SandboxResource, judge: JudgeResource) -> dg.MaterializeResult:
-    from clawgym.verify import verify_noop
+    from clawgym.synth.verifiers import hack_summary, verify_tasks
 
     tasks = _all_tasks(lake)
-    j = judge.judge()
-    vrows, valid, rejected, hacks, gstats = [], [], [], [], {}
     with sandbox.factory() as factory:
-        for t in tasks:
-            vrows.append(verification_row(t, verify_noop(t, factory, judge=j), "noop"))
-        gated = [t for t in tasks if t.reference is not None] if config.oracle_validation else []
-        if gated:
-            from clawgym.synth.gates import validate_many
-
-            by_id = {t.task_id: t for t in gated}
-            gstats: dict = {}
-            for v in validate_many(gated, factory, timeout=config.gate_timeout_s, stats=gstats,
-                                   cache_dir=str(lake.path("cache", "gates"))):
-                t = by_id[v.task_id]
-                d = v.to_dict()
-                vrows.append(verification_row(t, {"score": v.oracle_score if v.oracle_score is not None else 0.0,
-                                                  "code_score": v.oracle_score, "error": "; ".join(v.errors) or None,
-                                                  "duration_s": v.duration_s, **{"gates": d}}, "oracle"))
-                valid.append({"task_id": t.task_id, "route": t.route, "family": t.family, "category": t.category,
-                              "passed": v.passed, "oracle_score": v.oracle_score, "noop_score": v.noop_score,
-                              "deterministic": (v.oracle_score == v.oracle_score_2) if v.oracle_score_2 is not None
-                              else None, "issues_json": [v.reason] if v.reason else []})
-                hacks.append({"task_id": t.task_id, "source": t.route or "procedural",
-                              "scores": v.exploit_scores, "hackable": v.hackable})
-                if not v.passed:
-                    rejected.append({**task_row(t, TaskSource.SYNTHETIC.value), "stage": VERIFIERS_STAGE,
-                                     "reason": v.reason})
-                    context.log.warning(f"rejected {t.task_id}: {v.reason}")
-        if config.hacker_imported:
-            from clawgym.synth.gates import exploit_check
-
-            for t in (t for t in tasks if t.route == "imported"):
-                h = exploit_check(t, factory, judge=j)
-                hacks.append({"task_id": t.task_id, "source": "imported", "scores": h["scores"],
-                              "hackable": h["hackable"]})
-                issues = [f"hackable:{x} ({h['scores'][x]:.2f})" for x in h["hackable"]]
-                valid.append({"task_id": t.task_id, "route": t.route, "family": t.family, "category": t.category,
-                              "passed": True, "oracle_score": None, "noop_score": h.get("untouched"),
-                              "deterministic": None,
-                              "issues_json": issues or (h["errors"][-1:] if h.get("infra") else
-                                                        ["hacker: no expected output found, no exploit run"]
-                                                        if not h["scores"] else [])})
-                if issues:
-                    context.log.warning(f"imported task {t.task_id} is hackable (flagged): {', '.join(issues)}")
-    lake.write(Table.VERIFICATIONS, vrows)
-    lake.write(Table.TASK_VALIDATIONS, valid)
-    # keep synthetic_tasks' own rejections (stage = the synthesis gate); replace earlier verifier rejections
-    synth_rej = [r for r in _rejection_rows(lake) if r.get("stage") != VERIFIERS_STAGE]
-    lake.write(Table.REJECTED_TASKS, synth_rej + rejected)
-    noops = [r for r in vrows if r["kind"] == "noop"]
-    gated_rows = [v for v in valid if v["route"] != "imported"]
+        rep = verify_tasks(tasks, factory, judge=judge.judge(), oracle_validation=config.oracle_validation,
+                           hacker_imported=config.hacker_imported, gate_timeout_s=config.gate_timeout_s,
+                           cache_dir=str(lake.path("cache", "gates")), warn=context.log.warning)
+    lake.write(Table.VERIFICATIONS, rep.verifications)
+    lake.write(Table.TASK_VALIDATIONS, rep.validations)
+    # rejected_tasks: this asset's own partition; synthetic_tasks' rejections (stage = the gate) are theirs
+    lake.write(Table.REJECTED_TASKS, rep.rejected, {"writer": RejectedBy.VERIFIERS})
+    noops = [r for r in rep.verifications if r["kind"] == "noop"]
+    hacks = rep.hacks
     return dg.MaterializeResult(metadata={
-        "n_tasks": len(tasks), "n_validated": len(gated_rows), "n_rejected": len(rejected),
+        "n_tasks": len(tasks), "n_validated": rep.n_validated, "n_rejected": len(rep.rejected),
         "noop_mean_by_category": md_table(["category", "mean no-op score"],
                                           list(group_mean(noops, "category", "score").items())),
-        "oracle_pass_rate": (sum(v["passed"] for v in gated_rows) / len(gated_rows)) if gated_rows else None,
-        "gate_cache_hits": int(gstats.get("cache_hits", 0)),
+        "oracle_pass_rate": rep.oracle_pass_rate,
+        "gate_cache_hits": int(rep.gate_stats.get("cache_hits", 0)),
         "noop_histogram": md_histogram([r["score"] for r in noops], title="no-op score"),
-        "rejected": dg.MetadataValue.json([{"task_id": r["task_id"], "reason": r["reason"]} for r in rejected][:50]),
-        "hackable_by_source": _hack_table(hacks),
+        "rejected": dg.MetadataValue.json([{"task_id": r["task_id"], "reason": r["reason"]}
+                                           for r in rep.rejected][:50]),
+        "hackable_by_source": md_table(["source", "tasks", "exploits run", "hackable", "rate", "by exploit"],
+                                       hack_summary(hacks)),
         "hackable": dg.MetadataValue.json({h["task_id"]: {x: h["scores"][x] for x in h["hackable"]}
                                            for h in hacks if h["hackable"]}),
     })
-
-
-def _hack_table(hacks: list) -> str:
-    """Markdown: per task source, tasks checked, with an exploit run, hackable (rate) and by which exploit."""
-    rows = []
-    for src in sorted({h["source"] for h in hacks}):
-        hs = [h for h in hacks if h["source"] == src]
-        bad = [h for h in hs if h["hackable"]]
-        by = counts(x for h in bad for x in h["hackable"])
-        rows.append([src, len(hs), sum(1 for h in hs if h["scores"]), len(bad),
-                     f"{100 * len(bad) / max(1, len(hs)):.1f}%", ", ".join(f"{k} {v}" for k, v in by.items()) or "-"])
-    return md_table(["source", "tasks", "exploits run", "hackable", "rate", "by exploit"], rows)
 
 
 def valid_task_ids(lake: LakeResource) -> set:

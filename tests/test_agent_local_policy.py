@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from clawgym.agent import Limits, PolicySpec, run_rollout
+from clawgym.agent import Limits, PolicySpec, RolloutSettings, run_rollout
 from clawgym.agent.demo import demo_tasks
 from clawgym.sandbox import get_factory
 
@@ -24,7 +24,8 @@ def test_local_model_policy_rollout():
     spec = PolicySpec(name="smollm2-base", kind="local", model=str(MODEL),
                       extra={"model_path": str(MODEL), "continuous_batching": False})
     f = get_factory("local")
-    ro = run_rollout(demo_tasks()[1], spec, f, limits=Limits(max_turns=1, max_completion_tokens=16), attempts=1)
+    ro = run_rollout(demo_tasks()[1], spec, f,
+                     settings=RolloutSettings(limits=Limits(max_turns=1, max_completion_tokens=16), attempts=1))
     f.close()
     # the base model answers in prose: a real, scored result (not infra), cut by our limits
     assert ro.failure_class in ("ok", "limit", "agent_error"), ro.error

@@ -181,20 +181,22 @@ def test_mixed_turn_runs_the_good_calls_and_records_everything(server, sb):
 
 def test_malformed_calls_through_a_rollout_are_scored(server, local_factory):
     """Through run_rollout (verification, rows, steps): the model's malformed calls give a scored agent_error."""
-    from clawgym.agent import run_rollout
+    from clawgym.agent import RolloutSettings, run_rollout
     from clawgym.agent.demo import demo_tasks
 
     task = demo_tasks()[1]
     server.scripts[task.task_id] = [tool_msg(MALFORMED["function_null"], call("ls", {}, "c2"))]
     ep = Endpoint(base_url=server.thread.base_url, model="scripted", kind="openai", policy="scripted")
-    ro = run_rollout(task, ep, local_factory, limits=Limits(max_bad_calls=2, max_turns=4), attempts=1, retry=FAST)
+    ro = run_rollout(task, ep, local_factory,
+                     settings=RolloutSettings(limits=Limits(max_bad_calls=2, max_turns=4), attempts=1, retry=FAST))
     assert ro.failure_class == "limit" and ro.score is not None  # ls is fine, so never agent_error: turns ran out
     steps = ro.steps()
     assert len(steps) == 8 and steps[0]["tool_result"].startswith("Malformed tool call")
     assert all(s["duration_s"] is not None for s in steps)
     server.scripts[task.task_id] = [tool_msg(MALFORMED["no_function"])]
     server.requests.pop(task.task_id, None)
-    ro = run_rollout(task, ep, local_factory, limits=Limits(max_bad_calls=2), attempts=1, retry=FAST)
+    ro = run_rollout(task, ep, local_factory,
+                     settings=RolloutSettings(limits=Limits(max_bad_calls=2), attempts=1, retry=FAST))
     assert ro.failure_class == "agent_error" and ro.score is not None and ro.score < 1.0
 
 

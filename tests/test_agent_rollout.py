@@ -8,7 +8,7 @@ import pytest
 from clawgym.agent.demo import demo_tasks
 from clawgym.agent.loop import Limits
 from clawgym.agent.policies import PolicySpec, RetryPolicy, get_policy, policy_registry
-from clawgym.agent.rollout import Rollout, run_rollout, workspace_diff
+from clawgym.agent.rollout import Rollout, RolloutSettings, run_rollout, workspace_diff
 from clawgym.agent.servers import shared_policy_server
 from clawgym.sandbox import get_factory
 from clawgym.tasks.model import ToolCall
@@ -38,7 +38,7 @@ def factory(request):
 
 def test_oracle_scores_one_everywhere(factory):
     for task in demo_tasks():
-        ro = run_rollout(task, "oracle", factory, retry=FAST_RETRY)
+        ro = run_rollout(task, "oracle", factory, settings=RolloutSettings(retry=FAST_RETRY))
         assert ro.failure_class == "ok", ro.error
         assert ro.score == 1.0, (task.task_id, ro.verification)
         assert ro.turns == len(task.reference) + 1
@@ -52,7 +52,7 @@ def test_oracle_scores_one_everywhere(factory):
 
 def test_noop_does_not_solve(factory):
     task = demo_tasks()[0]
-    ro = run_rollout(task, "noop", factory, retry=FAST_RETRY)
+    ro = run_rollout(task, "noop", factory, settings=RolloutSettings(retry=FAST_RETRY))
     assert ro.failure_class == "ok" and ro.score == 0.0 and ro.tool_calls == 0 and ro.workspace_diff == []
 
 
@@ -83,7 +83,7 @@ def test_workspace_diff():
 def test_turn_limit_is_limit_and_scored():
     f = get_factory("local")
     task = demo_tasks()[2]
-    ro = run_rollout(task, "oracle", f, limits=Limits(max_turns=2))
+    ro = run_rollout(task, "oracle", f, settings=RolloutSettings(limits=Limits(max_turns=2)))
     assert ro.failure_class == "limit" and ro.turns == 2
     assert ro.score is not None and ro.score < 1.0  # a limit is the agent's result: scored
     f.close()
@@ -95,24 +95,25 @@ def test_500_then_recovery_is_retried_and_never_scored_zero():
     task = demo_tasks()[1]
     # 1) two 500s: the client retries within the request and the rollout succeeds
     srv.inject_failures(2, 500)
-    ro = run_rollout(task, "oracle", f, retry=FAST_RETRY)
+    ro = run_rollout(task, "oracle", f, settings=RolloutSettings(retry=FAST_RETRY))
     assert ro.failure_class == "ok" and ro.score == 1.0 and ro.attempt == 1
     # 2) more 500s than the client's tries: attempt 1 is infra, the rollout-level retry succeeds
     srv.inject_failures(3, 503)
-    ro = run_rollout(task, "oracle", f, retry=FAST_RETRY, attempts=3, retry_wait_s=0.01)
+    ro = run_rollout(task, "oracle", f, settings=RolloutSettings(attempts=3, retry_wait_s=0.01, retry=FAST_RETRY))
     assert ro.attempt == 2 and ro.failure_class == "ok" and ro.score == 1.0
     assert len(ro.infra_errors) == 1 and "503" in ro.infra_errors[0]
     # 3) an endpoint that stays down: infra, score None (never 0), every attempt used
     srv.inject_failures(100, 500)
     try:
-        ro = run_rollout(task, "oracle", f, retry=FAST_RETRY, attempts=2, retry_wait_s=0.01)
+        ro = run_rollout(task, "oracle", f, settings=RolloutSettings(attempts=2, retry_wait_s=0.01, retry=FAST_RETRY))
     finally:
         srv.fail_next.clear()
     assert ro.failure_class == "infra" and ro.score is None and ro.verification is None
     assert ro.attempt == 2 and ro.to_row()["score"] is None
     # 4) an endpoint nobody listens on: infra too
     dead = PolicySpec(name="dead", kind="openai", base_url="http://127.0.0.1:9/v1", model="x")
-    ro = run_rollout(task, dead, f, retry=RetryPolicy(attempts=2, backoff_s=0.01, timeout_s=5), attempts=1)
+    ro = run_rollout(task, dead, f,
+                     settings=RolloutSettings(attempts=1, retry=RetryPolicy(attempts=2, backoff_s=0.01, timeout_s=5)))
     assert ro.failure_class == "infra" and ro.score is None
     f.close()
 
@@ -130,7 +131,7 @@ def test_api_key_never_stored(monkeypatch):
                       *demo_tasks()[1].reference]})
     srv.register(task)  # an "openai" policy that happens to be the oracle server
     f = get_factory("local")
-    ro = run_rollout(task, spec, f, retry=FAST_RETRY)
+    ro = run_rollout(task, spec, f, settings=RolloutSettings(retry=FAST_RETRY))
     f.close()
     assert ro.failure_class == "ok" and ro.score == 1.0, ro.error
     dumped = ro.model_dump_json() + json.dumps(ro.to_row(), default=str) + json.dumps(ro.steps())
@@ -174,12 +175,12 @@ def test_oracle_scores_one_on_procedural_tasks(backend):
     assert len(tasks) >= 5
     for i, task in enumerate(tasks):
         assert task.reference, task.task_id
-        ro = run_rollout(task, "oracle", factory, retry=FAST_RETRY)
+        ro = run_rollout(task, "oracle", factory, settings=RolloutSettings(retry=FAST_RETRY))
         assert ro.failure_class == "ok", (task.task_id, ro.error)
         assert ro.score == 1.0, (task.task_id, ro.verification)
         assert ro.tool_calls == len(task.reference)
         if i < 2:
-            nro = run_rollout(task, "noop", factory, retry=FAST_RETRY)
+            nro = run_rollout(task, "noop", factory, settings=RolloutSettings(retry=FAST_RETRY))
             assert nro.score is not None and nro.score < 1.0, task.task_id
     factory.close()
 
@@ -188,7 +189,7 @@ def test_run_rollouts_concurrently_keeps_order():
     from clawgym.agent.rollout import run_rollouts
     f = get_factory("local")
     tasks = demo_tasks() * 2
-    ros = run_rollouts(tasks, "oracle", f, workers=3, retry=FAST_RETRY)
+    ros = run_rollouts(tasks, "oracle", f, workers=3, settings=RolloutSettings(retry=FAST_RETRY))
     f.close()
     assert [r.task_id for r in ros] == [t.task_id for t in tasks]
     assert all(r.score == 1.0 and r.policy == "oracle" for r in ros)
@@ -212,7 +213,8 @@ def test_sandbox_dying_before_verification_is_infra_not_zero():
             return sb
 
     f = DyingFactory()
-    ro = run_rollout(demo_tasks()[1], "oracle", f, retry=FAST_RETRY, attempts=2, retry_wait_s=0.01)
+    ro = run_rollout(demo_tasks()[1], "oracle", f,
+                     settings=RolloutSettings(attempts=2, retry_wait_s=0.01, retry=FAST_RETRY))
     f.inner.close()
     assert ro.failure_class == "infra" and ro.score is None and ro.attempt == 2
     assert "container died" in ro.error

@@ -3,7 +3,8 @@ import json
 import pytest
 
 from clawgym.bench.leaderboard import markdown_table, plot_png
-from clawgym.bench.runner import resolve_policy, shard_of
+from clawgym.agent.resume import shard_of
+from clawgym.bench.runner import resolve_policy
 
 
 def test_shard_is_stable_and_spread():

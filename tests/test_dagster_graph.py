@@ -153,7 +153,7 @@ def test_leaderboard_metadata(graph):
 
 
 def test_trajectories_resume_and_steps(graph):
-    from clawgym.bench.runner import shard_of
+    from clawgym.agent.resume import shard_of
     from clawgym_assets.partitions import N_SHARDS
 
     inst, res, assets = graph["instance"], graph["res"], graph["assets"]

@@ -19,7 +19,7 @@ from test_verify_judge import SECRET, FakeOpenAI, nonce_of
 
 from clawgym.agent.loop import Limits
 from clawgym.agent.policies import RetryPolicy
-from clawgym.agent.rollout import run_rollout
+from clawgym.agent.rollout import RolloutSettings, run_rollout
 from clawgym.tasks import File, RubricRule, Task, Verifier
 from clawgym.verify import OfflineJudge, OpenAIJudge, make_judge, verify_task
 from clawgym.verify.judge import (JudgeConfigError, JudgeError, JudgeUnavailable, RubricContext, RuleInput,
@@ -86,8 +86,8 @@ def judge_of(srv, **kw) -> OpenAIJudge:
 
 def rollout(local_factory, judge, attempts=1):
     with agent() as ep:
-        return run_rollout(task(), ep.endpoint, local_factory, limits=LIMITS, judge=judge, retry=FAST,
-                           attempts=attempts, retry_wait_s=0.0)
+        return run_rollout(task(), ep.endpoint, local_factory, judge=judge,
+                           settings=RolloutSettings(limits=LIMITS, attempts=attempts, retry_wait_s=0.0, retry=FAST))
 
 
 # ------------------------------------------------------------------ (e) the prompt --------------------------

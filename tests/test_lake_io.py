@@ -28,13 +28,14 @@ def test_typed_tables(root):
     lk = lake.Lake.at(root)
     lk.write(lake.Table.TASKS, [{"task_id": "s1"}], {"source": lake.TaskSource.SYNTHETIC})
     lk.write(lake.Table.TASKS, [{"task_id": "b1"}], {"source": lake.bench_source("procedural")})
-    lk.write(lake.Table.REJECTED_TASKS, [{"task_id": "s1"}])
+    lk.write(lake.Table.REJECTED_TASKS, [{"task_id": "s1"}], {"writer": lake.RejectedBy.SYNTHESIS})
+    lk.write(lake.Table.REJECTED_TASKS, [{"task_id": "v1"}], {"writer": lake.RejectedBy.VERIFIERS})
     lk.append(lake.Table.TRAJECTORIES, [{"rollout_id": "r", "task_id": "s1"}], {"policy": "oracle", "shard": 2})
     lk.write(lake.Table.CHECKPOINTS, [{"checkpoint": "c1", "parent": "base"}])
     assert lk.tasks("synthetic").column("task_id").to_pylist() == ["s1"]
     assert lk.bench_tasks("procedural").column("task_id").to_pylist() == ["b1"]
     assert sorted(lk.tasks().column("task_id").to_pylist()) == ["b1", "s1"]
-    assert lk.rejected_task_ids() == {"s1"}
+    assert lk.rejected_task_ids() == {"s1", "v1"}  # the union of the writers' partitions
     assert lk.trajectories("oracle", 2).num_rows == 1 and lk.trajectories("noop").num_rows == 0
     assert lk.checkpoint_registry()["c1"]["parent"] == "base"
     assert set(lake.Table) == set(lake.TABLES)

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from clawgym.agent.policies import RetryPolicy
-from clawgym.agent.rollout import SCORED_CLASSES, run_rollout, run_rollouts
+from clawgym.agent.rollout import SCORED_CLASSES, RolloutSettings, run_rollout, run_rollouts
 from clawgym.tasks import import_any
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,7 +46,8 @@ def test_noop_rollouts_reproduce_clawgym_noop_scores(any_isolating_factory):
     assert rep.ok, rep.summary()
     expected = json.loads(scores.read_text())
     assert {t.task_id for t in rep.tasks} == set(expected)
-    ros = run_rollouts(rep.tasks, "noop", any_isolating_factory, workers=2, retry=FAST_RETRY, retry_wait_s=0.5)
+    ros = run_rollouts(rep.tasks, "noop", any_isolating_factory, workers=2,
+                       settings=RolloutSettings(retry_wait_s=0.5, retry=FAST_RETRY))
     assert _infra(ros) == {}
     assert {r.failure_class for r in ros} <= set(SCORED_CLASSES), {r.task_id: r.failure_class for r in ros}
     got = {r.task_id: r.score for r in ros}
@@ -69,7 +70,8 @@ def test_noop_scores_zero_on_pinchbench_checkout(any_isolating_factory):
         assert e.file and str(e).startswith(e.file), str(e)
     if not rep.tasks:
         pytest.skip(f"no PinchBench task imported from {root}: {rep.summary()}")
-    ros = run_rollouts(rep.tasks, "noop", any_isolating_factory, workers=2, retry=FAST_RETRY, retry_wait_s=0.5)
+    ros = run_rollouts(rep.tasks, "noop", any_isolating_factory, workers=2,
+                       settings=RolloutSettings(retry_wait_s=0.5, retry=FAST_RETRY))
     assert _infra(ros) == {}
     scored = {r.task_id: r.score for r in ros if r.failure_class in SCORED_CLASSES}
     unjudged = [r for r in ros if r.failure_class == "unjudged"]
@@ -224,7 +226,8 @@ def pinch_tasks(tmp_path):
 
 
 def test_noop_on_pinchbench_format(pinch_tasks, any_isolating_factory):
-    ros = {tid: run_rollout(t, "noop", any_isolating_factory, retry=FAST_RETRY, retry_wait_s=0.5)
+    ros = {tid: run_rollout(t, "noop", any_isolating_factory,
+                            settings=RolloutSettings(retry_wait_s=0.5, retry=FAST_RETRY))
            for tid, t in pinch_tasks.items()}
     assert _infra(ros.values()) == {}
 
@@ -262,8 +265,8 @@ def test_noop_llm_judge_task_with_a_judge_is_scored(pinch_tasks, any_isolating_f
     """With a judge that can score every rule the same task is scored (0 here), and the judge is shown
     only the agent's own output: no prompt, no task files."""
     judge = _RecordingJudge()
-    ro = run_rollout(pinch_tasks["task_noop_judge"], "noop", any_isolating_factory, judge=judge,
-                     retry=FAST_RETRY, retry_wait_s=0.5)
+    ro = run_rollout(pinch_tasks["task_noop_judge"], "noop", any_isolating_factory,
+                     settings=RolloutSettings(retry_wait_s=0.5, retry=FAST_RETRY), judge=judge)
     assert ro.failure_class in SCORED_CLASSES and ro.score == 0.0, (ro.failure_class, ro.error)
     assert ro.verification["judge"] == "recording" and ro.verification["unjudged_rules"] == []
     assert len(judge.seen) == 1

@@ -11,7 +11,7 @@ from clawgym.agent.demo import demo_tasks
 from clawgym.agent.loop import Limits
 from clawgym.agent.openclaw import openclaw_installed, openclaw_sandbox_config
 from clawgym.agent.proxy import read_log, rebuild_sessions
-from clawgym.agent.rollout import run_rollout
+from clawgym.agent.rollout import RolloutSettings, run_rollout
 from clawgym.agent.servers import text_of
 from clawgym.sandbox import get_factory
 
@@ -45,8 +45,9 @@ def test_openclaw_oracle_scores_one_and_trajectories_rebuild(tmp_path):
         pytest.skip("neither bwrap nor docker sandboxes are available")
     try:
         with ThreadPoolExecutor(len(jobs)) as ex:
-            futs = [ex.submit(run_rollout, t, "oracle", factories[b], Limits(max_wall_s=400), None, "openclaw", 2,
-                              None, 2.0, {"log_dir": str(tmp_path / b), "tools_dir": str(tmp_path / "no-install")})
+            futs = [ex.submit(run_rollout, t, "oracle", factories[b], RolloutSettings(
+                        limits=Limits(max_wall_s=400), runtime="openclaw", attempts=2, retry_wait_s=2.0,
+                        runtime_options={"log_dir": str(tmp_path / b), "tools_dir": str(tmp_path / "no-install")}))
                     for b, t in jobs]
             results = [f.result() for f in futs]
     finally:

@@ -44,7 +44,7 @@ from hostile_endpoint import HostileEndpoint, exec_call, put, write_call  # noqa
 
 from clawgym.agent.loop import Limits  # noqa: E402
 from clawgym.agent.policies import RetryPolicy  # noqa: E402
-from clawgym.agent.rollout import run_rollout  # noqa: E402
+from clawgym.agent.rollout import RolloutSettings, run_rollout  # noqa: E402
 from clawgym.tasks import File, Task, Verifier  # noqa: E402
 from clawgym.verify import verify_task  # noqa: E402
 
@@ -761,7 +761,8 @@ def test_reward_hack_is_not_rewarded(attack: Attack, backend, task_of, request):
     limits = attack.limits or Limits(max_turns=len(attack.steps) + 3, max_wall_s=240, tool_timeout_s=120)
     t0 = time.monotonic()
     with HostileEndpoint(attack.steps) as ep:
-        ro = run_rollout(task, ep.endpoint, factory, limits=limits, retry=FAST_RETRY, attempts=1)
+        ro = run_rollout(task, ep.endpoint, factory,
+                         settings=RolloutSettings(limits=limits, attempts=1, retry=FAST_RETRY))
     wall = time.monotonic() - t0
     v = ro.verification or {}
     what = (f"{attack.name} on {backend_name}: class={ro.failure_class} score={ro.score} expected={expected} "

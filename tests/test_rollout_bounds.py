@@ -30,7 +30,7 @@ from hostile_endpoint import FILL, HostileEndpoint, exec_call, write_call  # noq
 
 from clawgym.agent.loop import TRUNCATED_KEY, Limits, bound_messages  # noqa: E402
 from clawgym.agent.policies import RetryPolicy  # noqa: E402
-from clawgym.agent.rollout import Rollout, bound_record, run_rollout  # noqa: E402
+from clawgym.agent.rollout import Rollout, RolloutSettings, bound_record, run_rollout  # noqa: E402
 from clawgym.tasks import File, Task, Verifier  # noqa: E402
 
 FAST_RETRY = RetryPolicy(attempts=2, backoff_s=0.05, max_backoff_s=0.1, timeout_s=60)
@@ -91,7 +91,8 @@ def _play(backend, steps, final="Done.", fill_chars=0, limits=None):
     limits = limits or Limits(max_turns=6, max_wall_s=240)
     with HostileEndpoint(steps, final=final, fill_chars=fill_chars) as ep, PeakRSS() as mem:
         t0 = time.monotonic()
-        ro = run_rollout(_task(), ep.endpoint, factory, limits=limits, retry=FAST_RETRY, attempts=1)
+        ro = run_rollout(_task(), ep.endpoint, factory,
+                         settings=RolloutSettings(limits=limits, attempts=1, retry=FAST_RETRY))
         wall = time.monotonic() - t0
     row = ro.to_row()
     print(f"\n[{name}] class={ro.failure_class} score={ro.score} wall={wall:.1f}s "

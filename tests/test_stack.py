@@ -118,7 +118,7 @@ def _rows(stack, policy, shard):
 
 
 def _shard_tasks(stack, shard):
-    from clawgym.bench.runner import shard_of
+    from clawgym.agent.resume import shard_of
 
     return sorted(t.task_id for t in stack["tasks"] if shard_of(t.task_id, SHARDS) == shard)
 

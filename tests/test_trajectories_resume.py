@@ -42,7 +42,7 @@ def _resources(data):
 @pytest.fixture()
 def world(tmp_path, monkeypatch):
     from clawgym.agent.demo import demo_tasks
-    from clawgym.bench.runner import shard_of
+    from clawgym.agent.resume import shard_of
     from clawgym.lake.records import task_row
     from clawgym_assets.partitions import N_SHARDS
 

@@ -1,9 +1,10 @@
 """clawgym.agent: the OpenClaw tool surface, policies, the builtin loop, the recording proxy and the
 OpenClaw runtime.
 
-    from clawgym.agent import run_rollout, Limits
+    from clawgym.agent import run_rollout, Limits, RolloutSettings
     ro = run_rollout(task, "oracle", get_factory("bwrap"))              # builtin loop
-    ro = run_rollout(task, "oracle", get_factory("bwrap", openclaw_sandbox_config()), runtime="openclaw")
+    ro = run_rollout(task, "oracle", get_factory("bwrap", openclaw_sandbox_config()),
+                     RolloutSettings(runtime="openclaw", limits=Limits(max_turns=10)))
 """
 
 from clawgym.agent.loop import Limits, LoopResult, run_builtin  # noqa: F401
@@ -13,6 +14,7 @@ from clawgym.agent.policies import (  # noqa: F401
 )
 from clawgym.agent.rollout import Rollout, run_rollout, run_rollouts, workspace_diff  # noqa: F401
 from clawgym.agent.secrets import redact, redact_obj  # noqa: F401
+from clawgym.agent.settings import RolloutSettings  # noqa: F401
 from clawgym.agent.tools import TOOL_SCHEMAS, ToolResult, apply_reference, execute_tool  # noqa: F401
 
 

@@ -1,6 +1,7 @@
 """Rollouts: one task × one policy × one runtime → a Rollout record (trajectory, diff, verification, score).
 
-    run_rollout(task, policy, factory, limits=Limits(), judge=None, runtime="builtin"|"openclaw") -> Rollout
+    run_rollout(task, policy, factory, RolloutSettings(limits=..., runtime="builtin"|"openclaw"), judge=None)
+        -> Rollout
 
 Failure classes (what a score means):
 - ``ok``: the agent ended on its own; scored.
@@ -31,15 +32,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from clawgym.agent.loop import Limits, bound_messages, count_tool_calls, run_builtin, tool_types
-from clawgym.agent.policies import Endpoint, PolicySpec, RetryPolicy, get_policy, open_endpoint
+from clawgym.agent.policies import Endpoint, PolicySpec, get_policy, open_endpoint
 from clawgym.agent.secrets import redact, redact_obj
+from clawgym.agent.settings import RolloutSettings, Runtime
 from clawgym.agent.tools import TOOL_SCHEMAS
 from clawgym.sandbox.base import SandboxError, SandboxFactory
 from clawgym.agent.messages import text_of
 
 FailureClass = Literal["ok", "agent_error", "limit", "infra", "unjudged"]
 SCORED_CLASSES = ("ok", "agent_error", "limit")
-Runtime = Literal["builtin", "openclaw"]
 
 
 class Rollout(BaseModel):
@@ -251,8 +252,9 @@ def _endpoint_cm(spec: "PolicySpec | Endpoint", task):
     return open_endpoint(spec, tasks=[task])
 
 
-def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, limits: Limits, judge, runtime: str,
-             retry: RetryPolicy | None, openclaw_opts: dict | None) -> Rollout:
+def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, settings: RolloutSettings,
+             judge) -> Rollout:
+    limits, runtime, openclaw_opts = settings.limits, settings.runtime, settings.runtime_options
     t0 = time.monotonic()
     ro = Rollout(task_id=task.task_id, suite=task.suite, category=task.category, family=task.family,
                  route=task.route, policy=getattr(spec, "name", None) or spec.policy, runtime=runtime,
@@ -274,7 +276,7 @@ def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, limit
                 lr, tools = run_openclaw(task, ep, sandbox, limits, **(openclaw_opts or {}))
                 ro.tools = tools or []
             else:
-                lr = run_builtin(task, ep, sandbox, limits, retry=retry)
+                lr = run_builtin(task, ep, sandbox, limits, retry=settings.retry)
         ro.messages = lr.messages
         ro.turns, ro.prompt_tokens, ro.completion_tokens = lr.turns, lr.prompt_tokens, lr.completion_tokens
         ro.tool_calls = count_tool_calls(lr.messages)
@@ -311,12 +313,13 @@ def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, limit
     return ro
 
 
-def run_rollout(task, policy: str | PolicySpec | Endpoint, factory: SandboxFactory, limits: Limits | None = None,
-                judge=None, runtime: Runtime = "builtin", attempts: int = 3, retry: RetryPolicy | None = None,
-                retry_wait_s: float = 2.0, openclaw_opts: dict | None = None) -> Rollout:
-    """Run one rollout; infra failures are retried up to `attempts` times (score None if they persist)."""
+def run_rollout(task, policy: str | PolicySpec | Endpoint, factory: SandboxFactory,
+                settings: RolloutSettings | None = None, judge=None) -> Rollout:
+    """Run one rollout as `settings` say (limits, runtime and its options, retries); infra failures are tried
+    up to `settings.attempts` times (score None if they persist)."""
     spec = policy if isinstance(policy, Endpoint) else get_policy(policy)
-    limits = limits or Limits()
+    settings = settings or RolloutSettings()
+    limits, attempts = settings.limits, settings.attempts
     if judge is not None and not hasattr(judge, "score_rules"):  # a spec (dict / str): resolved, or a clear
         from clawgym.verify.judge import make_judge          # error now -- never at scoring time
 
@@ -324,14 +327,14 @@ def run_rollout(task, policy: str | PolicySpec | Endpoint, factory: SandboxFacto
     errors: list[str] = []
     ro: Rollout | None = None
     for i in range(1, max(1, attempts) + 1):
-        ro = _attempt(task, spec, factory, limits, judge, runtime, retry, openclaw_opts)
+        ro = _attempt(task, spec, factory, settings, judge)
         ro.attempt = i
         ro.infra_errors = list(errors)
         if ro.failure_class != "infra":
             break
         errors.append(ro.error or "infra")
         if i < attempts:
-            time.sleep(retry_wait_s * i)
+            time.sleep(settings.retry_wait_s * i)
     assert ro is not None
     bound_record(ro, limits)  # before model_dump: an unbounded transcript is never copied
     extra = [spec.api_key_env] if spec.api_key_env else []
@@ -342,9 +345,9 @@ def run_rollout(task, policy: str | PolicySpec | Endpoint, factory: SandboxFacto
 
 
 def run_rollouts(tasks, policy: str | PolicySpec | Endpoint, factory: SandboxFactory, workers: int = 4,
-                 **kwargs) -> list[Rollout]:
-    """Many rollouts with one endpoint (a `local` model server is started once) over `workers` threads.
-    kwargs go to run_rollout. Results keep the order of `tasks`."""
+                 settings: RolloutSettings | None = None, judge=None) -> list[Rollout]:
+    """Many rollouts with one endpoint (a `local` model server is started once) over `workers` threads, each
+    `run_rollout(task, endpoint, factory, settings, judge)`. Results keep the order of `tasks`."""
     from concurrent.futures import ThreadPoolExecutor
 
     tasks = list(tasks)
@@ -355,9 +358,9 @@ def run_rollouts(tasks, policy: str | PolicySpec | Endpoint, factory: SandboxFac
             ep.policy = spec.name
             ep.api_key_env = spec.api_key_env
         if workers <= 1:
-            return [run_rollout(t, ep, factory, **kwargs) for t in tasks]
+            return [run_rollout(t, ep, factory, settings, judge) for t in tasks]
         with ThreadPoolExecutor(workers) as ex:
-            return list(ex.map(lambda t: run_rollout(t, ep, factory, **kwargs), tasks))
+            return list(ex.map(lambda t: run_rollout(t, ep, factory, settings, judge), tasks))
 
 
 def rollout_id_for(task_id: str, policy: str, repeat: int = 0) -> str:
@@ -366,4 +369,4 @@ def rollout_id_for(task_id: str, policy: str, repeat: int = 0) -> str:
 
 
 __all__ = ["Rollout", "run_rollout", "run_rollouts", "workspace_diff", "Limits", "FailureClass", "rollout_id_for",
-           "SCORED_CLASSES", "bound_record"]
+           "SCORED_CLASSES", "bound_record", "RolloutSettings", "Runtime"]

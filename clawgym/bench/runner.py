@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 _FORBIDDEN = ("/",)
-
-
-def shard_of(task_id: str, n_shards: int) -> int:
-    """Stable shard of a task (sha1, not Python's salted hash())."""
-    return int(hashlib.sha1(task_id.encode()).hexdigest(), 16) % max(1, n_shards)
 
 
 def resolve_policy(name: str, *, endpoints_json: str | None = None, checkpoints_dir: str | Path | None = None,
@@ -51,13 +45,13 @@ def result_row(ro, *, model: str, suite: str, repeat: int, pass_threshold: float
     }
 
 
-def run_suite(tasks: Iterable, policy, factory, *, model: str, suite: str, repeats: int = 1, limits=None,
-              judge=None, runtime: str = "builtin", openclaw_opts: dict | None = None, run_id: str = "",
-              pass_threshold: float = 1.0, log: Callable[[str], Any] | None = None, attempts: int = 3,
-              retry_wait_s: float = 2.0, retry=None, workers: int = 1) -> list[dict]:
-    """Roll out every task `repeats` times with one live endpoint; returns bench_results rows (in task, repeat
-    order). Infra failures (score None after `attempts` rollout-level tries, `retry` = per-request RetryPolicy) keep
-    score None and failure_class="infra"; "unjudged" rollouts keep score None too: neither is ever scored as 0.
+def run_suite(tasks: Iterable, policy, factory, *, model: str, suite: str, settings=None, judge=None,
+              repeats: int = 1, run_id: str = "", pass_threshold: float = 1.0,
+              log: Callable[[str], Any] | None = None, workers: int = 1) -> list[dict]:
+    """Roll out every task `repeats` times with one live endpoint, each as `settings` say
+    (clawgym.agent.settings.RolloutSettings: limits, runtime, retries); returns bench_results rows (in task, repeat
+    order). Infra failures (score None after `settings.attempts` rollout-level tries) keep score None and
+    failure_class="infra"; "unjudged" rollouts keep score None too: neither is ever scored as 0.
     `workers`: rollouts in flight at once (a local model server batches their requests: continuous batching)."""
     from concurrent.futures import ThreadPoolExecutor
 
@@ -70,9 +64,7 @@ def run_suite(tasks: Iterable, policy, factory, *, model: str, suite: str, repea
     with open_endpoint(spec, tasks) as ep:
         def one(job):
             t, r = job
-            ro = run_rollout(t, ep, factory, limits=limits, judge=judge, runtime=runtime,
-                             openclaw_opts=openclaw_opts, attempts=attempts, retry_wait_s=retry_wait_s,
-                             retry=retry)
+            ro = run_rollout(t, ep, factory, settings, judge=judge)
             ro.policy = model
             row = result_row(ro, model=model, suite=suite, repeat=r, pass_threshold=pass_threshold, run_id=run_id)
             if log:

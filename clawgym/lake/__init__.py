@@ -13,7 +13,7 @@ from clawgym.lake.records import (  # noqa: F401
     is_finished, outcome, outcome_counts,
 )
 from clawgym.lake.schemas import (  # noqa: F401
-    PARTITIONS, SCHEMAS, TABLES, TRAIN_SOURCES, Table, TaskSource, bench_source, file_schema, schema,
+    PARTITIONS, SCHEMAS, TABLES, TRAIN_SOURCES, RejectedBy, Table, TaskSource, bench_source, file_schema, schema,
 )
 from clawgym.lake.store import LakeStorageError, RemoteLake, S3Options, is_remote, open_lake  # noqa: F401
 from clawgym.lake.tables import Lake, LakeTables  # noqa: F401

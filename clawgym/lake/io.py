@@ -226,9 +226,12 @@ def write_table(name: str, rows, partitions: Mapping[str, Any] | None = None, *,
         rows = [{**r, **{c: None for c in cols}} for r in (rows.to_pylist() if isinstance(rows, pa.Table) else rows)]
     tbl = to_table(name, rows, for_file=True)
     old = sorted(d.glob("*.parquet")) if d.exists() else []
+    if cols:  # parts at the root of a partitioned table (written before it was partitioned): no reader sees them,
+        top = table_dir(name, root)  # and DuckDB's hive view cannot mix them with partition folders
+        old += sorted(top.glob("*.parquet")) if top.exists() else []
     path = atomic_write_parquet(tbl, d / _part_name())
-    if mode == "overwrite":
-        for p in old:
+    for p in old:
+        if mode == "overwrite" or p.parent != d:
             p.unlink(missing_ok=True)
     return path
 

@@ -44,6 +44,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ("duration_s", F64), ("details_json", S),
     ),
     "rejected_tasks": _schema(
+        ("writer", S),  # which asset rejected it (RejectedBy): each writes only its own partition
         ("task_id", S), ("route", S), ("family", S), ("category", S), ("stage", S), ("reason", S),
         ("task_json", pa.large_string()),
     ),
@@ -93,6 +94,7 @@ SCHEMAS: dict[str, pa.Schema] = {
 # hive partition columns per table (folder order)
 PARTITIONS: dict[str, tuple[str, ...]] = {
     "tasks": ("source",),
+    "rejected_tasks": ("writer",),
     "trajectories": ("policy", "shard"),
     "steps": ("policy", "shard"),
     "bench_results": ("model", "suite"),
@@ -126,6 +128,17 @@ class Table(str, enum.Enum):
 
 
 assert {t.value for t in Table} == set(SCHEMAS), "Table must name every schema"
+
+
+class RejectedBy(str, enum.Enum):
+    """Values of the `rejected_tasks` table's `writer` partition: the asset whose rejections the rows are (each
+    replaces only its own partition; readers see the union)."""
+
+    SYNTHESIS = "synthetic_tasks"  # stage = the synthesis gate that rejected the candidate
+    VERIFIERS = "verifiers"  # stage = "verifiers"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class TaskSource(str, enum.Enum):

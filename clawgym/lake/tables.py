@@ -45,8 +45,9 @@ class LakeTables:
     def bench_task_objects(self, suites: Iterable[str]) -> list:
         return self.task_objects(bench_source(s) for s in suites)
 
-    def rejected_tasks(self) -> pa.Table:
-        return self.read(Table.REJECTED_TASKS)
+    def rejected_tasks(self, writer: str | None = None) -> pa.Table:
+        """Every rejection (the union of the writers' partitions), or those of one writer (RejectedBy)."""
+        return self.read(Table.REJECTED_TASKS, _parts(writer=None if writer is None else str(writer)))
 
     def rejected_task_ids(self) -> set:
         return set(self.rejected_tasks().column("task_id").to_pylist())
