@@ -10,7 +10,7 @@ export DAGSTER_HOME="${DAGSTER_HOME:-$PWD}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 DAGSTER_DISABLE_TELEMETRY=1
 export CLAWGYM_SANDBOX="${CLAWGYM_SANDBOX:-auto}"
 mkdir -p data
-if command -v clawgym >/dev/null 2>&1; then
-  exec clawgym demo "$@"
-fi
+# this checkout's code, whichever clawgym is installed (an editable install of another clone would otherwise win
+# for the `clawgym` console script and for the subprocesses the graph starts)
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 exec python -m clawgym.cli demo "$@"
