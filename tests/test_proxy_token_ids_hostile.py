@@ -313,3 +313,16 @@ def test_a_stream_of_odd_chunks_is_relayed_and_recorded(tmp_path, bad):
     traj = _drive(tmp_path, [turn], [(START, True)], bounds=Limits())
     assert [e["status"] for e in read_log(str(tmp_path / "proxy.jsonl"))] == [200]
     assert traj["messages"][-1]["content"] == "Hi."
+
+
+def test_a_control_id_the_model_emitted_matches_either_server_text(tok):
+    """A server's text of a turn with a control id is its decode with special tokens skipped, or (a response
+    parser) its parse of the raw decode: both are the ids' text; another text is not."""
+    from clawgym.trajectories.sft import IDS_MISMATCH, TOKENS_KEY, token_exact_row
+
+    out = _ids(tok, "Hi") + [tok.convert_tokens_to_ids("<|im_start|>")] + _ids(tok, " there") + [tok.eos_token_id]
+    for text, want in (("Hi there", True), ("Hi<|im_start|> there", True), ("Bye there", False)):
+        msgs = [*START, {"role": "assistant", "content": text, TOKENS_KEY: {
+            "prompt_token_ids": _prompt(tok, START, None), "token_ids": out}}]
+        res = token_exact_row(msgs, tok)
+        assert (not isinstance(res, str)) if want else res == IDS_MISMATCH, (text, res)
