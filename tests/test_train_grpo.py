@@ -32,21 +32,70 @@ def _factory():
 
 
 def test_sandbox_env_tools_and_verifier():
+    from clawgym.agent.tools import execute_tool
     from clawgym.tasks.model import File, Task, Verifier
-    from clawgym.train.grpo import SandboxEnv
+    from clawgym.train.grpo import SandboxEnvFactory
 
     task = Task(task_id="sum-1", instruction="Write the sum of input/data.txt to output/answer.txt",
                 files=[File(path="input/data.txt", content=b"1 2 3\n")], verifier=Verifier(kind="grade", code=GRADE))
-    env_cls = type("Env", (SandboxEnv,), {"registry": {task.task_id: task}, "factory": _factory(), "opened": []})
-    env = env_cls()
+    envs = SandboxEnvFactory({task.task_id: task}, _factory())
+    env = envs()
     env.reset(task_id="sum-1")
     assert "1 2 3" in env.read("input/data.txt")
+    assert env.read(path="input/data.txt", offset=2) == execute_tool(env.sandbox, "read", {
+        "path": "input/data.txt", "offset": 2}).content  # the agent's executor: its text is the tool message
     env.write("output/answer.txt", "6\n")
+    assert "Command exited with code 3" in env.exec(command="exit 3")
+    assert env.calls[-1] == {"name": "exec", "arguments": {"command": "exit 3"}}
     assert env._score([{"role": "assistant", "content": "done"}]) == pytest.approx(1.0)
     assert env.sandbox is None  # closed after scoring
     env.reset(task_id="sum-1")  # a fresh sandbox: the previous answer is gone
     assert env._score([]) == pytest.approx(1 / 3)
-    assert len(env_cls.opened) == 2
+    assert len(envs.opened) == 2
+    other = SandboxEnvFactory({}, None)  # no state shared through the class: another run sees nothing of this one
+    assert other.opened == [] and other().tasks == {}
+
+
+def test_sandbox_env_tools_are_the_agents_tool_surface(tmp_path):
+    """GRPO's environment exposes the agent's one tool surface (clawgym.agent.tools.TOOL_SCHEMAS): one method per
+    schema, which TRL finds (public functions of the class) and renders (transformers' get_json_schema) as that
+    schema, and which the GRPO tokenizer renders exactly as the builtin loop sends it. The class keeps no state."""
+    import inspect
+
+    from transformers.utils import get_json_schema
+
+    from clawgym.agent.tools import TOOL_SCHEMAS
+    from clawgym.train.base_model import make_tiny_model
+    from clawgym.train.grpo import SandboxEnv, SandboxEnvFactory, grpo_tokenizer
+
+    tools = [n for n, _ in inspect.getmembers(SandboxEnv, predicate=inspect.isfunction)  # what TRL lists
+             if not n.startswith("_") and n not in ("reset", "get_reward")]
+    assert sorted(tools) == sorted(s["function"]["name"] for s in TOOL_SCHEMAS)
+    assert not [k for k, v in vars(SandboxEnv).items() if isinstance(v, (dict, list, set))]  # no class-level state
+    env = SandboxEnvFactory({}, None)()
+
+    def flat(props):  # what a signature can say of a property: its type and description
+        return {k: {"type": v["type"], **({"description": v["description"]} if "description" in v else {})}
+                for k, v in props.items()}
+
+    for s in TOOL_SCHEMAS:
+        fn = s["function"]
+        got = get_json_schema(getattr(env, fn["name"]))["function"]
+        assert got["name"] == fn["name"] and got["description"] == fn["description"]
+        assert list(got["parameters"]["properties"]) == list(fn["parameters"]["properties"])
+        assert flat(got["parameters"]["properties"]) == flat(fn["parameters"]["properties"])
+        assert sorted(got["parameters"].get("required", [])) == sorted(fn["parameters"]["required"])
+        assert getattr(env, fn["name"]).tool_schema == s
+    assert "Not run: no sandbox" in env.ls(".")
+
+    tok = grpo_tokenizer(str(make_tiny_model(tmp_path / "tiny", hidden_size=32, num_layers=1)))
+    msgs = [{"role": "user", "content": "hi"}]
+    methods = [getattr(env, s["function"]["name"]) for s in TOOL_SCHEMAS]
+    for tokenize in (False, True):
+        assert tok.apply_chat_template(msgs, tools=methods, tokenize=tokenize, add_generation_prompt=True) == \
+            tok.apply_chat_template(msgs, tools=TOOL_SCHEMAS, tokenize=tokenize, add_generation_prompt=True)
+    text = tok.apply_chat_template(msgs, tools=methods, tokenize=False)
+    assert '"additionalProperties": false' in text and '"required": ["oldText", "newText"]' in text
 
 
 def test_grpo_tiny_cpu_run_rewards_from_verifier(tmp_path):

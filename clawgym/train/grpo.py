@@ -7,10 +7,11 @@ Trainer settings are `trl.GRPOConfig` fields by TRL's own names (`grpo_config`, 
 the rest of `GRPORunConfig` is clawgym's own (which model, where to save, scoring threads, system prompt).
 
 TRL's GRPOTrainer samples `num_generations` completions per prompt (a task instruction). Each completion is
-an agentic rollout in its own environment (`SandboxEnv`, via TRL's `environment_factory`): `reset` opens a
-fresh sandbox holding the task's workspace, the OpenClaw tools (`read`, `write`, `edit`, `exec`, `ls`) run
-inside it, and the reward function runs `clawgym.verify.verify_task` on that sandbox with the completion as
-transcript, then closes it. Sandboxes of one generation batch are scored in parallel threads.
+an agentic rollout in its own environment (`SandboxEnv`, made by `SandboxEnvFactory`: TRL's
+`environment_factory`): `reset` opens a fresh sandbox holding the task's workspace, the agent's own tools
+(clawgym.agent.tools: the schemas and executor of the builtin loop) run inside it, and the reward function
+verifies the sandbox's workspace in a clean room (`clawgym.verify.verify_after_agent`) with the completion as
+transcript, closing the sandbox. Sandboxes of one generation batch are scored in parallel threads.
 
 GPU recipe (documented, not run in CI): see docs in this module's `GPU_RECIPE`.
 """
@@ -18,13 +19,15 @@ GPU recipe (documented, not run in CI): see docs in this module's `GPU_RECIPE`.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
+from clawgym.agent.tools import TOOL_SCHEMAS, execute_tool
 from clawgym.tasks.model import Task
 from clawgym.train.base_model import DEFAULT_BASE_DIR
 from clawgym.train.config import (
@@ -84,15 +87,16 @@ class GRPORunConfig:
 
 
 class SandboxEnv:
-    """One rollout's environment: a fresh sandbox per `reset`, OpenClaw tools as methods (TRL reads their
-    signatures and docstrings to build the tool schemas)."""
+    """One sample's environment (made by :class:`SandboxEnvFactory`, TRL's `environment_factory`): a fresh
+    sandbox per `reset`, and the agent's own tools as methods — one per schema of clawgym.agent.tools.TOOL_SCHEMAS,
+    each running `execute_tool` as the builtin loop does (its result text is the tool message). TRL reads a
+    method's signature and docstring as the tool's schema; the GRPO tokenizer renders the agent's schema itself
+    (`guard_control_text`: a tool carrying `tool_schema`)."""
 
-    registry: dict[str, Task] = {}
-    factory = None
-    opened: list[str] = []  # sandbox ids opened (for tests / accounting)
-    _lock = threading.Lock()
-
-    def __init__(self):
+    def __init__(self, tasks: Mapping[str, Task], factory, on_open: Callable[[str], None] | None = None):
+        self.tasks = tasks
+        self.factory = factory
+        self.on_open = on_open
         self.sandbox = None
         self.task: Task | None = None
         self.calls: list[dict] = []
@@ -102,80 +106,19 @@ class SandboxEnv:
         self.calls = []
         if task_id is None:  # TRL probes a fresh instance once at init
             return None
-        self.task = self.registry[task_id]
+        self.task = self.tasks[task_id]
         self.sandbox = self.factory.open(self.task.files)
-        with self._lock:
-            type(self).opened.append(f"{task_id}:{id(self.sandbox)}")
+        if self.on_open is not None:
+            self.on_open(f"{task_id}:{id(self.sandbox)}")
         return None
 
     def _run(self, name: str, args: dict) -> str:
-        from clawgym.agent.tools import execute_tool
+        from clawgym.agent.loop import Limits
 
         self.calls.append({"name": name, "arguments": args})
         if self.sandbox is None:
-            return "error: no sandbox"
-        from clawgym.agent.loop import Limits
-
-        res = execute_tool(self.sandbox, name, args, max_timeout_s=Limits().tool_timeout_s)
-        return ("ERROR: " if res.is_error else "") + res.content
-
-    def read(self, path: str) -> str:
-        """Read a text file of the workspace.
-
-        Args:
-            path: File path, relative to the workspace.
-
-        Returns:
-            The file's text.
-        """
-        return self._run("read", {"path": path})
-
-    def write(self, path: str, content: str) -> str:
-        """Create or overwrite a file in the workspace.
-
-        Args:
-            path: File path, relative to the workspace.
-            content: The full text to write.
-
-        Returns:
-            A confirmation.
-        """
-        return self._run("write", {"path": path, "content": content})
-
-    def edit(self, path: str, oldText: str, newText: str) -> str:  # noqa: N803 - OpenClaw's argument names
-        """Replace exact text in a file of the workspace.
-
-        Args:
-            path: File path, relative to the workspace.
-            oldText: The exact text to find.
-            newText: The replacement text.
-
-        Returns:
-            A confirmation.
-        """
-        return self._run("edit", {"path": path, "oldText": oldText, "newText": newText})
-
-    def exec(self, command: str) -> str:
-        """Run a shell command in the workspace.
-
-        Args:
-            command: The bash command line.
-
-        Returns:
-            The exit code and output.
-        """
-        return self._run("exec", {"command": command})
-
-    def ls(self, path: str) -> str:
-        """List the files under a directory of the workspace.
-
-        Args:
-            path: Directory path, relative to the workspace ("." for all).
-
-        Returns:
-            One path per line.
-        """
-        return self._run("ls", {"path": path})
+            return "Not run: no sandbox (the environment was not reset with a task)."
+        return execute_tool(self.sandbox, name, args, max_timeout_s=Limits().tool_timeout_s).content
 
     def _score(self, transcript: list | None) -> float:
         """The reward: the task's verifier in a clean room (clawgym.verify.verify_after_agent: this sandbox's
@@ -195,6 +138,79 @@ class SandboxEnv:
         sb, self.sandbox = self.sandbox, None
         if sb is not None:
             sb.close()
+
+
+_JSON_TYPES: dict[str, type] = {"string": str, "number": float, "integer": int, "boolean": bool, "object": dict}
+
+
+def _py_type(prop: Mapping[str, Any]) -> Any:
+    """The Python type a JSON-schema property is annotated with (transformers' get_json_schema maps it back)."""
+    t = prop.get("type")
+    if t == "array":
+        items = prop.get("items") or {}
+        return list[_py_type(items)] if items.get("type") else list
+    if t not in _JSON_TYPES:
+        raise ValueError(f"tool schema: no Python type for JSON type {t!r}")
+    return _JSON_TYPES[t]
+
+
+def tool_method(schema: Mapping[str, Any]) -> Callable[..., str]:
+    """An environment method for one agent tool schema ({"type": "function", "function": {name, description,
+    parameters}}): its signature (required parameters first, the others default None) and Google-style
+    docstring say what the schema says, `tool_schema` holds the schema itself, and a call runs the tool
+    (`SandboxEnv._run`) with the arguments given (positional ones named in signature order)."""
+    spec = schema["function"]
+    name = spec["name"]
+    props = spec.get("parameters", {}).get("properties") or {}
+    required = set(spec.get("parameters", {}).get("required") or [])
+    order = [p for p in props if p in required] + [p for p in props if p not in required]
+    hints = {p: _py_type(props[p]) for p in props}
+    par = inspect.Parameter
+    sig = inspect.Signature(
+        [par("self", par.POSITIONAL_OR_KEYWORD)]
+        + [par(p, par.POSITIONAL_OR_KEYWORD, annotation=hints[p], default=par.empty if p in required else None)
+           for p in order], return_annotation=str)
+    args_doc = "".join(f"\n    {p}: {props[p].get('description') or p}" for p in props)
+    doc = (spec.get("description") or name) + (f"\n\nArgs:{args_doc}" if props else "") + (
+        "\n\nReturns:\n    The tool's output, or what went wrong.")
+
+    def tool(self: SandboxEnv, *args: Any, **arguments: Any) -> str:
+        if len(args) > len(order):
+            raise TypeError(f"{name}() takes at most {len(order)} positional arguments")
+        return self._run(name, {**dict(zip(order, args)), **arguments})
+
+    tool.__name__ = name
+    tool.__qualname__ = f"SandboxEnv.{name}"
+    tool.__doc__ = doc
+    tool.__signature__ = sig  # type: ignore[attr-defined]
+    tool.__annotations__ = {**hints, "return": str}
+    tool.tool_schema = dict(schema)  # type: ignore[attr-defined]
+    return tool
+
+
+for _schema in TOOL_SCHEMAS:  # the agent's one tool surface, as methods (TRL lists a class's public functions)
+    _name = _schema["function"]["name"]
+    assert _name not in vars(SandboxEnv) and not _name.startswith("_") and _name not in ("reset", "get_reward")
+    setattr(SandboxEnv, _name, tool_method(_schema))
+del _schema, _name
+
+
+@dataclass
+class SandboxEnvFactory:
+    """TRL's `environment_factory` for one run: each call makes a :class:`SandboxEnv` over `tasks` (task_id ->
+    Task) with sandboxes of `factory`; `opened` lists the sandboxes its environments opened ("task_id:id")."""
+
+    tasks: Mapping[str, Task]
+    factory: Any
+    opened: list[str] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __call__(self) -> SandboxEnv:
+        return SandboxEnv(self.tasks, self.factory, on_open=self._opened)
+
+    def _opened(self, what: str) -> None:
+        with self._lock:
+            self.opened.append(what)
 
 
 def _transcript(completion: Any) -> list:
@@ -244,7 +260,9 @@ def guard_control_text(tok):
     encode control-token text in the content as ordinary pieces (clawgym.trajectories.sft.encode_chat): a task
     instruction or a tool result holding ``<|im_start|>assistant`` becomes plain text tokens, masked out like
     any tool result, never a fake turn. Conversations without control text take the tokenizer's own call
-    unchanged. Returns `tok` (the guard is an instance attribute: nothing of it is saved with the tokenizer)."""
+    unchanged. A tool carrying `tool_schema` (a SandboxEnv method) is rendered as that schema: the prompt shows
+    the agent's tools exactly as the builtin loop sends them. Returns `tok` (the guard is an instance attribute:
+    nothing of it is saved with the tokenizer)."""
     import inspect
 
     from clawgym.trajectories.sft import control_text_count, encode_chat
@@ -262,6 +280,8 @@ def guard_control_text(tok):
             conversation[0], (list, tuple))
         convs = list(conversation) if batched else [conversation]
         tools = kw.get("tools")
+        if tools:  # an environment's tool method renders as the agent's own schema (SandboxEnv: tool_schema)
+            kw["tools"] = tools = [getattr(t, "tool_schema", None) or t for t in tools]
         if (args or set(kw) & _UNGUARDED or not kw.get("tokenize", True)
                 or not any(control_text_count(tok, list(c), tools) for c in convs)):
             return orig(conversation, *args, **kw)
@@ -345,8 +365,7 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> Che
     model = AutoModelForCausalLM.from_pretrained(cfg.base_model, **mik, dtype=dtype)
     eos = model.generation_config.eos_token_id
 
-    env_cls = type("SandboxEnv", (SandboxEnv,), {"registry": {t.task_id: t for t in tasks}, "factory": factory,
-                                                  "opened": []})
+    envs = SandboxEnvFactory({t.task_id: t for t in tasks}, factory)
     reward_log: list[dict] = []
 
     class _Forward(TrainerCallback):
@@ -357,7 +376,7 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> Che
     args = GRPOConfig(output_dir=str(work), **trl_fields)
     trainer = GRPOTrainer(model=model, reward_funcs=make_reward_func(cfg.score_workers, reward_log), args=args,
                           train_dataset=task_prompts(tasks, cfg.system_prompt), processing_class=tok,
-                          environment_factory=env_cls, callbacks=[_Forward()])
+                          environment_factory=envs, callbacks=[_Forward()])
     # GRPOTrainer takes no optimizer_cls_and_kwargs argument; the Trainer reads the attribute in create_optimizer
     trainer.optimizer_cls_and_kwargs = bf16_optimizer(trl_fields, dtype)
     resume_from = last_trainer_checkpoint(work) if cfg.resume else None
@@ -379,7 +398,7 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> Che
     rec = CheckpointRecord(
         checkpoint=cfg.name or out.name, path=str(out), base=cfg.base_model, parent=cfg.base_model,
         algorithm="grpo", data_version=cfg.dataset_version, n_tasks=len(tasks), steps=int(trainer.state.global_step),
-        hyperparams=hyper, reward_curve=curve, n_sandboxes=len(env_cls.opened), rewards=reward_log,
+        hyperparams=hyper, reward_curve=curve, n_sandboxes=len(envs.opened), rewards=reward_log,
         loss_curve=loss_curve, final_loss=loss_curve[-1]["loss"] if loss_curve else None, resumed_from=resume_from,
         train_runtime_s=float((result.metrics or {}).get("train_runtime") or 0.0), wall_s=time.time() - t0,
         loss_plot=str(png) if png else None,
@@ -388,5 +407,5 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> Che
     return rec
 
 
-__all__ = ["GRPORunConfig", "SandboxEnv", "make_reward_func", "task_prompts", "run_grpo", "plot_rewards", "GPU_RECIPE",
-           "guard_control_text", "grpo_tokenizer"]
+__all__ = ["GRPORunConfig", "SandboxEnv", "SandboxEnvFactory", "tool_method", "make_reward_func", "task_prompts",
+           "run_grpo", "plot_rewards", "GPU_RECIPE", "guard_control_text", "grpo_tokenizer"]
