@@ -253,7 +253,8 @@ def test_model_server_command_line_never_holds_the_token(tmp_path):
     model.mkdir()
     (model / "config.json").write_text("{}")
     srv = serve.ModelServer(model, port=1, device="cpu", per_sequence_attention=False, packed_linear=False,
-                            safe_tool_parsing=False, token_ids=False, structured_output=False)
+                            safe_tool_parsing=False, token_ids=False, structured_output=False,
+                            context_limit=False)
     cmd = srv.command()
     assert srv.token == servers.server_token() and srv.token not in " ".join(cmd)
     assert cmd[:3] == [sys.executable, str(serve.Path(serve.__file__).resolve()), "serve"]  # the launcher checks it

@@ -170,28 +170,29 @@ def test_command_and_environment(tiny, monkeypatch):
     launcher = str(Path(launcher_module.__file__).resolve())
     cb = ModelServer(tiny, port=1234, device="cpu")
     cmd = cb.command()
-    assert cmd[:8] == [sys.executable, launcher, "--safe-tool-parsing", "--token-ids", "--structured",
-                       "--cb-attention", "--packed-linear", "serve"]
+    assert cmd[:10] == [sys.executable, launcher, "--safe-tool-parsing", "--token-ids", "--structured",
+                        "--context-limit", "--served-prefix", "--cb-attention", "--packed-linear", "serve"]
     assert "--continuous-batching" in cmd and cmd[-6:] == list(CPU_CB_ARGS)
     assert ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False, token_ids=False,
-                       structured_output=False).command()[:5] == [
-        sys.executable, launcher, "--safe-tool-parsing", "--packed-linear", "serve"]
+                       structured_output=False).command()[:6] == [  # no token ids: nothing served to reuse
+        sys.executable, launcher, "--safe-tool-parsing", "--context-limit", "--packed-linear", "serve"]
     assert launcher not in ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False, token="",
                                        packed_linear=False, safe_tool_parsing=False, token_ids=False,
-                                       structured_output=False).command()
+                                       structured_output=False, context_limit=False).command()
     assert launcher in ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False,  # auth: the launcher
                                    packed_linear=False, safe_tool_parsing=False, token_ids=False,
-                                   structured_output=False).command()
+                                   structured_output=False, context_limit=False).command()
     assert ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False, packed_linear=False,
-                       token_ids=False, structured_output=False).command()[:4] == [
+                       token_ids=False, structured_output=False, context_limit=False).command()[:4] == [
         sys.executable, launcher, "--safe-tool-parsing", "serve"]
     assert ModelServer(tiny, port=1, device="cpu", per_sequence_attention=False, packed_linear=False,
-                       safe_tool_parsing=False).command()[:5] == [sys.executable, launcher, "--token-ids",
-                                                                 "--structured", "serve"]
+                       safe_tool_parsing=False, served_prefix=False).command()[:6] == [
+        sys.executable, launcher, "--token-ids", "--structured", "--context-limit", "serve"]
     assert "--packed-linear" not in ModelServer(tiny, port=1, device="cuda").command()  # CPU kernels only
     plain = ModelServer(tiny, port=1, device="cpu", continuous_batching=False).command()
-    assert "--no-continuous-batching" in plain and plain[2:7] == ["--safe-tool-parsing", "--token-ids",
-                                                                  "--structured", "--packed-linear", "serve"]
+    assert "--no-continuous-batching" in plain and plain[2:9] == [
+        "--safe-tool-parsing", "--token-ids", "--structured", "--context-limit", "--served-prefix", "--packed-linear",
+        "serve"]
     env = cb.environment()
     assert all(env[k] == v for k, v in MALLOC_ENV.items()) and env["HF_HUB_OFFLINE"] == "1"
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "12345")  # the caller's settings win

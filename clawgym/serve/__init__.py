@@ -7,7 +7,9 @@
   `safe_tools` (badly written tool calls answered as text), `token_ids` (prompt / completion token ids and
   log-probabilities, streamed or not), `structured` (response_format / tool_choice by constrained decoding),
   `cb_attention` (per-sequence attention for continuous batching on CPU), `packed_linear` (oneDNN linear layers
-  with pre-packed weights on CPU); `auth` (the bearer token).
+  with pre-packed weights on CPU), `context_limit` (a request over the model's context window answered 400 at once),
+  `served_prefix` (a re-sent conversation generated from the ids the server sampled, not a re-tokenization);
+  `auth` (the bearer token).
 
 This package imports no training code (TRL, datasets): the server process stays light.
 """

@@ -44,8 +44,10 @@ from clawgym.sandbox.spawner import popen_die_with_parent
 
 from clawgym.serve.auth import AUTH_ENV, install_auth
 from clawgym.serve.cb_attention import install_cb_attention
+from clawgym.serve.context_limit import install_context_limit
 from clawgym.serve.packed_linear import install_packed_linear
 from clawgym.serve.safe_tools import install_safe_tool_parsing
+from clawgym.serve.served_prefix import install_served_prefix
 from clawgym.serve.structured import install_structured_output
 from clawgym.serve.token_ids import install_token_ids
 
@@ -131,7 +133,8 @@ class ModelServer:
                  startup_timeout_s: float = 180.0, log_path: str | os.PathLike | None = None,
                  extra_args: list[str] | None = None, per_sequence_attention: bool = True,
                  packed_linear: bool = True, safe_tool_parsing: bool = True, token_ids: bool = True,
-                 env: Mapping[str, str] | None = None, token: str | None = None, structured_output: bool = True):
+                 env: Mapping[str, str] | None = None, token: str | None = None, structured_output: bool = True,
+                 context_limit: bool = True, served_prefix: bool = True):
         from clawgym.agent.servers import server_token
 
         # the bearer token clients must send (None: this process's server_token(); "": no check)
@@ -156,6 +159,10 @@ class ModelServer:
         self.token_ids = token_ids
         # response_format / tool_choice honoured by constrained decoding (`clawgym.serve.structured`)
         self.structured_output = structured_output
+        # a request over the model's context window answered 400 at once (`clawgym.serve.context_limit`)
+        self.context_limit = context_limit
+        # a re-sent conversation generated from the ids this server sampled (`clawgym.serve.served_prefix`)
+        self.served_prefix = served_prefix
         # the server's environment before clawgym's settings (`environment`); None: inherit this process's
         self.env = dict(env) if env is not None else None
         self._log_path = Path(log_path) if log_path else None
@@ -181,6 +188,10 @@ class ModelServer:
             launcher.append("--token-ids")
         if self.structured_output:
             launcher.append("--structured")
+        if self.context_limit:
+            launcher.append("--context-limit")
+        if self.served_prefix and self.token_ids:
+            launcher.append("--served-prefix")
         if self.continuous_batching and self.per_sequence_attention:
             launcher.append("--cb-attention")
         if self.packed_linear and not _has_cuda(self.device):
@@ -286,7 +297,10 @@ class ModelServer:
 # installed in this order whatever the order on the command line (structured output wraps what token ids installs)
 LAUNCHER_FLAGS = {"--safe-tool-parsing": install_safe_tool_parsing, "--token-ids": install_token_ids,
                   "--structured": install_structured_output, "--cb-attention": install_cb_attention,
-                  "--packed-linear": install_packed_linear}
+                  "--packed-linear": install_packed_linear,
+                  "--context-limit": install_context_limit,
+                  # last: its handler wrapper sees the request first, and the context is checked on the swapped ids
+                  "--served-prefix": install_served_prefix}
 
 
 def _exit_when_orphaned(poll_s: float = 0.5) -> None:
@@ -306,10 +320,11 @@ def _exit_when_orphaned(poll_s: float = 0.5) -> None:
 
 def _launch(argv: list[str]) -> None:
     """`python clawgym/serve/launcher.py [--safe-tool-parsing] [--token-ids] [--structured] [--cb-attention]
-    [--packed-linear] serve MODEL ...`: `transformers serve` with the patches its flags name installed (badly
-    written tool calls answered as text, token ids / log-probabilities on request, structured output, the
-    per-sequence CB attention, the pre-packed oneDNN linear layers); with $CLAWGYM_SERVER_TOKEN set, only requests
-    bearing it are answered (`install_auth`)."""
+    [--packed-linear] [--context-limit] [--served-prefix] serve MODEL ...`: `transformers serve` with the patches
+    its flags name installed (badly written tool calls answered as text, token ids / log-probabilities on request,
+    structured output, the per-sequence CB attention, the pre-packed oneDNN linear layers, a 400 for requests over
+    the context window, re-sent conversations generated from the served ids); with $CLAWGYM_SERVER_TOKEN set, only
+    requests bearing it are answered (`install_auth`)."""
     flags = set()
     while argv and argv[0] in LAUNCHER_FLAGS:
         flags.add(argv.pop(0))
