@@ -183,18 +183,62 @@ def openclaw_sandbox_config(config: SandboxConfig | None = None, install_dir: st
                    disk_mb=max(c.disk_mb, 1024))
 
 
-def openclaw_config(base_url: str, model_id: str, workspace: str, context_window: int = 131072,
-                    max_tokens: int = 4096, api_key: str = "clawgym-proxy") -> dict:
-    """The openclaw.json config: one provider at `base_url` serving `model_id`, `workspace` as the agent's
-    workspace, heartbeats off and the coding tool profile minus DENY_TOOLS."""
+DEFAULT_CONTEXT_WINDOW = 131072  # what OpenClaw is told when the endpoint's window is unknown
+# a window under LEAN_BELOW gets the lean config: OpenClaw's full prompt (bootstrap files, ~20 skills, ~40
+# deferred-tool entries, 11 tool schemas) is ~9,200 tokens, over an 8k model's whole context
+LEAN_BELOW = 32768
+LEAN_TOOLS = ["read", "write", "edit", "exec"]  # what our tasks need (the oracle's calls, the verifiers' files)
+
+
+def model_context_window(endpoint: Endpoint) -> int | None:
+    """The context window (tokens) of `endpoint`'s model when it is known here: for a ``local`` model, its
+    folder's config.json ``max_position_embeddings`` (a multimodal config's ``text_config``'s); else None."""
+    if getattr(endpoint, "kind", None) != "local":
+        return None
+    try:
+        with open(os.path.join(endpoint.model, "config.json")) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError, TypeError):
+        return None
+    for c in (cfg, cfg.get("text_config") or {}):
+        n = c.get("max_position_embeddings") if isinstance(c, dict) else None
+        if isinstance(n, int) and n > 0:
+            return n
+    return None
+
+
+def openclaw_config(base_url: str, model_id: str, workspace: str, context_window: int = DEFAULT_CONTEXT_WINDOW,
+                    max_tokens: int = 4096, api_key: str = "clawgym-proxy", lean: bool | None = None,
+                    request_params: dict | None = None) -> dict:
+    """The openclaw.json config: one provider at `base_url` serving `model_id` with `context_window` tokens (the
+    model's real window: OpenClaw budgets history and compaction by it) and completions of at most `max_tokens`,
+    `workspace` as the agent's workspace, heartbeats off and the coding tool profile minus DENY_TOOLS.
+
+    `lean` (default: `context_window` < LEAN_BELOW) is the smallest prompt OpenClaw builds for `agent exec`
+    (which has no prompt-mode switch: promptMode minimal/none is for sub-agents and raw model runs): no
+    workspace bootstrap files injected or created (`contextInjection: "never"`, `skipBootstrap`), no skills
+    (`skills: []`), only LEAN_TOOLS as direct schemas (`tools.allow`; allowing `write` brings `apply_patch`,
+    denied) and no Tool Search (its tool_search /
+    tool_describe / tool_call and the deferred-tool directory: `toolSearch: false`).
+
+    `request_params`: fields OpenClaw merges into every model request body (its per-model
+    ``params.extra_body``), e.g. ``{"temperature": 0}`` or ``{"tool_choice": "required"}``."""
+    lean = context_window < LEAN_BELOW if lean is None else lean
+    defaults: dict = {"model": {"primary": f"{PROVIDER}/{model_id}"}, "workspace": workspace,
+                      "heartbeat": {"every": "0m"}}
+    tools: dict = {"profile": "coding", "deny": DENY_TOOLS}
+    if lean:
+        defaults.update(contextInjection="never", skipBootstrap=True, skills=[])
+        tools.update(allow=list(LEAN_TOOLS), deny=DENY_TOOLS + ["apply_patch"], toolSearch=False)
+    if request_params:
+        defaults["models"] = {f"{PROVIDER}/{model_id}": {"params": {"extra_body": dict(request_params)}}}
     return {
         "models": {"providers": {PROVIDER: {
             "baseUrl": base_url, "apiKey": api_key, "api": "openai-completions",
             "models": [{"id": model_id, "name": model_id, "contextWindow": context_window,
                         "maxTokens": max_tokens}]}}},
-        "agents": {"defaults": {"model": {"primary": f"{PROVIDER}/{model_id}"}, "workspace": workspace,
-                                "heartbeat": {"every": "0m"}}},
-        "tools": {"profile": "coding", "deny": DENY_TOOLS},
+        "agents": {"defaults": defaults},
+        "tools": tools,
     }
 
 
@@ -223,13 +267,18 @@ def has_openclaw_binds(config: SandboxConfig) -> bool:
 
 def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | None = None,
                  log_dir: str | None = None, timeout_s: float | None = None, tools_dir: str | None = None,
-                 install_dir: str | None = None, sock_dir: str | None = None) -> tuple[LoopResult, list]:
+                 install_dir: str | None = None, sock_dir: str | None = None,
+                 request_params: dict | None = None) -> tuple[LoopResult, list]:
     """Run OpenClaw on `task` in `sandbox` with `endpoint` behind a recording proxy.
     Returns (LoopResult with messages rebuilt from the proxy log, the tool schemas OpenClaw offered).
     install_dir / tools_dir: where scripts/install_openclaw.sh installed it (first one that holds an
     install wins; default DEFAULT_OPENCLAW_DIR). For isolating backends the directory bound into the sandbox
     is used. log_dir: where the proxy logs go (default a fresh temp dir); sock_dir: the parent of the
-    per-rollout socket directories (default :func:`proxy_sock_dir`)."""
+    per-rollout socket directories (default :func:`proxy_sock_dir`). OpenClaw is told the model's real context window
+    (:func:`model_context_window`, else DEFAULT_CONTEXT_WINDOW; a small one gets the lean config) and
+    ``limits.max_completion_tokens``; `request_params`: fields added to every model request (:func:`openclaw_config`).
+    A request the endpoint refuses (400/413/422: over its context window) ends the rollout with an error naming
+    the model, its window and the endpoint's message (``infra`` on the first request, ``limit`` after)."""
     limits = limits or Limits()
     res = LoopResult()
     host_dir = resolve_openclaw_dir(install_dir, tools_dir)
@@ -262,6 +311,8 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
                            token_ids=bool(getattr(endpoint, "token_ids", False)))  # token-exact turns (issue 25)
     proxy.register_session(session, task_id=task.task_id, policy=endpoint.kind)
     model_id = re.sub(r"[^A-Za-z0-9_.:-]", "-", endpoint.policy or "policy") or "policy"
+    ctx = model_context_window(endpoint) or DEFAULT_CONTEXT_WINDOW
+    max_tokens = limits.max_completion_tokens
     svc_uid = getattr(sandbox, "service_uid", None)
     service = not local and callable(svc_uid) and svc_uid() is not None  # forwarder as a harness service
     meta: dict = {"forwarder": "none" if local else "service" if service else "sandbox user"}
@@ -281,8 +332,9 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
             run_dir = SANDBOX_RUN_DIR
             base_url = f"http://127.0.0.1:{SANDBOX_PORT}/s/{session}/v1"
             oc = SANDBOX_OPENCLAW_DIR
-        cfg = json.dumps(openclaw_config(base_url, model_id, sandbox.workspace, max_tokens=limits.max_completion_tokens,
-                                         api_key=token), indent=1).encode()
+        cfg = json.dumps(openclaw_config(base_url, model_id, sandbox.workspace, context_window=ctx,
+                                         max_tokens=max_tokens, api_key=token, request_params=request_params),
+                         indent=1).encode()
         # config and message in their own dir, sealed below: OpenClaw's model endpoint is ours, not the agent's
         cfg_dir = run_dir if local else f"{run_dir}/cfg"
         files = {"openclaw.json": cfg, "message.txt": task.instruction.encode()}
@@ -343,8 +395,11 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
                      or e.get("status", 200) >= 500]
     last = entries[-1] if entries else None
     limit_hit = next((e["limit"] for e in entries if e.get("limit")), None)
+    refused_at = next((i for i, e in enumerate(entries) if e.get("status") in REFUSED_BY_CONTEXT), None)
     if limit_hit:
         res.failure_class, res.error = "limit", f"{limit_hit} (enforced by the recording proxy)"
+    elif refused_at is not None:
+        res.failure_class, res.error = _refusal(entries, refused_at, endpoint.model, ctx, max_tokens)
     elif r.timed_out or (env_json and str(env_json.get("status", "")).lower() in ("timeout", "timed_out")):
         res.failure_class, res.error = "limit", f"OpenClaw wall-time limit ({timeout:g} s) reached"
     elif env_json and env_json.get("ok"):
@@ -368,6 +423,33 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
     return res, tools
 
 
+REFUSED_BY_CONTEXT = (400, 413, 422)  # as clawgym.agent.policies.ChatClient reads them
+
+
+def _refusal(entries: list, i: int, model: str, ctx: int, max_tokens: int) -> tuple[str, str]:
+    """(failure class, error) for the endpoint's refusal of request `i` (status 400/413/422), classed as
+    ChatClient classes them: refused before any request was answered, it held only OpenClaw's prompt, the task
+    and the tool schemas (ours: ``infra``); after, the transcript the model grew outgrew the endpoint (``limit``).
+    The error names the model, its context window, the completion bound and the endpoint's own message (the
+    embedded server's says the prompt's size: clawgym.serve.context_limit)."""
+    e = entries[i]
+    raw = str(e.get("error") or "")
+    try:
+        err = json.loads(raw).get("error")
+    except (ValueError, AttributeError):
+        err = None
+    msg = (err.get("message") if isinstance(err, dict) else None) or raw
+    code = err.get("code") if isinstance(err, dict) else None
+    what = "over the context window" if code == "context_length_exceeded" else "refused"
+    accepted = sum(1 for x in entries[:i] if x.get("status") == 200)
+    where = f"model {model} (context window {ctx} tokens, max completion {max_tokens} tokens)"
+    if not accepted:
+        return "infra", (f"OpenClaw's first request {what} for {where}: status {e.get('status')}: {msg[:600]} "
+                         f"-- its prompt (system prompt, task, tool schemas) does not fit this model")
+    return "limit", (f"OpenClaw's transcript {what} for {where} after {accepted} answered requests: "
+                     f"status {e.get('status')}: {msg[:600]}")
+
+
 def _rmdir(d: str | None) -> None:
     if d:
         try:
@@ -379,5 +461,5 @@ def _rmdir(d: str | None) -> None:
 
 
 __all__ = ["run_openclaw", "start_forwarder", "openclaw_installed", "openclaw_sandbox_config", "has_openclaw_binds",
-           "resolve_openclaw_dir", "openclaw_config", "OPENCLAW_VERSION",
+           "resolve_openclaw_dir", "openclaw_config", "model_context_window", "OPENCLAW_VERSION",
            "openclaw_dir", "proxy_sock_dir", "secure_sock_dir", "rollout_socket"]
