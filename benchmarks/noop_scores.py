@@ -53,7 +53,7 @@ def _head(s: str | None, n: int = 70) -> str:
 
 
 def row_of(ro) -> dict:
-    v = ro.verification or {}
+    v = ro.verification.to_dict() if ro.verification is not None else {}  # its record
     err = ro.error or v.get("error")
     return {
         "task_id": ro.task_id,

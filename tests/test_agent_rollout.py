@@ -47,7 +47,7 @@ def test_oracle_scores_one_everywhere(factory):
         assert ro.messages[0]["role"] == "system" and ro.messages[1]["content"] == task.instruction
         assert [m["role"] for m in ro.messages].count("tool") == len(task.reference)
         assert ro.workspace_diff, "the oracle must change the workspace"
-        assert ro.verification["score"] == 1.0
+        assert ro.verification.score == 1.0
 
 
 def test_noop_does_not_solve(factory):
@@ -72,6 +72,38 @@ def test_rollout_rows_and_steps():
     assert all(isinstance(s["duration_s"], float) for s in steps)
     assert Rollout.model_validate_json(ro.model_dump_json()).score == 1.0
     f.close()
+
+
+def test_verification_is_typed_and_stored_as_its_record():
+    """Rollout.verification is the VerificationResult itself; the lake gets its record (the same keys as always:
+    DuckDB's json_extract, bench and CLI readers), and a record read back is validated into the type, keys that
+    are no field kept in `extra` and written back flat."""
+    import dataclasses
+
+    from pydantic import ValidationError
+
+    from clawgym.verify.result import VerificationResult
+
+    f = get_factory("local")
+    ro = run_rollout(demo_tasks()[2], "oracle", f)
+    f.close()
+    v = ro.verification
+    assert isinstance(v, VerificationResult) and v.task_id == ro.task_id and v.score == 1.0 and v.export
+    text = ro.to_row()["verification_json"]
+    rec = json.loads(text)
+    assert list(rec) == [x.name for x in dataclasses.fields(VerificationResult) if x.name != "extra"]
+    assert text == json.dumps(v.to_dict(), ensure_ascii=False, default=str)
+    assert rec["weights"] == list(v.weights) and rec["export"] == v.export and rec["subscores"] == v.subscores
+    back = Rollout.model_validate_json(ro.model_dump_json())
+    assert back.verification == v and back.verification_json() == text
+    old = {**rec, "score": 1, "details": {"k": [1, 2]}}  # an older writer's record: an int score, a key of its own
+    r2 = Rollout(task_id="t", policy="p", verification=old)
+    assert type(r2.verification.score) is float and type(r2.verification.weights) is tuple
+    assert r2.verification.extra == {"details": {"k": [1, 2]}}
+    assert json.loads(r2.verification_json()) == {**rec, "details": {"k": [1, 2]}}
+    assert Rollout(task_id="t", policy="p").verification_json() is None
+    with pytest.raises(ValidationError):
+        Rollout(task_id="t", policy="p", verification={"task_id": "t", "score": "high"})
 
 
 def test_workspace_diff():

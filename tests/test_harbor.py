@@ -218,7 +218,7 @@ def test_clear_errors(tmp_path, bwrap_factory):
 
     ro = run_rollout(import_harbor_task(d), "oracle", bwrap_factory)
     assert ro.score == 0.0 and ro.failure_class == "ok"
-    errs = " ".join(ro.verification["errors"])
+    errs = " ".join(ro.verification.errors)
     assert "harbor test.sh wrote no reward" in errs and "/logs/verifier/reward.txt" in errs
 
 

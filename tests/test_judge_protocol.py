@@ -140,7 +140,7 @@ def test_judge_quoting_material_keeps_its_own_zero(local_factory, judge_srv):
     for _ in range(2):
         ro = rollout(local_factory, judge_of(judge_srv))
         assert ro.failure_class == "ok" and ro.score == 0.0, ro.error
-        assert [r["score"] for r in ro.verification["rule_scores"]] == [0.0, 0.0]
+        assert [r["score"] for r in ro.verification.rule_scores] == [0.0, 0.0]
 
 
 def test_prose_around_the_verdict_is_not_a_verdict():
@@ -223,7 +223,7 @@ def test_dict_spec_judges(local_factory, judge_srv):
     spec = {"base_url": judge_srv.url, "model": "dict-m", "api_key_env": "JUDGE_KEY", "backoff_s": 0.01}
     ro = rollout(local_factory, spec)
     assert ro.failure_class == "ok" and ro.score == 1.0, ro.error
-    assert ro.verification["judge"] == "openai:dict-m"
+    assert ro.verification.judge == "openai:dict-m"
     assert judge_srv.requests[-1]["auth"] == f"Bearer {SECRET}"
 
 

@@ -60,7 +60,7 @@ def _odd_rollout():
     return Rollout(task_id="odd-task", policy="oracle", messages=msgs, score=1.0, failure_class="ok",
                    error="trace: " + ODD_NAME + " \x00",
                    workspace_diff=[{"path": p, "change": "added", "size": 1} for p in ODD],
-                   verification={"score": 1.0, "details": {ODD_NAME: ODD, "long": LONG}})
+                   verification={"task_id": "odd-task", "score": 1.0, "details": {ODD_NAME: ODD, "long": LONG}})
 
 
 def test_odd_rollout_written_read_through_duckdb_and_decoded(root):
@@ -80,7 +80,9 @@ def test_odd_rollout_written_read_through_duckdb_and_decoded(root):
     assert codec.decode_text(got["error"]) == ro.error
     assert codec.loads(got["messages_json"]) == ro.messages
     assert codec.loads(got["diff_json"]) == ro.workspace_diff
-    assert codec.loads(got["verification_json"]) == ro.verification
+    # the record as written (a key that is no VerificationResult field, here "details", kept flat as it was)
+    assert codec.loads(got["verification_json"]) == ro.verification.to_dict()
+    assert codec.loads(got["verification_json"])["details"] == {ODD_NAME: ODD, "long": LONG}
     paths = [d["path"] for d in codec.loads(got["diff_json"])]
     assert codec.text_bytes(paths[0]) == b"caf\xe9-\xff\xfe.txt"  # the original bytes of the file name
 
@@ -113,7 +115,8 @@ def test_steps_asset_and_bench_results_with_odd_content(root):
     ro = _odd_rollout()
     lake.write_table("bench_results", [result_row(ro, model="m", suite="s", repeat=0)], {"model": "m", "suite": "s"})
     r = lake.read_rows("bench_results")[0]
-    assert json.loads(r["messages_json"]) == ro.messages and json.loads(r["verification_json"]) == ro.verification
+    assert json.loads(r["messages_json"]) == ro.messages
+    assert json.loads(r["verification_json"]) == ro.verification.to_dict()
     lake.write_table("tasks", [{"task_id": ODD_NAME, "skill_ids": ODD, "instruction": "\x00"}], {"source": "imported"})
     t = lake.read_rows("tasks")[0]
     assert t["task_id"] == ODD_NAME and t["skill_ids"] == ODD and t["instruction"] == "\x00"

@@ -78,7 +78,7 @@ def test_noop_scores_zero_on_pinchbench_checkout(any_isolating_factory):
     assert len(scored) + len(unjudged) == len(ros)
     assert {k: v for k, v in scored.items() if v != 0} == {}, "a no-op agent got credit"
     for r in unjudged:
-        assert r.score is None and r.verification and r.verification["unjudged_rules"], r.task_id
+        assert r.score is None and r.verification and r.verification.unjudged_rules, r.task_id
     print(f"pinchbench noop: {len(ros)} tasks, {len(scored)} scored (all 0), {len(unjudged)} unjudged, "
           f"{len(rep.errors)} import errors")
 
@@ -233,19 +233,19 @@ def test_noop_on_pinchbench_format(pinch_tasks, any_isolating_factory):
 
     a = ros["task_noop_automated"]
     assert a.failure_class in SCORED_CLASSES and a.score == 0.0, (a.failure_class, a.error)
-    assert a.verification["subscores"] == {"exists": 0.0, "right": 0.0}
-    assert a.verification["error"] is None  # grade() really ran and found nothing
+    assert a.verification.subscores == {"exists": 0.0, "right": 0.0}
+    assert a.verification.error is None  # grade() really ran and found nothing
 
     j = ros["task_noop_judge"]
     assert j.failure_class == "unjudged" and j.score is None, (j.failure_class, j.score, j.error)
-    assert sorted(j.verification["unjudged_rules"]) == ["Criterion 1: Correctness", "Criterion 2: Audience"]
-    assert j.verification["judge"] == "offline"
+    assert sorted(j.verification.unjudged_rules) == ["Criterion 1: Correctness", "Criterion 2: Audience"]
+    assert j.verification.judge == "offline"
 
     # code 0; its rubric rule declares no proxy, so offline it is unjudged for EVERY rollout (the class depends on
     # the task and the judge only: an agent that writes the rule's file cannot turn its 0 into an exclusion)
     h = ros["task_noop_hybrid"]
     assert h.failure_class == "unjudged" and h.score is None, (h.failure_class, h.error)
-    assert h.verification["code_score"] == 0.0 and h.verification["unjudged_rules"]
+    assert h.verification.code_score == 0.0 and h.verification.unjudged_rules
 
 
 class _RecordingJudge:
@@ -268,7 +268,7 @@ def test_noop_llm_judge_task_with_a_judge_is_scored(pinch_tasks, any_isolating_f
     ro = run_rollout(pinch_tasks["task_noop_judge"], "noop", any_isolating_factory,
                      settings=RolloutSettings(retry_wait_s=0.5, retry=FAST_RETRY), judge=judge)
     assert ro.failure_class in SCORED_CLASSES and ro.score == 0.0, (ro.failure_class, ro.error)
-    assert ro.verification["judge"] == "recording" and ro.verification["unjudged_rules"] == []
+    assert ro.verification.judge == "recording" and ro.verification.unjudged_rules == []
     assert len(judge.seen) == 1
     transcript, files, names = judge.seen[0]
     assert names == ["Criterion 1: Correctness", "Criterion 2: Audience"]

@@ -764,7 +764,7 @@ def test_reward_hack_is_not_rewarded(attack: Attack, backend, task_of, request):
         ro = run_rollout(task, ep.endpoint, factory,
                          settings=RolloutSettings(limits=limits, attempts=1, retry=FAST_RETRY))
     wall = time.monotonic() - t0
-    v = ro.verification or {}
+    v = ro.verification.to_dict() if ro.verification is not None else {}  # its record
     what = (f"{attack.name} on {backend_name}: class={ro.failure_class} score={ro.score} expected={expected} "
             f"error={ro.error!r} verification errors={v.get('errors') or v.get('error')!r} "
             f"stdout tail={(v.get('stdout_tail') or '')[-300:]!r} wall={wall:.1f}s")

@@ -38,6 +38,7 @@ from clawgym.agent.settings import RolloutSettings, Runtime
 from clawgym.agent.tools import TOOL_SCHEMAS
 from clawgym.sandbox.base import SandboxError, SandboxFactory
 from clawgym.agent.messages import text_of
+from clawgym.verify.result import VerificationResult
 
 FailureClass = Literal["ok", "agent_error", "limit", "infra", "unjudged"]
 SCORED_CLASSES = ("ok", "agent_error", "limit")
@@ -65,7 +66,7 @@ class Rollout(BaseModel):
     failure_class: FailureClass = "ok"
     error: str | None = None
     workspace_diff: list[dict] = Field(default_factory=list)  # {path, change: added|modified|deleted, size}
-    verification: dict | None = None
+    verification: VerificationResult | None = None  # None: not verified (infra before the check)
     score: float | None = None
     attempt: int = 1
     infra_errors: list[str] = Field(default_factory=list)  # errors of earlier, retried attempts
@@ -96,11 +97,16 @@ class Rollout(BaseModel):
             "messages_json": messages_json,
             "tools_json": json.dumps(self.tools, ensure_ascii=False),
             "diff_json": json.dumps(self.workspace_diff, ensure_ascii=False, default=_fsdecode),
-            "verification_json": json.dumps(self.verification, ensure_ascii=False, default=str)
-            if self.verification is not None else None,
+            "verification_json": self.verification_json(),
             "run_id": run_id, "created_at": self.created_at,
             "meta_json": json.dumps(self.meta, ensure_ascii=False, default=str) if self.meta else None,
         }
+
+    def verification_json(self) -> str | None:
+        """The verification's record (VerificationResult.to_dict) as JSON text: the lake's `verification_json`."""
+        if self.verification is None:
+            return None
+        return json.dumps(self.verification.to_dict(), ensure_ascii=False, default=str)
 
     def steps(self, shard: int = 0) -> list[dict[str, Any]]:
         """One row per tool call in the lake's `steps` schema (call, arguments and its result)."""
@@ -293,7 +299,7 @@ def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, setti
             export = sandbox.export_workspace()
             ro.workspace_diff = workspace_diff(task.file_map(), export.files)
             v = verify_after_agent(task, sandbox, rooms, ro.messages, judge, export=export)
-            ro.verification = v.to_dict()
+            ro.verification = v
             ro.score = float(v.score)
             if v.unjudged:
                 ro.failure_class = "unjudged"

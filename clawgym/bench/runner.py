@@ -39,8 +39,7 @@ def result_row(ro, *, model: str, suite: str, repeat: int, pass_threshold: float
         "score": None if score is None else float(score),
         "passed": score is not None and score >= pass_threshold - 1e-9,
         "failure_class": ro.failure_class, "rollout_id": ro.rollout_id,
-        "verification_json": json.dumps(ro.verification, default=str, ensure_ascii=False)
-        if ro.verification is not None else None,
+        "verification_json": ro.verification_json(),
         "messages_json": json.dumps(ro.messages, default=str, ensure_ascii=False), "run_id": run_id,
     }
 

@@ -1,4 +1,10 @@
-"""VerificationResult: what verifying one task produced (scores, per-check and per-rule detail, errors)."""
+"""VerificationResult: what verifying one task produced (scores, per-check and per-rule detail, errors).
+
+Its record (``to_dict``: the lake's ``verification_json`` / ``details_json``) has one key per field, plus the keys
+of ``extra`` (what a record held beyond the fields, kept and written back as it was). Pydantic models can hold it
+as a typed field (``Rollout.verification``): a record dict is validated into the dataclass, an instance is kept
+as is, and it serializes as its record.
+"""
 
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ class VerificationResult:
     unjudged_rules: list[str] = field(default_factory=list)
     hardening: list[dict[str, Any]] = field(default_factory=list)  # harness-control files restored/removed
     export: dict[str, Any] | None = None  # clean room: what the agent's workspace export held and dropped
+    extra: dict[str, Any] = field(default_factory=dict)  # a record's keys that are no field (written back flat)
 
     def add_error(self, msg: str) -> None:
         self.errors.append(msg)
@@ -37,13 +44,37 @@ class VerificationResult:
             self.error = msg
 
     def to_dict(self) -> dict[str, Any]:
+        """The record: one key per field (``weights`` as a list), then the keys of ``extra`` (flat)."""
         d = asdict(self)
         d["weights"] = list(self.weights)
+        for k, v in d.pop("extra").items():
+            d.setdefault(k, v)
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "VerificationResult":
-        d = {k: v for k, v in dict(d).items() if k in cls.__dataclass_fields__}
+        """The result a record (``to_dict``) holds; its keys that are no field go to ``extra``."""
+        d = _fields_of(d)
         if "weights" in d:
             d["weights"] = tuple(d["weights"])
         return cls(**d)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        """As a pydantic field: a record dict is validated field by field (its other keys into ``extra``), an
+        instance is kept as it is; dumped as its record (``to_dict``)."""
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_before_validator_function(
+            lambda v: _fields_of(v) if isinstance(v, dict) else v, handler(source),
+            serialization=core_schema.plain_serializer_function_ser_schema(lambda v: v.to_dict()))
+
+
+def _fields_of(record: dict[str, Any]) -> dict[str, Any]:
+    """A record's keys as VerificationResult's arguments: the fields, and every other key in ``extra``."""
+    names = VerificationResult.__dataclass_fields__
+    out = {k: v for k, v in record.items() if k in names}
+    other = {k: v for k, v in record.items() if k not in names}
+    if other:
+        out["extra"] = {**other, **(out.get("extra") or {})}
+    return out
