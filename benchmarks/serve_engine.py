@@ -20,8 +20,8 @@ On each arm's first round a cheap correctness check runs: a `response_format` js
 schema's keys, and a streamed greedy request with `return_token_ids` carries prompt and completion ids equal to the
 non-streamed ones.
 
-Ours is served with OMP_WAIT_POLICY=PASSIVE unless `--ours-as-shipped` (`ours_env`: spinning OpenMP workers on a
-shared 2-core box cost ~10× at 1 stream).
+Ours ships with OMP_WAIT_POLICY=PASSIVE (clawgym.serve.launcher.OMP_ENV); `--ours-spinning` serves it with OpenMP's
+spinning waits (ACTIVE) to compare (`ours_env`: spinning workers on a shared 2-core box cost ~10× at 1 stream).
 
 Prints one JSON line per (round, arm) and summary lines: bf16 / fp32 per engine, ours / vllm per dtype at 1 and N
 streams, start-up per engine, the checks, and the load average before and after. On a CPU without native bfloat16
@@ -225,13 +225,14 @@ def check_correctness(srv) -> dict:
     return res
 
 
-def ours_env(as_shipped: bool, env: dict | None = None) -> dict[str, str]:
-    """What ours is served with beyond this process's environment: OMP_WAIT_POLICY=PASSIVE unless `as_shipped`
-    or already set. With torch's default 2 OpenMP threads on a loaded 2-core box, GNU OpenMP's spinning workers
+def ours_env(spinning: bool, env: dict | None = None) -> dict[str, str]:
+    """What ours is served with beyond this process's environment and ModelServer's own (which sets
+    OMP_WAIT_POLICY=PASSIVE unless set): OMP_WAIT_POLICY=ACTIVE when `spinning` and not already set. With torch's
+    default 2 OpenMP threads on a loaded 2-core box, GNU OpenMP's spinning workers
     lose their core to other processes and every barrier waits for a descheduled one: 0.9-1.2 tok/s at 1 stream
     at load 6-9, against 7-13 tok/s passive (or with OMP_NUM_THREADS=1; vLLM binds one thread itself)."""
     env = os.environ if env is None else env
-    return {} if as_shipped or "OMP_WAIT_POLICY" in env else {"OMP_WAIT_POLICY": "PASSIVE"}
+    return {"OMP_WAIT_POLICY": "ACTIVE"} if spinning and "OMP_WAIT_POLICY" not in env else {}
 
 
 def start_server(engine: str, model: str, dtype: str, vllm_python: str | None, omp_bind: str | None,
@@ -317,8 +318,8 @@ def main() -> None:
     ap.add_argument("--vllm-eager", action="store_true",
                     help="serve vLLM with --enforce-eager (no graph compilation: a shorter start, slower steps)")
     ap.add_argument("--no-check", action="store_true", help="skip the correctness checks")
-    ap.add_argument("--ours-as-shipped", action="store_true",
-                    help="serve ours without OMP_WAIT_POLICY=PASSIVE (see ours_env)")
+    ap.add_argument("--ours-spinning", action="store_true",
+                    help="serve ours with OMP_WAIT_POLICY=ACTIVE (spinning waits; it ships PASSIVE; see ours_env)")
     a = ap.parse_args()
     engines = [e for e in a.engines.split(",") if e]
     bad = [e for e in engines if e not in ("ours", "vllm")]
@@ -339,7 +340,7 @@ def main() -> None:
     from clawgym.serve.launcher import cpu_has_bf16
 
     load_before = os.getloadavg()
-    extra = ours_env(a.ours_as_shipped)
+    extra = ours_env(a.ours_spinning)
     vllm_args = ["--enforce-eager"] if a.vllm_eager else []
     print(json.dumps({"ours_env": extra, "vllm_python": vllm_python if "vllm" in engines else None,
                       "vllm_args": [*VLLM_SERVE_FLAGS, *vllm_args]}), flush=True)

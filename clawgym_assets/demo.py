@@ -115,11 +115,15 @@ def run_demo(plan: DemoPlan | None = None, models: bool = True, checkpoint: str 
     bench_cfg = {"max_turns": plan.max_turns, "max_completion_tokens": plan.max_completion_tokens,
                  "workers": plan.workers}
     model_cfg = {"ops": {"bench_scores": {"config": bench_cfg}}}
+    # the scale's ends (oracle: the task's own reference replayed, one call a turn; noop) run at the graph's
+    # default limits: the models' budget of `plan.max_turns` turns (a program in one call) would cut the
+    # reference replay of a longer task and make the ceiling look like a failure (session 11: oracle 46.6)
+    ends_cfg = {"ops": {"bench_scores": {"config": {"workers": plan.workers}}}}
     instance.add_dynamic_partitions(
         "model", [m for m in ("oracle", "noop") if not instance.has_dynamic_partition("model", m)])
     stage("bench oracle + noop")
     for m in ("oracle", "noop"):
-        _run(instance, ["bench_scores"], log, partition_key=m, resources=res, run_config=model_cfg)
+        _run(instance, ["bench_scores"], log, partition_key=m, resources=res, run_config=ends_cfg)
     trained: list[str] = []
     if models:
         stage("base_model")

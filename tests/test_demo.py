@@ -4,6 +4,7 @@ benches, and the paired held-in / held-out comparison it prints."""
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
@@ -101,3 +102,22 @@ def test_workspace_scope_keeps_new_seed_training_rows():
     assert set(contaminated_tasks([train, same], [bench], scope="workspace")) == {"copy-of-bench"}
     with pytest.raises(ValueError, match="contamination_scope"):
         contaminated_tasks([train], [bench], scope="nearby")
+
+
+def test_the_demo_without_models_puts_the_oracle_at_100(tmp_path):
+    """The scale's ends run at the graph's limits, not the models' 3-turn budget: the reference replay of every
+    bench task scores 1.0 (session 11's demo cut it at 3 turns: oracle 46.6), noop 0."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "home").mkdir()
+    env = {**os.environ, "CLAWGYM_DATA": str(tmp_path / "data"), "DAGSTER_HOME": str(tmp_path / "home"),
+           "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1"}
+    r = subprocess.run([sys.executable, "-m", "clawgym.cli", "demo", "--no-models"], cwd=root, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = {m.group(1): float(m.group(2)) for m in re.finditer(r"│\s*\d+\s*│\s*(oracle|noop)\s*│\s*([\d.]+)", r.stdout)}
+    assert rows == {"oracle": 100.0, "noop": 0.0}, r.stdout[-3000:]

@@ -195,11 +195,12 @@ def test_command_and_environment(tiny, monkeypatch):
         "serve"]
     env = cb.environment()
     assert all(env[k] == v for k, v in MALLOC_ENV.items()) and env["HF_HUB_OFFLINE"] == "1"
+    assert env["OMP_WAIT_POLICY"] == "PASSIVE" or os.environ.get("OMP_WAIT_POLICY")
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "12345")  # the caller's settings win
     assert cb.environment()["MALLOC_TRIM_THRESHOLD_"] == "12345"
     given = ModelServer(tiny, port=1, device="cpu", env={"MALLOC_TRIM_THRESHOLD_": "7", "A": "b"}).environment()
     assert given == {"MALLOC_TRIM_THRESHOLD_": "7", "A": "b",  # an explicit env, not this process's
-                     "MALLOC_MMAP_THRESHOLD_": MALLOC_ENV["MALLOC_MMAP_THRESHOLD_"],
+                     "MALLOC_MMAP_THRESHOLD_": MALLOC_ENV["MALLOC_MMAP_THRESHOLD_"], "OMP_WAIT_POLICY": "PASSIVE",
                      "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
 
 

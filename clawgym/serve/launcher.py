@@ -78,6 +78,10 @@ CPU_CB_ARGS = ("--cb-num-blocks", "768", "--cb-block-size", "32", "--cb-max-batc
 # threshold (32 MiB, glibc's maximum) and a high trim threshold keep those blocks in the heap for reuse; the
 # process's peak RSS is unchanged (2.4 GB at 16 streams), freed memory is just not handed back between steps.
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024), "MALLOC_TRIM_THRESHOLD_": str(1024 * 1024 * 1024)}
+# OpenMP threads that sleep while they wait (the default spins): on a shared 2-core box the spinning threads of
+# a server decoding one stream took the cores from everything else and from each other (session 11: 0.9-1.2
+# tok/s at 1 stream under load vs 7.7-13.1 passive; benchmarks/serve_engine.py --ours-as-shipped compares)
+OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def _has_cuda(device: str) -> bool:
@@ -211,9 +215,10 @@ class ModelServer:
         return cmd + extra
 
     def environment(self) -> dict[str, str]:
-        """The server process's environment: `env` (default: inherited), offline, and `MALLOC_ENV` unless set."""
+        """The server process's environment: `env` (default: inherited), offline, and `MALLOC_ENV` / `OMP_ENV`
+        unless set."""
         base = os.environ if self.env is None else self.env
-        return {**MALLOC_ENV, **base, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
+        return {**MALLOC_ENV, **OMP_ENV, **base, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
 
     def start(self) -> str:
         if self._proc is not None:
