@@ -22,7 +22,11 @@ def test_sft_fields_build_trl_sftconfig_with_clawgym_defaults(tmp_path):
             == (1e-5, 1, 4096, 100))
     assert (args.seed, args.data_seed, args.lr_scheduler_type.value, args.save_total_limit) == (0, 0, "constant", 1)
     assert args.assistant_only_loss is True and args.activation_checkpointing is False
-    assert args.bf16 is False  # no GPU here: bf16 stays off (TRL alone would turn it on)
+    from clawgym.train.config import cpu_bf16_supported
+
+    # no GPU here: bf16 exactly where the CPU computes it natively (AVX512-BF16 / AMX), else off (TRL alone would
+    # turn it on everywhere, emulated and slower on an AVX2 CPU)
+    assert args.bf16 is cpu_bf16_supported()
     # TRL's names pass straight through; data_seed follows the seed unless set
     f = SFTRunConfig(sft_config={"learning_rate": 3e-4, "seed": 7, "warmup_steps": 2}).trl_fields()
     assert (f["learning_rate"], f["seed"], f["data_seed"], f["warmup_steps"]) == (3e-4, 7, 7, 2)
@@ -64,7 +68,9 @@ def test_lora_and_grpo_fields(tmp_path):
     assert (lora.r, lora.lora_alpha, lora.lora_dropout, lora.target_modules) == (4, 32, 0.05, "all-linear")
     g = GRPOConfig(output_dir=str(tmp_path), **GRPORunConfig(grpo_config={"max_steps": 3}).trl_fields())
     assert (g.max_steps, g.num_generations, g.per_device_train_batch_size, g.learning_rate) == (3, 8, 8, 1e-6)
-    assert (g.max_tool_calling_iterations, g.logging_steps, g.seed, g.bf16) == (8, 1, 0, False)
+    from clawgym.train.config import cpu_bf16_supported
+
+    assert (g.max_tool_calling_iterations, g.logging_steps, g.seed, g.bf16) == (8, 1, 0, cpu_bf16_supported())
 
 
 def test_checkpoint_record_row_matches_lake_schema(tmp_path):

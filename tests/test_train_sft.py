@@ -153,5 +153,6 @@ def test_lora_from_lake_parquet(setup, tmp_path):
     tuned = AutoModelForCausalLM.from_pretrained(str(out))
     bw, tw = dict(base.named_parameters()), dict(tuned.named_parameters())
     assert set(bw) == set(tw)
-    changed = [k for k in bw if not torch.equal(bw[k], tw[k])]
+    # compared in the saved dtype (bf16 where this CPU trains in bf16: every weight is the base's rounded once)
+    changed = [k for k in bw if not torch.equal(bw[k].to(tw[k].dtype), tw[k])]
     assert changed and all("proj" in k for k in changed)  # only the LoRA-targeted linear layers moved
