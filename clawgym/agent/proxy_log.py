@@ -8,9 +8,10 @@ forgeable). It is the chain of turns the proxy actually answered, in log order:
   client sends that the proxy never returned is not in the trajectory;
 * each answered request contributes only its *new* client messages: the messages after the
   previously-answered conversation it extends (its request messages + the reply the proxy returned, compared
-  canonically: internal-context/heartbeat user turns dropped, text content, tool-call ids without
-  punctuation -- OpenClaw rewrites ``call_ab`` to ``callab`` --, JSON arguments re-serialised, tool results
-  by tool_call_id only). A client message, once recorded, is never replaced by a later request's version;
+  canonically: internal-context/heartbeat user turns dropped, text content, tool-call ids as OpenClaw
+  re-sends them (`_cid`: ``call_ab`` becomes ``callab``, a longer id is cut to 40 characters), JSON
+  arguments re-serialised, tool results by tool_call_id only). A client message, once recorded, is never
+  replaced by a later request's version;
 * tool results are kept only for tool calls the proxy returned, once each, under the proxy's own call id;
 * a request that extends no answered conversation (history rewritten, assistant turns forged, fake tool
   calls, a branch off an older turn) is still answered and logged, but only its messages after the longest
@@ -91,9 +92,25 @@ def clean_messages(messages: list[dict]) -> list[dict]:
     return out
 
 
+# OpenClaw (2026.9.6, src/agents/tool-call-id.ts) re-sends every tool-call id of its openai-completions history
+# through its "strict" transcript policy: `sanitizeToolCallId(id, "strict")` (a missing / non-string / empty id
+# becomes "defaulttoolid"; a native Kimi id ``functions.<name>:<n>`` is kept as is; any other keeps only its ASCII
+# letters and digits, "sanitizedtoolid" when none are left), then `makeUniqueToolId` cuts it to 40 characters.
+# The cut matters: vLLM's ids (``chatcmpl-tool-`` + 32 hex digits: 44 letters and digits) come back 40 long.
+# Only the renames `makeUniqueToolId` makes for uniqueness within one transcript (two ids equal after the cut, an
+# id repeated in two turns) are not mirrored: such a result pairs with no call and is a fake_tool_result.
+_OPENCLAW_ID_MAX = 40
+_KIMI_TOOL_CALL_ID = re.compile(r"functions\.[A-Za-z0-9_-]+:[0-9]+")
+
+
 def _cid(call_id: Any) -> str:
-    """A tool-call id as clients send it back (OpenClaw strips everything but letters and digits)."""
-    return re.sub(r"[^A-Za-z0-9]", "", str(call_id or ""))
+    """A tool-call id as OpenClaw sends it back (its strict rule, above): two ids name the same call when their
+    `_cid`s are equal."""
+    if not isinstance(call_id, str) or not call_id:
+        return "defaulttoolid"
+    if _KIMI_TOOL_CALL_ID.fullmatch(call_id):
+        return call_id[:_OPENCLAW_ID_MAX]
+    return (re.sub(r"[^A-Za-z0-9]", "", call_id) or "sanitizedtoolid")[:_OPENCLAW_ID_MAX]
 
 
 def _cargs(args: Any) -> str:
@@ -281,7 +298,10 @@ def rebuild_sessions(entries: list[dict], max_token_bytes: Optional[int] = None)
                                        "detail": f"message {i}: an assistant turn the proxy never returned"})
                     continue
                 if role == "tool":
-                    cid = _cid(m.get("tool_call_id"))
+                    raw = m.get("tool_call_id")
+                    # a client always names the call (OpenClaw sends a string): a result naming none pairs with
+                    # no call, even one whose id `_cid` maps to the same default
+                    cid = _cid(raw) if isinstance(raw, str) and raw else None
                     if cid not in call_ids:
                         divergence.append({"seq": seq, "kind": "fake_tool_result",
                                            "detail": f"message {i}: result for a tool call the proxy never "
