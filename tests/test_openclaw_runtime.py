@@ -88,13 +88,15 @@ def test_openclaw_oracle_scores_one_and_trajectories_rebuild(tmp_path):
 
 def test_openclaw_factory_derivation():
     from clawgym.agent.openclaw import SANDBOX_OPENCLAW_DIR, SANDBOX_SOCK_DIR, has_openclaw_binds, openclaw_dir
-    from clawgym.agent.rollout import _openclaw_factory
+    from clawgym.agent.runtimes import get_runtime
 
     ok, why = _available("bwrap")
     if not ok:
         pytest.skip(f"bwrap unavailable: {why}")
     plain = get_factory("bwrap")
     assert not has_openclaw_binds(plain.config)
+    rt = get_runtime("openclaw")
+    _openclaw_factory = rt.prepare
     sib = _openclaw_factory(plain, {"tools_dir": "/nonexistent"})
     assert sib is not plain and sib is _openclaw_factory(plain, None)
     binds = dict((inside, host) for host, inside in sib.config.extra_ro_binds)
@@ -106,3 +108,4 @@ def test_openclaw_factory_derivation():
     configured = get_factory("bwrap", openclaw_sandbox_config())
     assert _openclaw_factory(configured, None) is configured
     assert _openclaw_factory(get_factory("local"), None).name == "local"
+    rt.close()  # the runtime owns its sibling factories

@@ -62,7 +62,8 @@ def run_shard(tasks: Sequence, prior: Iterable[Mapping[str, Any]], policy_spec,
     when there is something to run), each rollout as `settings` (RolloutSettings) say; trajectories rows go to
     `append` every `batch_size` rollouts."""
     from clawgym.agent.policies import get_policy, open_endpoint
-    from clawgym.agent.rollout import run_rollout
+    from clawgym.agent.rollout import RolloutSettings, run_rollout
+    from clawgym.agent.runtimes import get_runtime
 
     todo, done, n_retry = resume_plan(tasks, prior)
     rep = ShardReport(n_tasks=len(tasks), n_finished=len(done), n_retried_infra=n_retry, n_todo=len(todo))
@@ -78,9 +79,11 @@ def run_shard(tasks: Sequence, prior: Iterable[Mapping[str, Any]], policy_spec,
         rep.n_written += len(batch)
         batch.clear()
 
-    with open_factory() as factory, open_endpoint(get_policy(policy_spec), todo) as ep:
+    settings = settings or RolloutSettings()
+    with open_factory() as factory, open_endpoint(get_policy(policy_spec), todo) as ep, \
+            get_runtime(settings.runtime) as rt:  # one runtime for the shard: closed before the factory
         for t in todo:
-            ro = run_rollout(t, ep, factory, settings, judge=judge)
+            ro = run_rollout(t, ep, factory, settings, judge=judge, runtime=rt)
             ro.policy = policy
             batch.append(ro.to_row(shard=shard, run_id=run_id))
             if len(batch) >= max(1, batch_size):

@@ -3,6 +3,9 @@
     run_rollout(task, policy, factory, RolloutSettings(limits=..., runtime="builtin"|"openclaw"), judge=None)
         -> Rollout
 
+The agent phase is the runtime's (clawgym.agent.runtimes: get_runtime(settings.runtime)); run_rollout closes a
+runtime it made itself, a caller running many rollouts passes one (``runtime=``) and closes it (run_rollouts does).
+
 Failure classes (what a score means):
 - ``ok``: the agent ended on its own; scored.
 - ``agent_error`` / ``limit``: the model's own failure (malformed or unknown tool calls, empty answers, a
@@ -19,11 +22,9 @@ Everything stored is passed through secret redaction.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import hashlib
 import json
-import threading
 import time
 import uuid
 from datetime import datetime, timezone
@@ -31,8 +32,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from clawgym.agent.loop import Limits, bound_messages, count_tool_calls, run_builtin, tool_types
+from clawgym.agent.loop import Limits, bound_messages, count_tool_calls, tool_types
 from clawgym.agent.policies import Endpoint, PolicySpec, get_policy, open_endpoint
+from clawgym.agent.runtimes import AgentRuntime, get_runtime
 from clawgym.agent.secrets import redact, redact_obj
 from clawgym.agent.settings import RolloutSettings, Runtime
 from clawgym.agent.tools import TOOL_SCHEMAS
@@ -214,40 +216,6 @@ def workspace_diff(before: dict[str, bytes], after: dict[str, bytes]) -> list[di
     return out
 
 
-_OC_FACTORIES: dict[int, tuple[SandboxFactory, SandboxFactory]] = {}
-_OC_LOCK = threading.Lock()
-
-
-def _openclaw_factory(factory: SandboxFactory, opts: dict | None) -> SandboxFactory:
-    """`factory` itself when its sandboxes can run OpenClaw, else a sibling factory (same backend, config
-    plus the OpenClaw binds), made once per factory and closed at exit."""
-    from clawgym.agent.openclaw import has_openclaw_binds, openclaw_sandbox_config
-
-    if getattr(factory, "name", "") == "local" or has_openclaw_binds(factory.config):
-        return factory
-    with _OC_LOCK:
-        hit = _OC_FACTORIES.get(id(factory))
-        if hit is not None and hit[0] is factory:
-            return hit[1]
-        from clawgym.sandbox import get_factory
-
-        o = opts or {}
-        cfg = openclaw_sandbox_config(factory.config, o.get("install_dir") or o.get("tools_dir"), o.get("sock_dir"))
-        sib = get_factory(factory.name, cfg)
-        _OC_FACTORIES[id(factory)] = (factory, sib)
-        return sib
-
-
-@atexit.register
-def _close_openclaw_factories() -> None:
-    for _, sib in list(_OC_FACTORIES.values()):
-        try:
-            sib.close()
-        except Exception:
-            pass
-    _OC_FACTORIES.clear()
-
-
 def _endpoint_cm(spec: "PolicySpec | Endpoint", task):
     if isinstance(spec, Endpoint):
         if spec.kind in ("oracle", "noop"):
@@ -259,15 +227,14 @@ def _endpoint_cm(spec: "PolicySpec | Endpoint", task):
 
 
 def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, settings: RolloutSettings,
-             judge) -> Rollout:
-    limits, runtime, openclaw_opts = settings.limits, settings.runtime, settings.runtime_options
+             judge, runtime: AgentRuntime) -> Rollout:
+    limits = settings.limits
     t0 = time.monotonic()
     ro = Rollout(task_id=task.task_id, suite=task.suite, category=task.category, family=task.family,
-                 route=task.route, policy=getattr(spec, "name", None) or spec.policy, runtime=runtime,
+                 route=task.route, policy=getattr(spec, "name", None) or spec.policy, runtime=runtime.name,
                  tools=TOOL_SCHEMAS)
     rooms = factory.rooms()  # the clean rooms: a pool of the same backend that never holds an agent phase
-    if runtime == "openclaw":
-        factory = _openclaw_factory(factory, openclaw_opts)
+    factory = runtime.prepare(factory, settings.runtime_options)  # where the agent phase runs
     try:
         sandbox = factory.open(task.files)
     except Exception as e:
@@ -276,13 +243,7 @@ def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, setti
         return ro
     try:
         with _endpoint_cm(spec, task) as ep:
-            if runtime == "openclaw":
-                from clawgym.agent.openclaw import run_openclaw
-
-                lr, tools = run_openclaw(task, ep, sandbox, limits, **(openclaw_opts or {}))
-                ro.tools = tools or []
-            else:
-                lr = run_builtin(task, ep, sandbox, limits, retry=settings.retry)
+            lr, ro.tools = runtime.run(task, ep, sandbox, limits, settings)
         ro.messages = lr.messages
         ro.turns, ro.prompt_tokens, ro.completion_tokens = lr.turns, lr.prompt_tokens, lr.completion_tokens
         ro.tool_calls = count_tool_calls(lr.messages)
@@ -320,27 +281,31 @@ def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, setti
 
 
 def run_rollout(task, policy: str | PolicySpec | Endpoint, factory: SandboxFactory,
-                settings: RolloutSettings | None = None, judge=None) -> Rollout:
+                settings: RolloutSettings | None = None, judge=None, runtime: AgentRuntime | None = None) -> Rollout:
     """Run one rollout as `settings` say (limits, runtime and its options, retries); infra failures are tried
-    up to `settings.attempts` times (score None if they persist)."""
+    up to `settings.attempts` times (score None if they persist). `runtime`: an instance of the runtime
+    `settings.runtime` names, owned (closed) by the caller; None: one made for this rollout and closed after it."""
     spec = policy if isinstance(policy, Endpoint) else get_policy(policy)
     settings = settings or RolloutSettings()
     limits, attempts = settings.limits, settings.attempts
+    if runtime is not None and runtime.name != settings.runtime:
+        raise ValueError(f"run_rollout: runtime {runtime.name!r} given, settings.runtime is {settings.runtime!r}")
     if judge is not None and not hasattr(judge, "score_rules"):  # a spec (dict / str): resolved, or a clear
         from clawgym.verify.judge import make_judge          # error now -- never at scoring time
 
         judge = make_judge(judge)
     errors: list[str] = []
     ro: Rollout | None = None
-    for i in range(1, max(1, attempts) + 1):
-        ro = _attempt(task, spec, factory, settings, judge)
-        ro.attempt = i
-        ro.infra_errors = list(errors)
-        if ro.failure_class != "infra":
-            break
-        errors.append(ro.error or "infra")
-        if i < attempts:
-            time.sleep(settings.retry_wait_s * i)
+    with contextlib.nullcontext(runtime) if runtime is not None else get_runtime(settings.runtime) as rt:
+        for i in range(1, max(1, attempts) + 1):
+            ro = _attempt(task, spec, factory, settings, judge, rt)
+            ro.attempt = i
+            ro.infra_errors = list(errors)
+            if ro.failure_class != "infra":
+                break
+            errors.append(ro.error or "infra")
+            if i < attempts:
+                time.sleep(settings.retry_wait_s * i)
     assert ro is not None
     bound_record(ro, limits)  # before model_dump: an unbounded transcript is never copied
     extra = [spec.api_key_env] if spec.api_key_env else []
@@ -352,21 +317,23 @@ def run_rollout(task, policy: str | PolicySpec | Endpoint, factory: SandboxFacto
 
 def run_rollouts(tasks, policy: str | PolicySpec | Endpoint, factory: SandboxFactory, workers: int = 4,
                  settings: RolloutSettings | None = None, judge=None) -> list[Rollout]:
-    """Many rollouts with one endpoint (a `local` model server is started once) over `workers` threads, each
-    `run_rollout(task, endpoint, factory, settings, judge)`. Results keep the order of `tasks`."""
+    """Many rollouts with one endpoint (a `local` model server is started once) and one runtime instance
+    (closed at the end) over `workers` threads, each `run_rollout(task, endpoint, factory, settings, judge,
+    runtime)`. Results keep the order of `tasks`."""
     from concurrent.futures import ThreadPoolExecutor
 
     tasks = list(tasks)
     spec = policy if isinstance(policy, Endpoint) else get_policy(policy)
+    settings = settings or RolloutSettings()
     cm = contextlib.nullcontext(spec) if isinstance(spec, Endpoint) else open_endpoint(spec, tasks=tasks)
-    with cm as ep:
+    with cm as ep, get_runtime(settings.runtime) as rt:
         if isinstance(spec, PolicySpec):
             ep.policy = spec.name
             ep.api_key_env = spec.api_key_env
         if workers <= 1:
-            return [run_rollout(t, ep, factory, settings, judge) for t in tasks]
+            return [run_rollout(t, ep, factory, settings, judge, rt) for t in tasks]
         with ThreadPoolExecutor(workers) as ex:
-            return list(ex.map(lambda t: run_rollout(t, ep, factory, settings, judge), tasks))
+            return list(ex.map(lambda t: run_rollout(t, ep, factory, settings, judge, rt), tasks))
 
 
 def rollout_id_for(task_id: str, policy: str, repeat: int = 0) -> str:

@@ -13,13 +13,19 @@ task, the policy, the sandboxes and the judge.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any
 
 from clawgym.agent.loop import Limits
 from clawgym.agent.policies import RetryPolicy
+from clawgym.agent.runtimes import runtime_names
 
-Runtime = Literal["builtin", "openclaw"]
-RUNTIMES: tuple[str, ...] = ("builtin", "openclaw")
+Runtime = str  # the name of a registered agent runtime (clawgym.agent.runtimes: builtin, openclaw, ...)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RUNTIMES":  # the registered runtimes' names, as they are now (runtime_names())
+        return runtime_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -34,7 +40,8 @@ class RolloutSettings:
     retry: RetryPolicy | None = field(default=None, metadata={
         "help": "per-request retries of the chat client (None = the endpoint kind's default, RetryPolicy.for_kind)"})
     runtime: Runtime = field(default="builtin", metadata={
-        "help": "builtin (the OpenAI tool loop) | openclaw (OpenClaw behind the recording proxy)"})
+        "help": "a registered agent runtime (clawgym.agent.runtimes): builtin (the OpenAI tool loop) | openclaw "
+                "(OpenClaw behind the recording proxy) | one registered with @agent_runtime"})
     runtime_options: dict[str, Any] | None = field(default=None, metadata={
         "help": "options of the runtime: openclaw's install_dir, timeout_s, sock_dir, log_dir "
                 "(clawgym.agent.openclaw.run_openclaw keywords)"})
@@ -42,12 +49,12 @@ class RolloutSettings:
     def __post_init__(self) -> None:
         if self.limits is None:  # "no limits given" = the defaults, as run_rollout always read it
             object.__setattr__(self, "limits", Limits())
-        if self.runtime not in RUNTIMES:
-            raise ValueError(f"RolloutSettings.runtime: {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
+        if self.runtime not in runtime_names():
+            raise ValueError(f"RolloutSettings.runtime: {self.runtime!r} is not one of {', '.join(runtime_names())}")
 
     def replace(self, **changes: Any) -> "RolloutSettings":
         """A copy with `changes` (dataclasses.replace)."""
         return replace(self, **changes)
 
 
-__all__ = ["RolloutSettings", "Runtime", "RUNTIMES"]
+__all__ = ["RolloutSettings", "Runtime", "RUNTIMES"]  # noqa: F822 (RUNTIMES: module __getattr__)

@@ -55,15 +55,17 @@ def run_suite(tasks: Iterable, policy, factory, *, model: str, suite: str, setti
     from concurrent.futures import ThreadPoolExecutor
 
     from clawgym.agent.policies import get_policy, open_endpoint
-    from clawgym.agent.rollout import run_rollout
+    from clawgym.agent.rollout import RolloutSettings, run_rollout
+    from clawgym.agent.runtimes import get_runtime
 
     tasks = list(tasks)
     spec = get_policy(policy)
     jobs = [(t, r) for t in tasks for r in range(repeats)]
-    with open_endpoint(spec, tasks) as ep:
+    settings = settings or RolloutSettings()
+    with open_endpoint(spec, tasks) as ep, get_runtime(settings.runtime) as rt:  # one runtime for the suite
         def one(job):
             t, r = job
-            ro = run_rollout(t, ep, factory, settings, judge=judge)
+            ro = run_rollout(t, ep, factory, settings, judge=judge, runtime=rt)
             ro.policy = model
             row = result_row(ro, model=model, suite=suite, repeat=r, pass_threshold=pass_threshold, run_id=run_id)
             if log:
