@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clawgym.serve.compat import require_transformers
+from clawgym.serve.patching import Patch, chat_handler_replacements
 
 TRANSFORMERS_VERSION = "5.24.0"  # the transformers release whose private code this module patches (see compat)
 
@@ -21,7 +21,6 @@ TRANSFORMERS_VERSION = "5.24.0"  # the transformers release whose private code t
 # The window is the model config's `max_position_embeddings` (a multimodal config's `text_config`'s); a model
 # without one is not checked. Installed in the server process by the launcher (`--context-limit`).
 
-_INSTALLED = False
 _BOUND = None  # contextvars.ContextVar: the current request's own completion bound (None: none given)
 
 
@@ -133,27 +132,14 @@ def _wrap_handle_request(stock):
     return handle_request
 
 
+_PATCH = Patch(__name__, TRANSFORMERS_VERSION, lambda: chat_handler_replacements(_wrap_handle_request, _checked))
+
+
 def install_context_limit() -> None:
     """Refuse chat completions over the model's context window in this process's `transformers serve` (see above)."""
-    require_transformers(__name__, TRANSFORMERS_VERSION)
-    from transformers.cli.serving.chat_completion import ChatCompletionHandler
-
-    global _INSTALLED
-    if _INSTALLED:
-        return
-    _INSTALLED = True
-    ChatCompletionHandler.handle_request = _wrap_handle_request(ChatCompletionHandler.handle_request)
-    ChatCompletionHandler._streaming = _checked(ChatCompletionHandler._streaming, is_async=False)
-    ChatCompletionHandler._non_streaming = _checked(ChatCompletionHandler._non_streaming, is_async=True)
+    _PATCH.install()
 
 
 def uninstall_context_limit() -> None:
     """Undo `install_context_limit` (tests)."""
-    from transformers.cli.serving.chat_completion import ChatCompletionHandler
-
-    for name in ("handle_request", "_streaming", "_non_streaming"):
-        stock = getattr(getattr(ChatCompletionHandler, name), "_clawgym_stock", None)
-        if stock is not None:
-            setattr(ChatCompletionHandler, name, stock)
-    global _INSTALLED
-    _INSTALLED = False
+    _PATCH.uninstall()

@@ -8,7 +8,7 @@ import secrets
 import threading
 from collections import OrderedDict
 
-from clawgym.serve.compat import require_transformers
+from clawgym.serve.patching import Patch, chat_handler_replacements, flat_ids
 
 TRANSFORMERS_VERSION = "5.24.0"  # the transformers release whose private code this module patches (see compat)
 
@@ -36,8 +36,6 @@ TRANSFORMERS_VERSION = "5.24.0"  # the transformers release whose private code t
 # "chatcmpl<16 hex>_tool_call_<i>", 33 letters and digits (up to 9,999,999 calls), which such a client keeps whole.
 
 SERVED_MAX = 256  # served sequences kept
-
-_INSTALLED = False
 
 
 class ServedSequences:
@@ -96,14 +94,6 @@ def _tokenizer(processor):
     return getattr(processor, "tokenizer", processor)
 
 
-def _flat(ids) -> list[int]:
-    if hasattr(ids, "tolist"):
-        ids = ids.tolist()
-    if ids and isinstance(ids[0], list):
-        ids = ids[0]
-    return [int(i) for i in ids]
-
-
 def _with_ids(inputs, new: list[int]):
     """`inputs` (the chat template's encoding: lists under continuous batching, tensors otherwise) with `new` as
     its input ids (and an all-ones attention mask of that length)."""
@@ -127,7 +117,7 @@ def _reusing(stock, is_async: bool):
     """`ChatCompletionHandler._streaming` / `_non_streaming` generating from the served ids of a re-sent history."""
 
     def swap(processor, inputs):
-        ids = _flat(inputs["input_ids"])
+        ids = flat_ids(inputs["input_ids"])
         new = SERVED.reuse(_tokenizer(processor), ids)
         return _with_ids(inputs, new) if new != ids else inputs
 
@@ -209,27 +199,14 @@ def _wrap_handle_request(stock):
     return handle_request
 
 
+_PATCH = Patch(__name__, TRANSFORMERS_VERSION, lambda: chat_handler_replacements(_wrap_handle_request, _reusing))
+
+
 def install_served_prefix() -> None:
     """Generate re-sent conversations from the served tokens in this process's `transformers serve` (see above)."""
-    require_transformers(__name__, TRANSFORMERS_VERSION)
-    from transformers.cli.serving.chat_completion import ChatCompletionHandler
-
-    global _INSTALLED
-    if _INSTALLED:
-        return
-    _INSTALLED = True
-    ChatCompletionHandler.handle_request = _wrap_handle_request(ChatCompletionHandler.handle_request)
-    ChatCompletionHandler._streaming = _reusing(ChatCompletionHandler._streaming, is_async=False)
-    ChatCompletionHandler._non_streaming = _reusing(ChatCompletionHandler._non_streaming, is_async=True)
+    _PATCH.install()
 
 
 def uninstall_served_prefix() -> None:
     """Undo `install_served_prefix` (tests)."""
-    from transformers.cli.serving.chat_completion import ChatCompletionHandler
-
-    for name in ("handle_request", "_streaming", "_non_streaming"):
-        stock = getattr(getattr(ChatCompletionHandler, name), "_clawgym_stock", None)
-        if stock is not None:
-            setattr(ChatCompletionHandler, name, stock)
-    global _INSTALLED
-    _INSTALLED = False
+    _PATCH.uninstall()

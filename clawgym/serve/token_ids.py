@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clawgym.serve.compat import require_transformers
+from clawgym.serve.patching import Patch, flat_ids
 
 TRANSFORMERS_VERSION = "5.24.0"  # the transformers release whose private code this module patches (see compat)
 
@@ -27,7 +27,6 @@ TRANSFORMERS_VERSION = "5.24.0"  # the transformers release whose private code t
 # character, a held tool call, the end-of-turn token) ride on a later chunk, the last ones on the final chunk.
 # Installed in the server process by the launcher (`--token-ids`).
 
-_INSTALLED = False  # install_token_ids ran in this process
 TOKEN_FIELDS = ("return_token_ids",)  # request fields this extension reads (and removes before validation)
 _TOKEN_BOX = None  # contextvars.ContextVar holding the current request's capture dict
 
@@ -39,14 +38,6 @@ def _token_box():
 
         _TOKEN_BOX = contextvars.ContextVar("clawgym_token_box", default=None)
     return _TOKEN_BOX
-
-
-def _flat_ids(ids) -> list[int]:
-    if hasattr(ids, "tolist"):
-        ids = ids.tolist()
-    if ids and isinstance(ids[0], list):
-        ids = ids[0]
-    return [int(i) for i in ids]
 
 
 def _forward_logprobs(model, prompt_ids: list[int], completion_ids: list[int], gen_config) -> list[float]:
@@ -70,7 +61,7 @@ def _wrap_sequential_generate(stock):
         text, input_len, generated = await stock(self, model, processor, inputs, gen_config, request_id)
         box = _token_box().get()
         if box is not None:
-            prompt, completion = _flat_ids(inputs["input_ids"]), _flat_ids(generated)
+            prompt, completion = flat_ids(inputs["input_ids"]), flat_ids(generated)
             box.update(prompt=prompt, completion=completion, tokenizer=getattr(processor, "tokenizer", processor))
             if box.get("want_logprobs"):
                 box["logprobs"] = await self.async_submit(_forward_logprobs, model, prompt, completion, gen_config)
@@ -111,7 +102,7 @@ def _cb_generate_non_streaming(self, model, processor, inputs, gen_config, reque
         box = _token_box().get()
         if box is not None:
             lps = list(getattr(result, "logprobs", None) or [])
-            box.update(prompt=_flat_ids(input_ids), completion=_flat_ids(generated),
+            box.update(prompt=flat_ids(input_ids), completion=flat_ids(generated),
                        tokenizer=getattr(processor, "tokenizer", processor),
                        logprobs=[float(x) for x in lps] if len(lps) == len(generated) else None)
         return processor.decode(generated, skip_special_tokens=True), len(input_ids), generated
@@ -149,7 +140,7 @@ def _wrap_streaming(stock, sequential: bool):
         box = _token_box().get()
         if box is None:
             return queue, streamer
-        box.update(prompt=_flat_ids(inputs["input_ids"]), completion=[], logprobs=[],
+        box.update(prompt=flat_ids(inputs["input_ids"]), completion=[], logprobs=[],
                    tokenizer=getattr(processor, "tokenizer", processor), manager=self, model=model,
                    gen_config=gen_config, sequential=sequential)
         put = streamer.put
@@ -160,7 +151,7 @@ def _wrap_streaming(stock, sequential: bool):
                 if first[0]:  # generate's first put is the prompt
                     first[0] = False
                 else:
-                    box["completion"].extend(_flat_ids(value) if value.dim() else [int(value)])
+                    box["completion"].extend(flat_ids(value) if value.dim() else [int(value)])
                 return put(value)
 
             streamer.put = put_direct
@@ -276,39 +267,31 @@ def _wrap_handle_request(stock):
     return handle_request
 
 
-def install_token_ids() -> None:
-    """Answer `return_token_ids` / `logprobs` in this process's chat-completions handler (see above)."""
-    require_transformers(__name__, TRANSFORMERS_VERSION)
+def _cb_non_streaming(stock):
+    _cb_generate_non_streaming._clawgym_stock = stock  # replaced outright, the stock one kept to undo it
+    return _cb_generate_non_streaming
+
+
+def _replacements():
     from transformers.cli.serving import utils
     from transformers.cli.serving.chat_completion import ChatCompletionHandler
 
-    global _INSTALLED
-    if _INSTALLED:
-        return
-    _INSTALLED = True
-    ChatCompletionHandler.handle_request = _wrap_handle_request(ChatCompletionHandler.handle_request)
-    utils.GenerateManager.generate_non_streaming = _wrap_sequential_generate(
-        utils.GenerateManager.generate_non_streaming)
-    for mgr, sequential in ((utils.GenerateManager, True), (utils.CBGenerateManager, False)):
-        mgr.generate_streaming = _wrap_streaming(mgr.generate_streaming, sequential)
-    stock = utils.CBGenerateManager.generate_non_streaming
-    utils.CBGenerateManager.__init__ = _cb_init_with_logprobs(utils.CBGenerateManager.__init__)
-    _cb_generate_non_streaming._clawgym_stock = stock
-    utils.CBGenerateManager.generate_non_streaming = _cb_generate_non_streaming
+    return [(ChatCompletionHandler, "handle_request", _wrap_handle_request),
+            (utils.GenerateManager, "generate_non_streaming", _wrap_sequential_generate),
+            (utils.GenerateManager, "generate_streaming", lambda stock: _wrap_streaming(stock, sequential=True)),
+            (utils.CBGenerateManager, "generate_streaming", lambda stock: _wrap_streaming(stock, sequential=False)),
+            (utils.CBGenerateManager, "__init__", _cb_init_with_logprobs),
+            (utils.CBGenerateManager, "generate_non_streaming", _cb_non_streaming)]
+
+
+_PATCH = Patch(__name__, TRANSFORMERS_VERSION, _replacements)
+
+
+def install_token_ids() -> None:
+    """Answer `return_token_ids` / `logprobs` in this process's chat-completions handler (see above)."""
+    _PATCH.install()
 
 
 def uninstall_token_ids() -> None:
     """Undo `install_token_ids` (tests)."""
-    from transformers.cli.serving import utils
-    from transformers.cli.serving.chat_completion import ChatCompletionHandler
-
-    for owner, name in ((ChatCompletionHandler, "handle_request"), (utils.GenerateManager, "generate_non_streaming"),
-                        (utils.CBGenerateManager, "__init__"), (utils.CBGenerateManager, "generate_non_streaming"),
-                        (utils.GenerateManager, "generate_streaming"), (utils.CBGenerateManager, "generate_streaming")):
-        stock = getattr(getattr(owner, name), "_clawgym_stock", None)
-        if stock is not None:
-            setattr(owner, name, stock)
-    global _INSTALLED
-    _INSTALLED = False
-
-
+    _PATCH.uninstall()
