@@ -1,8 +1,18 @@
-"""Small helpers shared by the asset modules (metadata formatting)."""
+"""Small helpers shared by the asset modules (metadata formatting, config errors)."""
 
-from typing import Mapping, Sequence
+import contextlib
+from typing import Iterator, Mapping, Sequence
 
 import dagster as dg
+
+
+@contextlib.contextmanager
+def failure_on_value_error() -> Iterator[None]:
+    """A ValueError in the block (a bad partition key or config value: its message names it) becomes dg.Failure."""
+    try:
+        yield
+    except ValueError as e:
+        raise dg.Failure(str(e)) from None
 
 
 def md_counts(title: str, counts: Mapping[str, int]) -> dg.MetadataValue:

@@ -7,7 +7,7 @@ import dagster as dg
 from clawgym.lake import Table, TaskSource, bench_source
 from clawgym.lake.records import counts, task_row, tasks_from_table
 from clawgym.tasks.names import check_name
-from clawgym_assets._util import md_counts, md_table
+from clawgym_assets._util import failure_on_value_error, md_counts, md_table
 from clawgym_assets.partitions import model_partitions, suite_partitions
 from clawgym_assets.rollout_config import RolloutConfig
 from clawgym_assets.synthesis import synthetic_tasks, verifiers
@@ -118,10 +118,9 @@ def bench_scores(context: dg.AssetExecutionContext, config: BenchScoresConfig, l
                  openclaw: OpenClawResource) -> dg.MaterializeResult:
     from clawgym.bench.scores import ScoreSettings, score_model
 
-    try:  # a model key may name a folder under checkpoints/ (resolve_policy): one plain name (issue 22)
+    # a model key may name a folder under checkpoints/ (resolve_policy): one plain name (issue 22)
+    with failure_on_value_error():
         model = check_name(context.partition_key, "model partition key")
-    except ValueError as e:
-        raise dg.Failure(str(e)) from None
     spec = endpoints.policy(model)
     parent = (lake.checkpoint_registry().get(model) or {}).get("parent")
     suite_tasks = {}

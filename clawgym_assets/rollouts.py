@@ -9,7 +9,7 @@ from clawgym.lake import Table
 from clawgym.lake.codec import decode_text, loads
 from clawgym.lake.records import counts, effective_rows, group_mean, outcome, outcome_counts
 from clawgym.tasks.names import check_name
-from clawgym_assets._util import md_counts, md_histogram, md_table
+from clawgym_assets._util import failure_on_value_error, md_counts, md_histogram, md_table
 from clawgym_assets.partitions import DEFAULT_SHARDS, SUITES, n_shards_of, trajectory_partitions_def
 from clawgym_assets.rollout_config import RolloutConfig
 from clawgym_assets.synthesis import imported_tasks, synthetic_tasks, verifiers
@@ -26,10 +26,9 @@ class TrajectoriesConfig(RolloutConfig):  # + max_turns, max_wall_s, ..., attemp
 
 def _partition(context) -> tuple:
     keys = context.partition_key.keys_by_dimension
-    try:  # a policy key may name a folder under checkpoints/ (resolve_policy): one plain name (issue 22)
+    # a policy key may name a folder under checkpoints/ (resolve_policy): one plain name (issue 22)
+    with failure_on_value_error():
         return check_name(keys["policy"], "policy partition key"), int(keys["shard"])
-    except ValueError as e:
-        raise dg.Failure(str(e)) from None
 
 
 def build_rollout_assets(n_shards: int = DEFAULT_SHARDS) -> tuple[dg.AssetsDefinition, dg.AssetsDefinition]:

@@ -132,75 +132,33 @@ class LLMCandidatesConfig(LLMRouteConfig):
     n_llm: int = 0  # 0: nothing to make (the offline default graph has no generator endpoint)
 
 
-def _client_cfg(endpoints: ModelEndpointsResource, name: str, role: str, asset: str = "synthetic_tasks",
-                stack=None, max_tokens: int = 0) -> dict:
-    """llm_route.ClientConfig fields of the endpoint registered as `name` (dg.Failure naming it otherwise). A local
-    model or checkpoint (kind "local") is served for the run: its server is entered on `stack` (one per model,
-    shared by the roles, stopped when the stack closes, also on failure: clawgym.agent.servers.shared_endpoint)."""
-    try:
-        spec = endpoints.policy(name)
-    except KeyError as e:
-        raise dg.Failure(f"{asset}.config.{role}: {e.args[0] if e.args else e}") from None
-    if spec.kind == "local":
-        from clawgym.agent.servers import shared_endpoint
+def _persona_dicts(lake: LakeResource) -> list:
+    """The personas table's persona dicts."""
+    import json
 
-        if stack is None:
-            raise dg.Failure(f"{asset}.config.{role}: endpoint {name!r} is a local model (kind 'local'): it is "
-                             "served only inside a run")
-        from clawgym.synth.llm_route import TASK_SCHEMA, bounded_schema
-
-        try:
-            bounded_schema(TASK_SCHEMA, max_tokens or spec.max_tokens, "task_spec")
-        except ValueError as e:
-            raise dg.Failure(f"{asset}.config.max_tokens: {e}") from None
-        ep = stack.enter_context(shared_endpoint(spec))
-        # a local server on a starved CPU can take minutes per request: wait long, never re-send (RetryPolicy)
-        # a small local model gets the gate's schema bounded to its budget (llm_route.bounded_schema): a reply the
-        # constrained decoder can always finish within max_tokens
-        return {"base_url": ep.base_url, "model": ep.model, "api_key_env": ep.api_key_env, "timeout_s": 3600.0,
-                "max_retries": 0, "max_tokens": max_tokens or spec.max_tokens, "temperature": spec.temperature,
-                "bounded_schema": True}
-    if spec.kind != "openai" or not spec.base_url:
-        raise dg.Failure(f"{asset}.config.{role}: endpoint {name!r} is not an OpenAI-compatible endpoint "
-                         f"with a base_url, nor a local model (kind {spec.kind!r})")
-    cfg = {"base_url": spec.base_url, "model": spec.model or name, "extra": dict(spec.extra or {})}
-    if max_tokens:
-        cfg["max_tokens"] = max_tokens
-    if spec.api_key_env:
-        cfg["api_key_env"] = spec.api_key_env
-    return cfg
+    return [json.loads(s) for s in lake.personas().column("persona_json").to_pylist()]
 
 
 def _llm_plan(config: LLMRouteConfig, lake: LakeResource, endpoints: ModelEndpointsResource, pdicts: list,
               asset: str = "synthetic_tasks", stack=None):
-    """The pipeline's LLMPlan for `config` (dg.Failure naming the bad field); local model endpoints are served on
-    `stack` (an ExitStack the caller closes after synthesis)."""
+    """The pipeline's LLMPlan for `config` (clawgym.synth.llm_plan.llm_plan; dg.Failure naming the bad field); local
+    model endpoints are served on `stack` (an ExitStack the caller closes after synthesis)."""
     import json
 
-    from clawgym.synth.pipeline import LLMPlan
-    from clawgym.synth.taxonomy import SUBCATEGORIES
+    from clawgym.synth.llm_plan import PlanError, llm_plan
 
-    unknown = sorted(set(config.categories) - set(SUBCATEGORIES))
-    if unknown:
-        raise dg.Failure(f"{asset}.config.categories: unknown {unknown}; known: {sorted(SUBCATEGORIES)}")
-    if config.max_tokens < 0:
-        raise dg.Failure(f"{asset}.config.max_tokens: must be 0 (the endpoint's default) or positive, got "
-                         f"{config.max_tokens}")
+    skills_ = [json.loads(s) for s in lake.skills().column("skill_json").to_pylist()]
+    try:
+        return llm_plan(config, endpoints.policy, pdicts, skills_, cache_dir=str(lake.path("cache", "llm")),
+                        gate_cache_dir=str(lake.path("cache", "gates")), asset=asset, stack=stack)
+    except PlanError as e:
+        raise dg.Failure(str(e)) from None
 
-    def client(name: str, role: str) -> dict:
-        return {**_client_cfg(endpoints, name, role, asset, stack, config.max_tokens),
-                "max_in_flight": config.max_in_flight}
 
-    gen = client(config.generator, "generator")
-    rev = client(config.reviewer, "reviewer") if config.reviewer else None
-    aud = client(config.auditor, "auditor") if config.auditor else rev
-    sks = [json.loads(s) for s in lake.skills().column("skill_json").to_pylist()]
-    sks = [s for s in sks if s.get("usable_offline", True)]
-    return LLMPlan(generator=gen, reviewer=rev, auditor=aud, n=config.n_llm, personas=pdicts, skills=sks,
-                   skill_fraction=config.skill_fraction, max_repairs=config.max_repairs,
-                   taxonomy={c: SUBCATEGORIES[c] for c in (config.categories or SUBCATEGORIES)},
-                   workers=config.llm_workers or None, cache_dir=str(lake.path("cache", "llm")),
-                   hacker=config.llm_hacker, gate_cache_dir=str(lake.path("cache", "gates")))
+def _llm_metadata(stats: dict) -> dict:
+    """The LLM route's request statistics as asset metadata."""
+    return {"llm": dg.MetadataValue.json(stats), "llm_requests": int(stats.get("requests") or 0),
+            "llm_cache_hits": int(stats.get("cache_hits") or 0)}
 
 
 def _gate_table(counts_: dict) -> str:
@@ -219,13 +177,11 @@ def _gate_table(counts_: dict) -> str:
                       "LLM config then reads every answer from the caches. Without a partition key: all shards.")
 def llm_candidates(context: dg.AssetExecutionContext, config: LLMCandidatesConfig, lake: LakeResource,
                    sandbox: SandboxResource, endpoints: ModelEndpointsResource) -> dg.MaterializeResult:
-    import json
-
     from clawgym.synth.pipeline import generate_llm, rejection_stage_counts
 
     if config.n_llm <= 0:
         return dg.MaterializeResult(metadata={"n_candidates": 0, "status": "n_llm is 0: nothing to make"})
-    pdicts = [json.loads(s) for s in lake.personas().column("persona_json").to_pylist()]
+    pdicts = _persona_dicts(lake)
     with contextlib.ExitStack() as servers:  # local model endpoints: served for this run, stopped on the way out
         plan = _llm_plan(config, lake, endpoints, pdicts, asset="llm_candidates", stack=servers)
         if context.has_partition_key:
@@ -236,8 +192,7 @@ def llm_candidates(context: dg.AssetExecutionContext, config: LLMCandidatesConfi
         "shard": context.partition_key if context.has_partition_key else "all",
         "n_candidates": int(stats.get("candidates") or 0), "n_accepted": len(acc), "n_rejected": len(rej),
         "rejected_by_gate": md_counts("gate", rejection_stage_counts(rej)),
-        "llm": dg.MetadataValue.json(stats), "llm_requests": int(stats.get("requests") or 0),
-        "llm_cache_hits": int(stats.get("cache_hits") or 0),
+        **_llm_metadata(stats),
     })
 
 
@@ -250,14 +205,12 @@ def llm_candidates(context: dg.AssetExecutionContext, config: LLMCandidatesConfi
                       "rejected_tasks.")
 def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksConfig, lake: LakeResource,
                     sandbox: SandboxResource, endpoints: ModelEndpointsResource) -> dg.MaterializeResult:
-    import json
-
     from clawgym.synth.embed import minilm_embedder
     from clawgym.synth.synthetic import synthesize_tasks
 
     if config.route not in ROUTES:
         raise dg.Failure(f"synthetic_tasks.config.route: {config.route!r} is not one of {', '.join(ROUTES)}")
-    pdicts = [json.loads(s) for s in lake.personas().column("persona_json").to_pylist()]
+    pdicts = _persona_dicts(lake)
     embed = minilm_embedder(str(lake.path("cache", "minilm_embeddings.npz")))
     # local model endpoints (generator / reviewer / auditor) are served for this run and stopped on the way out
     with contextlib.ExitStack() as servers, sandbox.factory() as factory:
@@ -294,9 +247,7 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
                                for d in div]),
         "diversity_json": dg.MetadataValue.json(div),
         "timings_s": dg.MetadataValue.json({k: round(v, 3) for k, v in res.timings.items()}),
-        **({"llm": dg.MetadataValue.json(res.llm_stats),
-            "llm_requests": int(res.llm_stats.get("requests") or 0),
-            "llm_cache_hits": int(res.llm_stats.get("cache_hits") or 0),
+        **({**_llm_metadata(res.llm_stats),
             "llm_tokens_per_accepted_task": float(res.llm_stats.get("tokens_per_accepted_task") or 0.0)}
            if res.llm_stats else {}),
     })

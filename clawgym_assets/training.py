@@ -10,6 +10,7 @@ import dagster as dg
 
 from clawgym.tasks.names import check_name, safe_join
 from clawgym.train.record import RECORD_FILE, CheckpointRecord
+from clawgym_assets._util import failure_on_value_error
 from clawgym_assets.partitions import checkpoint_partitions, model_partitions
 from clawgym_assets.rollouts import sft_dataset
 from clawgym_resources import LakeResource, ModelEndpointsResource, SandboxResource, TrainerResource
@@ -108,11 +109,9 @@ def _grpo_tasks(lake: LakeResource, config: CheckpointConfig, out_dir) -> tuple[
 def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig, lake: LakeResource,
                 trainer: TrainerResource, endpoints: ModelEndpointsResource, sandbox: SandboxResource,
                 pipes_subprocess_client: dg.PipesSubprocessClient) -> dg.MaterializeResult:
-    try:  # a partition key becomes a folder: one plain name, under checkpoints/ (issue 22)
+    with failure_on_value_error():  # a partition key becomes a folder: one plain name, under checkpoints/ (issue 22)
         name = check_name(context.partition_key, "checkpoint partition key")
         out_dir = safe_join(endpoints.checkpoints_path(), name)
-    except ValueError as e:
-        raise dg.Failure(str(e)) from None
     base = _resolve_base(config.base, endpoints)
     parent = config.parent or endpoints.base_policy_name
     if config.method == "grpo":
