@@ -9,6 +9,7 @@
   `cb_attention` (per-sequence attention for continuous batching on CPU), `packed_linear` (oneDNN linear layers
   with pre-packed weights on CPU), `context_limit` (a request over the model's context window answered 400 at once),
   `served_prefix` (a re-sent conversation generated from the ids the server sampled, not a re-tokenization);
+  `patching` (what they share: replacing a library attribute by a wrapper, once, and putting the stock one back);
   `auth` (the bearer token).
 
 This package imports no training code (TRL, datasets): the server process stays light.

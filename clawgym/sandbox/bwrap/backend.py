@@ -30,6 +30,7 @@ Common to both:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -197,14 +198,28 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         p = self._proc
         return p is not None and p.poll() is None
 
+    @contextlib.contextmanager
+    def _counted_exec(self):
+        """The span of one exec: counted (`_enter` raises on a closed handle; a reset waits for it), and when the
+        sandbox's last exec ends, nothing an exec started outlives it; SandboxError when the sandbox was closed
+        while it ran."""
+        self._enter()
+        try:
+            yield
+        finally:
+            last = self._leave()
+            if last and not self._closed:
+                self._sweep()
+        if self._closed:
+            raise SandboxError("sandbox was closed while a command ran")
+
     def _exec_server(self, argv, chdir, env, stdin, timeout, max_output) -> ExecResult:
         t0 = time.monotonic()
         deadline = t0 + timeout
         flood = flood_limit(max_output)
         req = execd_client.encode({"op": "exec", "argv": argv, "env": self._env(env), "cwd": chdir,
                                    "stdin": stdin is not None, "uid": SANDBOX_UID, "gid": SANDBOX_GID})
-        self._enter()  # raises on a closed handle; counted, so a reset waits for this exec
-        try:
+        with self._counted_exec():
             for attempt in (1, 2, 3):
                 try:
                     sock = execd_client.connect(self._sock, timeout=5.0)
@@ -226,12 +241,6 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
                     raise SandboxError(f"exec failed: {r.error or 'the command could not be started'}")
                 self._sweep_if_alone()
                 time.sleep(0.05 * attempt)
-        finally:
-            last = self._leave()
-            if last and not self._closed:
-                self._sweep()  # nothing an exec started outlives it
-        if self._closed:
-            raise SandboxError("sandbox was closed while a command ran")
         timed_out, rc = r.timed_out, r.rc
         if r.flooded:
             rc = 137
@@ -368,15 +377,8 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         timeout = float(timeout if timeout is not None else self.config.default_timeout_s)
         full = ["nsenter", f"--target={init}", "--net", "--mount", f"--setuid={SERVICE_UID}",
                 f"--setgid={SERVICE_GID}", "--"] + argv
-        self._enter()
-        try:
+        with self._counted_exec():
             cap = run_capture(full, env=self._env(env), cwd="/", timeout=timeout, stdin=stdin, max_output=max_output)
-        finally:
-            last = self._leave()
-            if last and not self._closed:
-                self._sweep()  # nothing an exec started outlives it
-        if self._closed:
-            raise SandboxError("sandbox was closed while a command ran")
         return ExecResult(rc=124 if cap.timed_out else cap.rc, stdout=cap.stdout.decode("utf-8", errors="replace"),
                           stderr=cap.stderr.decode("utf-8", errors="replace"), timed_out=cap.timed_out,
                           duration_s=cap.duration_s, truncated=cap.truncated)

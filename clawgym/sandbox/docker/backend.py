@@ -113,29 +113,13 @@ class DockerSandbox(DockerExecMixin, CountedHostFileMixin, Sandbox):
         wd = None
         if workdir:
             wd = workdir if workdir.startswith("/") else posixpath.join(self.config.workspace, workdir)
-        timeout = float(timeout if timeout is not None else self.config.default_timeout_s)
-        t0 = time.monotonic()
-        deadline = t0 + timeout
-        flood = flood_limit(max_output)
-        self._enter()
-        try:
-            res = None
-            if self.use_execd and self._slot.fast():
-                res = self._exec_fast(argv, wd, env, stdin, deadline, max_output, flood)
-            if res is None:  # fallback: docker exec
-                if wd:
-                    argv = ["/bin/sh", "-c", 'cd -- "$1" || exit 126; shift; exec "$@"', "sh", wd] + argv
-                res = self._exec_docker(argv, env, stdin, deadline, max_output, flood)
-            out, err, truncated, timed_out, rc = res
-        finally:
-            last = self._leave()
-            if last and not self._closed and self.kill_background:
-                self._slot.sweep()  # like bwrap: nothing an exec started outlives it
-        if self._closed:
-            raise SandboxError("sandbox was closed while a command ran")
-        return ExecResult(rc=rc, stdout=out.decode("utf-8", errors="replace"),
-                          stderr=err.decode("utf-8", errors="replace"), timed_out=timed_out,
-                          duration_s=time.monotonic() - t0, truncated=truncated)
+
+        def docker(deadline, flood):  # fallback: docker exec
+            a = ["/bin/sh", "-c", 'cd -- "$1" || exit 126; shift; exec "$@"', "sh", wd] + argv if wd else argv
+            return self._exec_docker(a, env, stdin, deadline, max_output, flood)
+
+        return self._exec_counted(timeout, max_output, docker, lambda deadline, flood: self._exec_fast(
+            argv, wd, env, stdin, deadline, max_output, flood))
 
     def _kill_all(self) -> None:
         """Kill every process the sandbox's commands started: a host-side sweep of the container's

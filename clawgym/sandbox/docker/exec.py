@@ -1,6 +1,7 @@
 """How a docker sandbox runs a command: the in-container exec server (fast path) or `docker exec` through the
 raw API socket (fallback). A mixin of DockerSandbox (clawgym/sandbox/docker/backend.py), which provides
-`_slot`, `_api`, `_lock`/`_active`, `kill_background`, `_recover()` and `_kill_all()`."""
+`config`, `_slot`, `_api`, `_lock`/`_active`, `_enter()`/`_leave()`, `use_execd`, `kill_background`, `_recover()`
+and `_kill_all()`."""
 
 from __future__ import annotations
 
@@ -89,18 +90,27 @@ class DockerExecMixin:
         argv = [str(x) for x in argv]
         if not argv:
             raise ValueError("empty command")
+        return self._exec_counted(
+            timeout, max_output,
+            lambda deadline, flood: self._exec_docker(argv, env, stdin, deadline, max_output, flood,
+                                                      user=f"{SERVICE_UID}:{SERVICE_GID}", workdir="/"),
+            lambda deadline, flood: self._exec_fast(argv, "/", env, stdin, deadline, max_output, flood,
+                                                    SERVICE_UID, SERVICE_GID))
+
+    def _exec_counted(self, timeout, max_output, docker, fast) -> ExecResult:
+        """One command of exec() / service_exec(): `fast(deadline, flood)` on the exec server (None: unreachable),
+        else `docker(deadline, flood)`, each giving (out, err, truncated, timed_out, rc); capped by `timeout`
+        (None: the config's default) and `max_output`, counted as an exec, and what it started is killed when
+        the sandbox's last exec ends (with `kill_background`, like bwrap)."""
         timeout = float(timeout if timeout is not None else self.config.default_timeout_s)
         t0 = time.monotonic()
         deadline = t0 + timeout
         flood = flood_limit(max_output)
         self._enter()
         try:
-            res = None
-            if self.use_execd and self._slot.fast():
-                res = self._exec_fast(argv, "/", env, stdin, deadline, max_output, flood, SERVICE_UID, SERVICE_GID)
+            res = fast(deadline, flood) if self.use_execd and self._slot.fast() else None
             if res is None:
-                res = self._exec_docker(argv, env, stdin, deadline, max_output, flood,
-                                        user=f"{SERVICE_UID}:{SERVICE_GID}", workdir="/")
+                res = docker(deadline, flood)
             out, err, truncated, timed_out, rc = res
         finally:
             last = self._leave()
