@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -220,30 +219,9 @@ def test_backfill_runs_as_launched_containers_under_the_queue_limit(stack):
 
     keys = [f"{p}|{s}" for p in POLICIES for s in range(SHARDS)]
     inst = _instance(stack)
-    seen = {"max_started": 0, "queued_while_full": False}
-    stop = threading.Event()
-
-    def watch():  # the queue as Postgres records it: never more than MAX_RUNS started runs at once
-        while not stop.is_set():
-            try:
-                started = inst.get_runs_count(RunsFilter(statuses=[DagsterRunStatus.STARTED,
-                                                                   DagsterRunStatus.STARTING]))
-                queued = inst.get_runs_count(RunsFilter(statuses=[DagsterRunStatus.QUEUED]))
-                seen["max_started"] = max(seen["max_started"], started)
-                seen["queued_while_full"] |= started == MAX_RUNS and queued > 0
-            except Exception:
-                pass
-            time.sleep(0.3)
-
-    th = threading.Thread(target=watch, daemon=True)
     t0 = time.monotonic()
     bid = stackctl.launch_backfill("trajectories", keys, url=stack["url"])
-    th.start()
-    try:
-        b = stackctl.wait_backfill(bid, timeout=600, url=stack["url"])
-    finally:
-        stop.set()
-        th.join()
+    b = stackctl.wait_backfill(bid, timeout=600, url=stack["url"])
     wall = time.monotonic() - t0
     try:
         assert b["status"] == "COMPLETED_SUCCESS", json.dumps(b)[:2000]
@@ -255,13 +233,23 @@ def test_backfill_runs_as_launched_containers_under_the_queue_limit(stack):
             assert r.dagster_run.tags.get("dagster/image") == "clawgym-project:latest"
         assert len({r.dagster_run.tags["docker/container_id"] for r in records}) == len(keys)
         stack["backfill"], stack["backfill_runs"] = bid, [r.dagster_run.run_id for r in records]
-        # overlap of the runs' own start/end times (Postgres run records) stays within the limit
-        spans = sorted((r.start_time, r.end_time) for r in records)
-        overlap = max(sum(1 for a, b_ in spans if a <= s < b_) for s, _ in spans)
+        timeline = _queue_timeline(inst, [r.dagster_run.run_id for r in records])
     finally:
         inst.dispose()
-    assert overlap <= MAX_RUNS and seen["max_started"] <= MAX_RUNS, (overlap, seen)
-    assert seen["queued_while_full"], f"the queue never held runs back: {seen}"
+    # the queue as the run records in Postgres say it was (no polling that can miss a moment): a run holds a slot
+    # from its dequeue to its end; never more than MAX_RUNS slots are held at once ...
+    held = lambda t, skip=None: sum(1 for rid, (_, d, e) in timeline.items() if rid != skip and d <= t < e)  # noqa: E731
+    overlap = max(held(d) for _, d, _ in timeline.values())
+    assert overlap <= MAX_RUNS, _fmt_timeline(timeline)
+    # ... and the limit bit: some run sat in the queue while every slot was held. The slots held change only at a
+    # dequeue (up) or an end (down), so their most over a run's wait [enqueued, dequeued) is at its enqueue or at a
+    # dequeue of another run inside that wait
+    def full_while_queued(rid, q, d):
+        moments = [q] + [d2 for r2, (_, d2, _) in timeline.items() if r2 != rid and q <= d2 < d]
+        return any(held(t, rid) >= MAX_RUNS for t in moments)
+
+    waited = [rid for rid, (q, d, _) in timeline.items() if full_while_queued(rid, q, d)]
+    assert waited, "no run ever waited in a full queue:\n" + _fmt_timeline(timeline)
     n_rollouts = 0
     for p in POLICIES:
         for s in range(SHARDS):
@@ -273,7 +261,30 @@ def test_backfill_runs_as_launched_containers_under_the_queue_limit(stack):
             else:
                 assert all(r["score"] < 1.0 for r in rows)
     print(f"\nstack: up {stack['up_s']:.0f} s; backfill of {len(keys)} partitions ({n_rollouts} rollouts) "
-          f"in {wall:.0f} s, max overlap {overlap}")
+          f"in {wall:.0f} s, max overlap {overlap}, {len(waited)} runs waited in the full queue")
+
+
+def _queue_timeline(inst, run_ids) -> dict:
+    """run id -> (enqueued, dequeued, ended): the run coordinator's own events, as the instance recorded them."""
+    from dagster import DagsterEventType
+
+    # RUN_STARTING: the coordinator took the run off the queue and handed it to the launcher (it holds a slot)
+    kinds = {DagsterEventType.RUN_ENQUEUED: 0, DagsterEventType.RUN_STARTING: 1, DagsterEventType.RUN_SUCCESS: 2,
+             DagsterEventType.RUN_FAILURE: 2}
+    out = {}
+    for rid in run_ids:
+        t = [None, None, None]
+        for e in inst.all_logs(rid, of_type=set(kinds)):
+            t[kinds[e.dagster_event.event_type]] = e.timestamp
+        assert None not in t, f"run {rid}: enqueue/starting/end events missing: {t}"
+        out[rid] = tuple(t)
+    return out
+
+
+def _fmt_timeline(timeline: dict) -> str:
+    t0 = min(q for q, _, _ in timeline.values())
+    return "\n".join(f"  {rid[:8]} enqueued {q - t0:7.2f}  dequeued {d - t0:7.2f}  ended {e - t0:7.2f}"
+                     for rid, (q, d, e) in sorted(timeline.items(), key=lambda kv: kv[1]))
 
 
 @pytest.mark.browser
