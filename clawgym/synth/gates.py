@@ -408,7 +408,6 @@ def validate_task(task: Task, factory: Any, judge: Any = None, hacker: str = DEF
     _check_hacker(hacker)
     from clawgym.agent.toolcore import replay_errors
     from clawgym.agent.tools import apply_reference
-    from clawgym.verify import verify_task
 
     t0 = time.perf_counter()
     v = TaskValidation(task_id=task.task_id, family=task.family, category=task.category)
@@ -421,18 +420,12 @@ def validate_task(task: Task, factory: Any, judge: Any = None, hacker: str = DEF
     keys: list[set[str]] = []
 
     def score(overlay: dict[str, bytes | None]) -> float:
-        with factory.open(task.files) as sb:
-            for p, b in overlay.items():
-                if b is None:
-                    sb.remove(p)
-                else:
-                    sb.write_file(p, b)
-            r = verify_task(task, sb, transcript=[], judge=judge)
-            v.errors += r.errors
-            keys.append(set(r.subscores))
-            if overlay is oracle_overlay:
-                v.oracle_checks = dict(r.subscores)
-            return r.code_score if r.code_score is not None else r.score
+        r = _verify_overlay(task, factory, overlay, judge)
+        v.errors += r.errors
+        keys.append(set(r.subscores))
+        if overlay is oracle_overlay:
+            v.oracle_checks = dict(r.subscores)
+        return r.code_score if r.code_score is not None else r.score
 
     if not task.reference:
         outs = task_outputs(task)
@@ -465,25 +458,32 @@ def validate_task(task: Task, factory: Any, judge: Any = None, hacker: str = DEF
     return _first_error(_judge(v, has_reference=bool(task.reference), hacker=hacker, bound=bound))
 
 
+def _verify_overlay(task: Task, factory: Any, overlay: dict[str, bytes | None], judge: Any = None):
+    """The official verification (its own sandbox from `factory`, clawgym.verify.verify_task) of the task's files
+    with `overlay` applied (path -> bytes written, None removed); an empty transcript."""
+    from clawgym.verify import verify_task
+
+    with factory.open(task.files) as sb:
+        for p, b in overlay.items():
+            if b is None:
+                sb.remove(p)
+            else:
+                sb.write_file(p, b)
+        return verify_task(task, sb, transcript=[], judge=judge)
+
+
 def exploit_check(task: Task, factory: Any, judge: Any = None, bound: float | None = HACK_BOUND) -> dict[str, Any]:
     """The hacker gate alone, for tasks whose other gates do not apply (imported tasks: no reference, outputs
     found from the instruction / check code): the untouched workspace and each exploit of clawgym.synth.exploits
     scored by the official path (its own sandbox, clawgym.verify.verify_task, code score). {"scores": {exploit:
     score}, "untouched": the untouched workspace's score (None when no exploit applies), "hackable": [exploits
     scoring above it (or reaching `bound`, a number)], "errors": [...]}; no exploit applies -> empty scores."""
-    from clawgym.verify import verify_task
 
     scores: dict[str, float] = {}
     errors: list[str] = []
 
     def score(name: str, overlay: dict[str, bytes | None]) -> float:
-        with factory.open(task.files) as sb:
-            for p, b in overlay.items():
-                if b is None:
-                    sb.remove(p)
-                else:
-                    sb.write_file(p, b)
-            r = verify_task(task, sb, transcript=[], judge=judge)
+        r = _verify_overlay(task, factory, overlay, judge)
         errors.extend(f"{name}: {e}" for e in r.errors)
         return float(r.code_score if r.code_score is not None else r.score)
 

@@ -108,26 +108,10 @@ class SynthResult:
 
 
 def procedural_gate(v: TaskValidation) -> str:
-    """The first gate a failed procedural validation did not pass."""
-    if v.reason.startswith("infra"):
-        return "infra"
-    if not v.compiles:
-        return "compile"
-    if v.noop_score is None or v.noop_score != 0.0:
-        return "noop"
-    if v.scaffold_score is None or v.scaffold_score != 0.0:
-        return "scaffold"
-    if v.oracle_score is None or abs(v.oracle_score - 1.0) > 1e-9:
-        return "oracle"
-    if v.oracle_score_2 != v.oracle_score:
-        return "determinism"
-    if "mutation" in v.reason:
-        return "mutation"
-    if not v.same_keys:
-        return "keys"
-    if v.hackable:
-        return "hacker"
-    return "gates"
+    """The first gate a failed procedural validation did not pass (a procedural task always has its reference)."""
+    from clawgym.synth.llm_gates import llm_gate_of
+
+    return llm_gate_of(v, has_reference=True)
 
 
 def _task_json(t: Task | None) -> str | None:

@@ -321,23 +321,9 @@ def grpo_tokenizer(base_model: str):
 
 def plot_rewards(curve: list[dict], path: Path, title: str = "GRPO reward") -> Path | None:
     """Plot the mean reward per step ([{"step", "reward"}]) as a PNG at `path`; None for an empty curve."""
-    if not curve:
-        return None
-    import matplotlib
+    from clawgym.train.sft import plot_curve
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5, 3), dpi=100)
-    ax.plot([c["step"] for c in curve], [c["reward"] for c in curve], marker=".")
-    ax.set_xlabel("step")
-    ax.set_ylabel("mean verifier reward")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return plot_curve(curve, "reward", path, title, "mean verifier reward")
 
 
 def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> CheckpointRecord:

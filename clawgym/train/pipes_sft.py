@@ -69,26 +69,25 @@ def _config_from_extras(ctx: PipesContext) -> SFTRunConfig:
     extras = dict(ctx.extras or {})
     if "sft_run" not in extras:
         raise ValueError(f"Pipes extras: no 'sft_run' (SFTRunConfig fields); got keys {sorted(extras)}")
-    raw = dict(extras["sft_run"])
-    if not raw.get("name"):
+    return SFTRunConfig.from_dict(_named_by_partition(ctx, extras["sft_run"]))
+
+
+def _named_by_partition(ctx: PipesContext, run: dict) -> dict:
+    """The run config with its name defaulted to the Pipes context's partition key (when partitioned)."""
+    run = dict(run)
+    if not run.get("name"):
         try:
-            raw["name"] = ctx.partition_key
+            run["name"] = ctx.partition_key
         except Exception:  # not partitioned
             pass
-    return SFTRunConfig.from_dict(raw)
+    return run
 
 
 def _grpo(ctx: PipesContext, raw: dict) -> CheckpointRecord:
     from clawgym.sandbox import SandboxConfig, get_factory
     from clawgym.tasks.parquet_io import read_tasks_parquet
 
-    run = dict(raw["grpo_run"])
-    if not run.get("name"):
-        try:
-            run["name"] = ctx.partition_key
-        except Exception:  # not partitioned
-            pass
-    cfg = GRPORunConfig.from_dict(run)
+    cfg = GRPORunConfig.from_dict(_named_by_partition(ctx, raw["grpo_run"]))
     if not raw.get("tasks_file"):
         raise ValueError("Pipes extras: 'grpo_run' needs 'tasks_file' (a tasks parquet)")
     tasks = read_tasks_parquet(raw["tasks_file"])

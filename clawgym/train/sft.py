@@ -172,8 +172,8 @@ def last_trainer_checkpoint(work: Path) -> str | None:
     return str(cks[-1]) if cks else None
 
 
-def plot_loss(curve: list[dict], path: Path, title: str = "SFT loss") -> Path | None:
-    """Plot the loss curve ([{"step", "loss"}]) as a PNG at `path`; returns it, or None for an empty curve."""
+def plot_curve(curve: list[dict], key: str, path: Path, title: str, ylabel: str) -> Path | None:
+    """Plot curve[i][key] against curve[i]["step"] as a PNG at `path`; returns it, or None for an empty curve."""
     if not curve:
         return None
     import matplotlib
@@ -182,15 +182,20 @@ def plot_loss(curve: list[dict], path: Path, title: str = "SFT loss") -> Path | 
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5, 3), dpi=100)
-    ax.plot([c["step"] for c in curve], [c["loss"] for c in curve], marker=".")
+    ax.plot([c["step"] for c in curve], [c[key] for c in curve], marker=".")
     ax.set_xlabel("step")
-    ax.set_ylabel("train loss")
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def plot_loss(curve: list[dict], path: Path, title: str = "SFT loss") -> Path | None:
+    """Plot the loss curve ([{"step", "loss"}]) as a PNG at `path`; returns it, or None for an empty curve."""
+    return plot_curve(curve, "loss", path, title, "train loss")
 
 
 def run_sft(cfg: SFTRunConfig, on_log=None) -> CheckpointRecord:
