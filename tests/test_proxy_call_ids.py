@@ -116,3 +116,89 @@ def test_a_call_without_a_string_id_pairs_with_no_unnamed_result():
     out = rebuild_sessions(turns)["s"]
     assert "fake_tool_result" in [d["kind"] for d in out["divergence"]]
     assert all(m["role"] != "tool" for m in out["messages"])
+
+
+# -- ids that collide after `_cid` (issue 25, hostile review): a result that could name two calls pairs with none
+LONG_KIMI = "functions.mcp__filesystem__read_text_file:{}"  # a long MCP tool name: over 40 characters
+
+
+def _ent(seq, msgs, reply):
+    return {"session": "s", "seq": seq, "status": 200, "request": {"messages": msgs, "tools": []},
+            "response": {"choices": [{"message": reply}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}}
+
+
+def _call(call_id, cmd):
+    return {"id": call_id, "type": "function", "function": {"name": "exec", "arguments": json.dumps({"cmd": cmd})}}
+
+
+def _two_calls(ids, result_ids, resent=None):
+    """One reply with two calls (`ids`), then a request answering them with results named `result_ids` ("res 0",
+    "res 1"), the reply re-sent with the ids `resent` (default: as returned)."""
+    sys_, u = {"role": "system", "content": "S"}, {"role": "user", "content": "Fix the bug"}
+    reply = {"role": "assistant", "content": None, "tool_calls": [_call(ids[0], "a"), _call(ids[1], "b")]}
+    back = {"role": "assistant", "content": None,
+            "tool_calls": [_call((resent or ids)[0], "a"), _call((resent or ids)[1], "b")]}
+    results = [{"role": "tool", "tool_call_id": r, "content": f"res {k}"} for k, r in enumerate(result_ids)]
+    return rebuild_sessions([_ent(1, [sys_, u], reply),
+                             _ent(2, [sys_, u, back, *results], {"role": "assistant", "content": "done"})])["s"]
+
+
+def _results(out):
+    return [(m["tool_call_id"], m["content"]) for m in out["messages"] if m["role"] == "tool"]
+
+
+@pytest.mark.parametrize("ids", [("call_a-b", "call_ab"), (LONG_KIMI.format(0), LONG_KIMI.format(1))])
+def test_colliding_ids_pair_by_their_own_id_never_the_other_call(ids):
+    # both ids have one `_cid`: the old map kept the first call only, so "res 1" (sent first, under the second
+    # call's own id) was filed as the first call's result and "res 0" dropped, with no divergence
+    out = _two_calls(ids, [ids[1], ids[0]])
+    assert _results(out) == [(ids[1], "res 0"), (ids[0], "res 1")] and out["divergence"] == []
+    # the shared form names either call: paired with none, listed
+    shared = _cid(ids[0])
+    out = _two_calls(ids, [shared, shared])
+    assert _results(out) == []
+    assert [d["kind"] for d in out["divergence"]] == ["ambiguous_tool_result"] * 2
+
+
+def test_openclaw_s_renamed_collisions_pair_with_none():
+    # OpenClaw's own re-send of two colliding ids (its makeUniqueToolId: the second one hashed, not mirrored here)
+    out = _two_calls(("call_a-b", "call_ab"), ["callab", "callab2594389b"], resent=["callab", "callab2594389b"])
+    assert _results(out) == []
+    assert [d["kind"] for d in out["divergence"]] == ["rewritten_history", "ambiguous_tool_result",
+                                                      "fake_tool_result"]
+
+
+def test_an_id_repeated_in_two_replies_pairs_with_none():
+    # a server numbering its calls per reply: turn 2's result for "call_0" was silently dropped as "already answered"
+    sys_, u = {"role": "system", "content": "S"}, {"role": "user", "content": "Fix the bug"}
+    r1 = {"role": "assistant", "content": None, "tool_calls": [_call("call_0", "one")]}
+    r2 = {"role": "assistant", "content": None, "tool_calls": [_call("call_0", "two")]}
+    h2 = [sys_, u, r1, {"role": "tool", "tool_call_id": "call_0", "content": "out one"}]
+    h3 = [*h2, r2, {"role": "tool", "tool_call_id": "call_0", "content": "out two"}]
+    out = rebuild_sessions([_ent(1, [sys_, u], r1), _ent(2, h2, r2),
+                            _ent(3, h3, {"role": "assistant", "content": "done"})])["s"]
+    assert _results(out) == [("call_0", "out one")]  # the first one named one call when it was sent
+    assert [d["kind"] for d in out["divergence"]] == ["ambiguous_tool_result"]
+
+
+def test_a_second_result_for_a_call_is_listed_not_silently_dropped():
+    out = _two_calls(("call_1", "call_2"), ["call_1", "call_1", "call_2"])
+    assert _results(out) == [("call_1", "res 0"), ("call_2", "res 2")]
+    assert [d["kind"] for d in out["divergence"]] == ["duplicate_tool_result"]
+
+
+def test_a_long_kimi_id_as_openclaw_resends_it_names_its_call():
+    # OpenClaw keeps a Kimi id and cuts it to 40: the cut is no longer a whole Kimi id, and `_cid` used to strip it
+    # to letters and digits, so an honest run read as a rewritten history and its real result as a fake
+    raw = LONG_KIMI.format(0)
+    cut = raw[:40]
+    assert _cid(raw) == cut and _cid(cut) == cut
+    got = _openclaw_resend([raw])
+    assert got in (None, [cut])
+    sys_, u = {"role": "system", "content": "S"}, {"role": "user", "content": "Fix the bug"}
+    back = {"role": "assistant", "content": None, "tool_calls": [_call(cut, "a")]}
+    out = rebuild_sessions([
+        _ent(1, [sys_, u], {"role": "assistant", "content": None, "tool_calls": [_call(raw, "a")]}),
+        _ent(2, [sys_, u, back, {"role": "tool", "tool_call_id": cut, "content": "a.txt"}],
+             {"role": "assistant", "content": "done"})])["s"]
+    assert out["divergence"] == [] and _results(out) == [(raw, "a.txt")]

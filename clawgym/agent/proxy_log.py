@@ -12,7 +12,10 @@ forgeable). It is the chain of turns the proxy actually answered, in log order:
   re-sends them (`_cid`: ``call_ab`` becomes ``callab``, a longer id is cut to 40 characters), JSON
   arguments re-serialised, tool results by tool_call_id only). A client message, once recorded, is never
   replaced by a later request's version;
-* tool results are kept only for tool calls the proxy returned, once each, under the proxy's own call id;
+* tool results are kept only for tool calls the proxy returned, once each, under the proxy's own call id; a
+  result whose id could name more than one returned call (two ids equal after `_cid`, an id repeated in two
+  replies) pairs with none (``ambiguous_tool_result``), a second result for a call is not kept
+  (``duplicate_tool_result``), both listed in ``divergence``;
 * a request that extends no answered conversation (history rewritten, assistant turns forged, fake tool
   calls, a branch off an older turn) is still answered and logged, but only its messages after the longest
   prefix it shares with an answered conversation (and after its last assistant message) are taken, and the
@@ -98,19 +101,36 @@ def clean_messages(messages: list[dict]) -> list[dict]:
 # letters and digits, "sanitizedtoolid" when none are left), then `makeUniqueToolId` cuts it to 40 characters.
 # The cut matters: vLLM's ids (``chatcmpl-tool-`` + 32 hex digits: 44 letters and digits) come back 40 long.
 # Only the renames `makeUniqueToolId` makes for uniqueness within one transcript (two ids equal after the cut, an
-# id repeated in two turns) are not mirrored: such a result pairs with no call and is a fake_tool_result.
+# id repeated in two turns) are not mirrored: a renamed result pairs with no call (fake_tool_result), and one named
+# by the shared form could be either call's, so it pairs with none either (ambiguous_tool_result, `_named`).
 _OPENCLAW_ID_MAX = 40
 _KIMI_TOOL_CALL_ID = re.compile(r"functions\.[A-Za-z0-9_-]+:[0-9]+")
+# what OpenClaw re-sends for a Kimi id over 40 characters (a long tool name:
+# "functions.mcp__filesystem__read_text_file:0") is its first 40, no longer a whole Kimi id: `_cid` keeps it as
+# is, so that what OpenClaw sends names the call it came from
+_KIMI_CUT = re.compile(r"functions\.[A-Za-z0-9_-]+(:[0-9]*)?")
 
 
 def _cid(call_id: Any) -> str:
     """A tool-call id as OpenClaw sends it back (its strict rule, above): two ids name the same call when their
-    `_cid`s are equal."""
+    `_cid`s are equal (what OpenClaw sends is its own `_cid`)."""
     if not isinstance(call_id, str) or not call_id:
         return "defaulttoolid"
-    if _KIMI_TOOL_CALL_ID.fullmatch(call_id):
+    if _KIMI_TOOL_CALL_ID.fullmatch(call_id) or (len(call_id) == _OPENCLAW_ID_MAX and _KIMI_CUT.fullmatch(call_id)):
         return call_id[:_OPENCLAW_ID_MAX]
     return (re.sub(r"[^A-Za-z0-9]", "", call_id) or "sanitizedtoolid")[:_OPENCLAW_ID_MAX]
+
+
+def _named(raw: str, returned: list[tuple]) -> list[int]:
+    """The returned tool calls (indices into `returned`: (the proxy's id, its `_cid`) of each, in log order) that a
+    result's tool_call_id `raw` may name. An id equal to a call's own id names that call, and any other call whose
+    `_cid` it is (what OpenClaw would send for that one); else it names every call with its `_cid`. More than one
+    is ambiguous: the caller pairs it with none."""
+    exact = [i for i, (pid, _) in enumerate(returned) if isinstance(pid, str) and pid == raw]
+    if exact:
+        return exact + [i for i, (_, c) in enumerate(returned) if i not in exact and c == raw]
+    cid = _cid(raw)
+    return [i for i, (_, c) in enumerate(returned) if c == cid]
 
 
 def _cargs(args: Any) -> str:
@@ -268,8 +288,8 @@ def rebuild_sessions(entries: list[dict], max_token_bytes: Optional[int] = None)
         messages: list[dict] = []
         divergence: list[dict] = []
         chain: list[tuple] = []  # (seq, canonical request, canonical reply) of each answered turn
-        call_ids: dict[str, str] = {}  # canonical id -> the proxy's id, for every tool call it returned
-        answered: set = set()  # canonical ids whose result is in the trajectory
+        returned: list[tuple] = []  # (the proxy's id, its canonical id) of every tool call it returned, in order
+        answered: set = set()  # indices into `returned` whose result is in the trajectory
         for e, msgs in kept:
             seq = e.get("seq", 0)
             req = clean_messages(msgs)
@@ -301,20 +321,27 @@ def rebuild_sessions(entries: list[dict], max_token_bytes: Optional[int] = None)
                     raw = m.get("tool_call_id")
                     # a client always names the call (OpenClaw sends a string): a result naming none pairs with
                     # no call, even one whose id `_cid` maps to the same default
-                    cid = _cid(raw) if isinstance(raw, str) and raw else None
-                    if cid not in call_ids:
+                    named = _named(raw, returned) if isinstance(raw, str) and raw else []
+                    if len(named) > 1:  # fail closed: which call it answers is not known
+                        divergence.append({"seq": seq, "kind": "ambiguous_tool_result",
+                                           "detail": f"message {i}: result id {raw[:80]!r} names {len(named)} "
+                                                     f"tool calls the proxy returned; paired with none"})
+                        continue
+                    if not named or not returned[named[0]][0]:
                         divergence.append({"seq": seq, "kind": "fake_tool_result",
                                            "detail": f"message {i}: result for a tool call the proxy never "
-                                                     f"returned ({str(m.get('tool_call_id'))[:80]})"})
+                                                     f"returned ({str(raw)[:80]})"})
                         continue
-                    if cid in answered:
+                    if named[0] in answered:
+                        divergence.append({"seq": seq, "kind": "duplicate_tool_result",
+                                           "detail": f"message {i}: another result for tool call "
+                                                     f"{str(returned[named[0]][0])[:80]}; the first one is kept"})
                         continue
-                    answered.add(cid)
-                    m = {**m, "tool_call_id": call_ids[cid]}
+                    answered.add(named[0])
+                    m = {**m, "tool_call_id": returned[named[0]][0]}
                 messages.append(m)
-            for tc in reply.get("tool_calls") or []:
-                if isinstance(tc, dict) and tc.get("id"):
-                    call_ids.setdefault(_cid(tc["id"]), tc["id"])
+            for tc in reply.get("tool_calls") or []:  # an id-less call too: it makes the default id ambiguous
+                returned.append((tc.get("id"), _cid(tc.get("id"))))
             messages.append(reply)
             chain.append((seq, creq, canonical(reply)))
         first = kept[0][0]
