@@ -202,3 +202,17 @@ def test_a_long_kimi_id_as_openclaw_resends_it_names_its_call():
         _ent(2, [sys_, u, back, {"role": "tool", "tool_call_id": cut, "content": "a.txt"}],
              {"role": "assistant", "content": "done"})])["s"]
     assert out["divergence"] == [] and _results(out) == [(raw, "a.txt")]
+
+
+def test_a_tool_result_s_name_is_the_returned_call_s_not_the_client_s():
+    # the client writes a result's `name`; it went into the trajectory (and the SFT row) as written
+    sys_, u = {"role": "system", "content": "S"}, {"role": "user", "content": "Fix the bug"}
+    r1 = {"role": "assistant", "content": None, "tool_calls": [_call("call_1", "ls")]}
+    h2 = [sys_, u, r1, {"role": "tool", "tool_call_id": "call_1", "name": "write", "content": "out"}]
+    out = rebuild_sessions([_ent(1, [sys_, u], r1), _ent(2, h2, {"role": "assistant", "content": "done"})])["s"]
+    tool = [m for m in out["messages"] if m["role"] == "tool"]
+    assert [(m["tool_call_id"], m["name"]) for m in tool] == [("call_1", "exec")]
+    # a result without a name stays without one
+    h2[-1] = {"role": "tool", "tool_call_id": "call_1", "content": "out"}
+    out = rebuild_sessions([_ent(1, [sys_, u], r1), _ent(2, h2, {"role": "assistant", "content": "done"})])["s"]
+    assert "name" not in [m for m in out["messages"] if m["role"] == "tool"][0]

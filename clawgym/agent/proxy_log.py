@@ -290,6 +290,7 @@ def rebuild_sessions(entries: list[dict], max_token_bytes: Optional[int] = None)
         chain: list[tuple] = []  # (seq, canonical request, canonical reply) of each answered turn
         returned: list[tuple] = []  # (the proxy's id, its canonical id) of every tool call it returned, in order
         answered: set = set()  # indices into `returned` whose result is in the trajectory
+        call_names: list = []  # the function name of each returned call (parallel to `returned`)
         for e, msgs in kept:
             seq = e.get("seq", 0)
             req = clean_messages(msgs)
@@ -339,9 +340,13 @@ def rebuild_sessions(entries: list[dict], max_token_bytes: Optional[int] = None)
                         continue
                     answered.add(named[0])
                     m = {**m, "tool_call_id": returned[named[0]][0]}
+                    if "name" in m:  # the client writes it: the returned call's own name, never the client's
+                        m["name"] = call_names[named[0]]
                 messages.append(m)
             for tc in reply.get("tool_calls") or []:  # an id-less call too: it makes the default id ambiguous
                 returned.append((tc.get("id"), _cid(tc.get("id"))))
+                fn = tc.get("function")
+                call_names.append(fn.get("name") if isinstance(fn, dict) else None)
             messages.append(reply)
             chain.append((seq, creq, canonical(reply)))
         first = kept[0][0]
