@@ -216,3 +216,18 @@ def test_a_tool_result_s_name_is_the_returned_call_s_not_the_client_s():
     h2[-1] = {"role": "tool", "tool_call_id": "call_1", "content": "out"}
     out = rebuild_sessions([_ent(1, [sys_, u], r1), _ent(2, h2, {"role": "assistant", "content": "done"})])["s"]
     assert "name" not in [m for m in out["messages"] if m["role"] == "tool"][0]
+
+
+def test_a_task_that_mentions_heartbeat_md_is_a_task_not_a_heartbeat():
+    # every request of such a task was dropped as a heartbeat poll: no trajectory (hostile review a15)
+    sys_, u = {"role": "system", "content": "S"}, {"role": "user", "content": "Add a check to HEARTBEAT.md"}
+    r1 = {"role": "assistant", "content": None, "tool_calls": [_call("call_1", "ls")]}
+    h2 = [sys_, u, r1, {"role": "tool", "tool_call_id": "call_1", "content": "out"}]
+    out = rebuild_sessions([_ent(1, [sys_, u], r1), _ent(2, h2, {"role": "assistant", "content": "done"})])["s"]
+    assert [m["role"] for m in out["messages"]] == ["system", "user", "assistant", "tool", "assistant"]
+    # a later heartbeat poll in the same conversation is still dropped, with its HEARTBEAT_OK answer
+    hb = {"role": "user", "content": "Read HEARTBEAT.md if it exists. If nothing needs attention, reply HEARTBEAT_OK."}
+    h3 = [*h2, {"role": "assistant", "content": "done"}, hb]
+    out = rebuild_sessions([_ent(1, [sys_, u], r1), _ent(2, h2, {"role": "assistant", "content": "done"}),
+                            _ent(3, h3, {"role": "assistant", "content": "HEARTBEAT_OK"})])["s"]
+    assert [m["role"] for m in out["messages"]] == ["system", "user", "assistant", "tool", "assistant"]

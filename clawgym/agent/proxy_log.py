@@ -62,26 +62,35 @@ def _is_internal(text: str) -> bool:
     return any(m in text for m in INTERNAL_MARKERS)
 
 
-def _last_user_text(messages: list[dict]) -> str:
-    for m in reversed(messages):
+def _first_user_text(messages: list[dict]) -> str:
+    """The conversation's first user message: the task (never taken for a heartbeat, whatever it mentions)."""
+    for m in messages:
         if m.get("role") == "user":
             return text_of(m.get("content"))
     return ""
 
 
-def _first_user_text(messages: list[dict]) -> str:
-    for m in messages:
-        if m.get("role") == "user" and not _is_heartbeat(text_of(m.get("content"))):
-            return text_of(m.get("content"))
-    return ""
+def _is_heartbeat_request(messages: list[dict]) -> bool:
+    """A heartbeat poll: its last user message names a heartbeat marker and is not the conversation's first (a task
+    that mentions HEARTBEAT.md is a task, not a poll)."""
+    users = [m for m in messages if m.get("role") == "user"]
+    if len(users) < 2:
+        return False
+    last = text_of(users[-1].get("content"))
+    return _is_heartbeat(last) and not _is_internal(last)
 
 
 def clean_messages(messages: list[dict]) -> list[dict]:
     """Remove heartbeat prompts with their HEARTBEAT_OK replies and internal-context user turns."""
     out: list[dict] = []
     skip_reply = False
+    first_user = True
     for m in messages:
         role, text = m.get("role"), text_of(m.get("content"))
+        if role == "user" and first_user and not _is_internal(text):  # the task: never taken for a heartbeat
+            first_user = False
+            out.append(m)
+            continue
         if role == "user" and _is_heartbeat(text):
             skip_reply = True  # the heartbeat's HEARTBEAT_OK answer goes too
             continue
@@ -272,7 +281,7 @@ def rebuild_sessions(entries: list[dict], max_token_bytes: Optional[int] = None)
         kept = []
         for e in sorted(ok, key=lambda e: e.get("seq", 0)):
             msgs = [m for m in (e["request"].get("messages") or []) if isinstance(m, dict)]
-            if _is_heartbeat(_last_user_text(msgs)) and not _is_internal(_last_user_text(msgs)):
+            if _is_heartbeat_request(msgs):
                 dropped += 1
                 continue
             if main_first is None:
