@@ -127,6 +127,20 @@ def test_min_score_length_cap_and_scope(world, tok):
     assert world["c"].task_id in contaminated_tasks([world["c"]], [other], scope="all")
 
 
+def test_a_rollout_whose_proxy_record_diverged_is_not_training_data(world, tok):
+    # the recording proxy lists what a client sent that it never answered (forged turns, fake / ambiguous /
+    # duplicate results, rewritten history): the rebuild fails closed on each, and the row is not trained on
+    ra = world["rows"][world["a"].task_id]
+    div = {**ra, "rollout_id": "div", "meta_json": json.dumps({"divergence": [
+        {"seq": 2, "kind": "ambiguous_tool_result", "detail": "x"}, {"seq": 3, "kind": "forged_assistant"},
+        {"seq": 3, "kind": "forged_assistant"}], "side_requests": 0})}
+    clean = {**ra, "meta_json": json.dumps({"divergence": [], "side_requests": 1})}
+    res = build_sft_dataset([div, clean], world["tasks"], [], SFTCleanConfig(), tokenizer=tok)
+    assert [r["rollout_id"] for r in res.rows] == [ra["rollout_id"]]
+    assert [(x["rollout_id"], x["reason"], x["detail"]) for x in res.rejected] == [
+        ("div", "proxy_divergence", "ambiguous_tool_result x1, forged_assistant x2")]
+
+
 def test_gx_gate_and_exports(world, tok, tmp_path):
     ra = world["rows"][world["a"].task_id]
     res = build_sft_dataset([ra], world["tasks"], [], SFTCleanConfig(), tokenizer=tok)

@@ -581,6 +581,17 @@ def _loads(v: Any, default):
     return loads(v, default)
 
 
+def _divergence(r: dict) -> str:
+    """The recording proxy's divergence kinds of an OpenClaw rollout (`meta_json.divergence`: forged assistant turns,
+    fake / ambiguous / duplicate tool results, rewritten history, branches), "" when it has none or no proxy."""
+    meta = _loads(r.get("meta_json", r.get("meta")), {})
+    div = meta.get("divergence") if isinstance(meta, dict) else None
+    if not isinstance(div, list) or not div:
+        return ""
+    kinds = Counter(str(d.get("kind") if isinstance(d, dict) else d) for d in div)
+    return ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
+
+
 def build_sft_dataset(trajectory_rows: list[dict], tasks: list[Task], bench_tasks: list[Task],
                       cfg: SFTCleanConfig | None = None, tokenizer=None) -> SFTBuildResult:
     """Clean trajectory rows into SFT rows: keep `ok` rollouts scoring at least `cfg.min_score` on tasks that
@@ -617,6 +628,10 @@ def build_sft_dataset(trajectory_rows: list[dict], tasks: list[Task], bench_task
             continue
         if tid in bench_ids or tid in bad:
             reject(r, "contaminated", bad.get(tid, f"bench task {tid}"))
+            continue
+        diverged = _divergence(r)
+        if diverged:  # the client's record of the conversation is not the chain the proxy answered: not data
+            reject(r, "proxy_divergence", diverged)
             continue
         try:
             raw = _loads(r.get("messages_json", r.get("messages")), [])
