@@ -38,10 +38,12 @@ from typing import Any, Iterable
 from clawgym.fsatomic import replace_dir
 from clawgym.tasks.model import Task
 from clawgym.agent.messages import text_of
+from clawgym.trajectories.chat_encoding import (  # noqa: F401 (re-exported: clawgym.trajectories.sft's names)
+    CONTROL_TEXT, TOKENS_KEY, ControlTextError, control_text_count, control_tokens, encode_chat,
+)
 
 DEFAULT_TOKENIZER = "data/models/smollm2-135m-instruct"
 
-TOKENS_KEY = "clawgym_tokens"  # = clawgym.agent.loop.TOKENS_KEY: an assistant message's sampled tokens
 _HEARTBEAT = ("HEARTBEAT.md", "HEARTBEAT_OK")
 _INTERNAL = ("<internal-context>", "[internal]", "Pre-compaction memory flush", "<system-reminder>")
 _CRON = re.compile(r"^\s*\[?cron:[\w.:-]+\]?", re.IGNORECASE)
@@ -342,139 +344,6 @@ def _context_ids(tok, messages: list[dict], prev: int | None, prev_out: list[int
 
 
 # ---- control tokens: only those the template placed (issue 21 item 6) ---------------------------------------
-CONTROL_TEXT = "control_text_in_content"  # the reason a row is re-tokenized / rejected for control text
-_MANGLE = "\ue000"  # a private-use character: stands in (same length) for control text in the mangled rendering
-
-
-class ControlTextError(ValueError):
-    """A conversation whose content carries control-token text that cannot be encoded as ordinary text exactly."""
-
-    reason = CONTROL_TEXT
-
-
-def control_tokens(tok) -> tuple[str, ...]:
-    """The strings the tokenizer turns into control ids: its special tokens and the added tokens the chat template
-    writes (the same set as transformers' ``sanitize_control_tokens``), longest first."""
-    tpl = tok.chat_template if isinstance(getattr(tok, "chat_template", None), str) else ""
-    out = {t.content for t in (getattr(tok, "added_tokens_decoder", None) or {}).values()
-           if t.content and (t.special or (t.content in tpl and not t.content.isspace()))}
-    out |= {t for t in (getattr(tok, "all_special_tokens", None) or []) if t}
-    return tuple(sorted(out, key=len, reverse=True))
-
-
-_RX_CACHE: dict[tuple[str, ...], re.Pattern] = {}
-
-
-def _control_re(tok) -> re.Pattern:
-    key = control_tokens(tok)
-    rx = _RX_CACHE.get(key)
-    if rx is None:
-        rx = _RX_CACHE[key] = re.compile("|".join(map(re.escape, key)) or "(?!)")
-    return rx
-
-
-def _count_control(obj: Any, rx: re.Pattern) -> int:
-    if isinstance(obj, str):
-        return sum(1 for _ in rx.finditer(obj))
-    if isinstance(obj, dict):
-        return sum(_count_control(v, rx) for k, v in obj.items() if k != TOKENS_KEY)
-    if isinstance(obj, (list, tuple)):
-        return sum(_count_control(v, rx) for v in obj)
-    return 0
-
-
-def _mangle(obj: Any, rx: re.Pattern) -> Any:
-    if isinstance(obj, str):
-        return rx.sub(lambda m: _MANGLE * len(m.group()), obj)
-    if isinstance(obj, dict):
-        return {k: _mangle(v, rx) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_mangle(v, rx) for v in obj]
-    return obj
-
-
-def control_text_count(tok, messages: list[dict], tools: list | None = None) -> int:
-    """How many control-token strings the conversation's content (messages and tool schemas) carries as text."""
-    rx = _control_re(tok)
-    return _count_control(messages, rx) + _count_control([t for t in tools or [] if isinstance(t, dict)], rx)
-
-
-def encode_chat(tok, messages: list[dict], tools: list | None = None, *, add_generation_prompt: bool = False,
-                chat_template: str | None = None, assistant_mask: bool = False, **template_kwargs) -> dict[str, Any]:
-    """The conversation rendered by the chat template and tokenized so that the only control ids are those the
-    template placed: content (system/user/tool text, assistant text, tool-call arguments, tool schemas) that
-    contains a control-token string is encoded as ordinary text pieces (``split_special_tokens``), never as the
-    control id. Returns ``{"input_ids", "control_text"}`` (+ ``"assistant_masks"`` with `assistant_mask`, the
-    same mask transformers computes from the template's ``{% generation %}`` spans).
-
-    A conversation without control text is exactly ``tok.apply_chat_template`` (the call TRL makes). Otherwise the
-    template is rendered twice, with the content as is and with every control string in it replaced by
-    same-length private-use text: a control string at the same place in both renderings is the template's own,
-    the others are content. The text between the template's control tokens is encoded with special tokens split.
-    Raises `ControlTextError` where that cannot be exact (a template whose output length depends on the content's
-    characters, or an added token the tokenizer still matches inside split text)."""
-    n = control_text_count(tok, messages, tools)
-    if not n:
-        enc = tok.apply_chat_template(messages, tools=tools or None, tokenize=True, return_dict=True,
-                                      add_generation_prompt=add_generation_prompt, chat_template=chat_template,
-                                      return_assistant_tokens_mask=assistant_mask, **template_kwargs)
-        out = {"input_ids": list(enc["input_ids"]), "control_text": 0}
-        if assistant_mask:
-            out["assistant_masks"] = list(enc["assistant_masks"])
-        return out
-    from transformers.utils import get_json_schema
-    from transformers.utils.chat_template_utils import render_jinja_template
-
-    rx = _control_re(tok)
-    schemas = None if not tools else [t if isinstance(t, dict) else get_json_schema(t) for t in tools]
-    conv = [{k: v for k, v in m.items() if v is not None and k != TOKENS_KEY} for m in messages]
-    kw = {**tok.special_tokens_map, **template_kwargs}
-    tpl = tok.get_chat_template(chat_template, schemas)
-
-    def render(c, t, mask):
-        text, gen = render_jinja_template(conversations=[c], tools=t, chat_template=tpl,
-                                          return_assistant_tokens_mask=mask,
-                                          add_generation_prompt=add_generation_prompt, **kw)
-        return text[0], (gen[0] if mask and gen else [])
-
-    text, spans = render(conv, schemas, assistant_mask)
-    plain, _ = render(_mangle(conv, rx), _mangle(schemas, rx), False)
-    if len(plain) != len(text):
-        raise ControlTextError("the chat template's output length depends on the content's characters")
-    placed = [m.span() for m in rx.finditer(text) if plain[m.start():m.end()] == m.group()]
-    control_ids = {tok.convert_tokens_to_ids(t) for t in control_tokens(tok)}
-    ids: list[int] = []
-    offsets: list[tuple[int, int]] = []
-    pos = 0
-    for s, e in placed + [(len(text), len(text))]:
-        if s > pos:
-            enc = tok(text[pos:s], add_special_tokens=False, split_special_tokens=True,
-                      return_offsets_mapping=assistant_mask)
-            seg = list(enc["input_ids"])
-            if control_ids.intersection(seg):
-                raise ControlTextError("the tokenizer matches an added token inside text encoded as text")
-            ids += seg
-            if assistant_mask:
-                offsets += [(a + pos, b + pos) for a, b in enc["offset_mapping"]]
-        if e > s:
-            ids.append(tok.convert_tokens_to_ids(text[s:e]))
-            offsets.append((s, e))
-        pos = e
-    out: dict[str, Any] = {"input_ids": ids, "control_text": n}
-    if assistant_mask:  # transformers' rule: every token overlapping a generation span
-        mask = [0] * len(ids)
-        j = 0
-        for i, (a, b) in enumerate(offsets):
-            while j < len(spans) and a >= spans[j][1]:
-                j += 1
-            if j == len(spans):
-                break
-            if b > spans[j][0]:
-                mask[i] = 1
-        out["assistant_masks"] = mask
-    return out
-
-
 def _assistant_ok(m: dict) -> bool:
     return bool(m.get("content", "").strip()) or bool(m.get("tool_calls"))
 
