@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from clawgym.agent.rollout import run_rollouts  # noqa: E402
 from clawgym.sandbox import get_factory  # noqa: E402
-from clawgym.tasks.harbor import export_harbor_dataset  # noqa: E402
+from clawgym.tasks.harbor_export import export_harbor_dataset  # noqa: E402
 from test_harbor import procedural_tasks  # noqa: E402
 
 

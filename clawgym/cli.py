@@ -16,6 +16,7 @@ from rich.table import Table
 from clawgym.lake import Lake, data_root, modes
 from clawgym.lake.catalog import default_db_path
 from clawgym.lake.io import REPO_ROOT
+from clawgym.tasks.harbor import DEFAULT_BASE_IMAGE
 
 app = typer.Typer(help="clawgym: a Dagster-native factory for personal-agent data, training and evaluation.",
                   no_args_is_help=True, add_completion=False)
@@ -23,8 +24,7 @@ bench_app = typer.Typer(help="Bench partitions and the leaderboard.", no_args_is
 sandbox_app = typer.Typer(help="Sandbox maintenance.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 app.add_typer(sandbox_app, name="sandbox")
-from clawgym.harbor_cli import export_app  # noqa: E402  (issue 23: `clawgym export harbor`)
-
+export_app = typer.Typer(help="Export tasks to other formats.", no_args_is_help=True)  # issue 23
 app.add_typer(export_app, name="export")
 console = Console(width=200)
 
@@ -211,6 +211,38 @@ def demo(sft_steps: int = typer.Option(0, help="SFT steps for the demo checkpoin
     if failed:
         console.print(f"[red]demo finished with failed stages: {', '.join(failed)}[/red]")
         raise typer.Exit(1)
+
+
+@export_app.command("harbor")
+def export_harbor(out: Path = typer.Argument(..., help="the dataset folder to write (one task folder per task)"),
+                  source: str = typer.Option("synthetic", help="synthetic | bench:<suite> (from the lake)"),
+                  from_path: Optional[Path] = typer.Option(None, "--from", help="import tasks from this path instead"),
+                  split: str = typer.Option("", help="only tasks of this split (train | bench)"),
+                  base_image: str = typer.Option(DEFAULT_BASE_IMAGE, help="the Dockerfiles' FROM image"),
+                  shared_verifier: bool = typer.Option(False, help="verify in the agent's container (Harbor's "
+                                                       "shared mode) instead of a separate clean one"),
+                  limit: int = typer.Option(0, help="at most this many tasks (0 = all)")):
+    """Write tasks as a Harbor dataset folder: `harbor run -p OUT -a oracle` runs them (sources: the lake's accepted
+    synthetic tasks, a bench suite of the lake, or any importable path; docs/HARBOR.md)."""
+    from clawgym.tasks import import_any
+    from clawgym.tasks.harbor_export import export_harbor_dataset
+
+    if from_path is not None:
+        rep = import_any(from_path)
+        for e in rep.errors:
+            console.print(f"[yellow]import error:[/] {e}")
+        tasks = [t for t in rep.tasks if not split or t.split == split]
+    else:
+        from clawgym.lake.records import lake_tasks
+
+        tasks = lake_tasks(Lake(_lake_root()), source, split)
+    if limit:
+        tasks = tasks[:limit]
+    if not tasks:
+        console.print("no tasks to export")
+        raise typer.Exit(1)
+    paths = export_harbor_dataset(tasks, out, base_image=base_image, separate=not shared_verifier)
+    console.print(f"{len(paths)} Harbor tasks written to {out} — run them with: harbor run -p {out} -a oracle")
 
 
 if __name__ == "__main__":  # pragma: no cover

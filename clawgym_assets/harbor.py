@@ -29,8 +29,8 @@ class HarborDatasetsConfig(dg.Config):
                       "separate verifier environment, the reference as solution/solve.sh).")
 def harbor_datasets(context: dg.AssetExecutionContext, config: HarborDatasetsConfig,
                     lake: LakeResource) -> dg.MaterializeResult:
-    from clawgym.harbor_cli import lake_tasks
-    from clawgym.tasks.harbor import export_harbor_dataset
+    from clawgym.lake.records import lake_tasks
+    from clawgym.tasks.harbor_export import export_harbor_dataset
 
     split = context.partition_key
     tasks = lake_tasks(lake, "synthetic", split)

@@ -26,9 +26,9 @@ import pytest
 
 from clawgym.tasks import TaskError, detect_format, import_any
 from clawgym.tasks.harbor import (
-    DEFAULT_BASE_IMAGE, export_harbor_dataset, export_harbor_task, import_harbor_folder, import_harbor_task,
-    offline_problems, parse_dockerfile,
+    DEFAULT_BASE_IMAGE, import_harbor_folder, import_harbor_task, offline_problems, parse_dockerfile,
 )
+from clawgym.tasks.harbor_export import export_harbor_dataset, export_harbor_task
 
 REPO = Path(__file__).resolve().parents[1]
 FIX = Path(os.environ.get("CLAWGYM_FIXTURES") or REPO.parent / "shared" / "fixtures")

@@ -29,20 +29,22 @@ LIB = ROOT / "clawgym"
 # ("clawgym" itself is only the package's __init__: its constants).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("clawgym", "clawgym.fsatomic", "clawgym.quality"),  # core: constants, the atomic-folder helper, data quality
-    ("clawgym.tasks",),                                   # the Task model and its formats
+    ("clawgym.tasks",),                                   # the Task model, its formats, Harbor import
     ("clawgym.lake", "clawgym.sandbox"),                  # storage; sandboxes (inner order below)
-    ("clawgym.verify",),                                  # scoring, the clean room, judges
+    ("clawgym.verify", "clawgym.serve", "clawgym.stats"),  # scoring, the clean room, judges; the embedded model
+    #                                                        server; score statistics (bench and the demo's report)
+    ("clawgym.tasks.harbor_export",),                     # Harbor export: ships the verifier's own files
     ("clawgym.agent",),                                   # rollouts: loop, policies, OpenClaw + proxy, runtimes
-    ("clawgym.serve", "clawgym.synth", "clawgym.bench"),  # the embedded model server; synthesis; bench
+    ("clawgym.synth", "clawgym.bench"),                   # synthesis; bench
     ("clawgym.trajectories",),                            # rollouts -> SFT rows
     ("clawgym.train",),                                   # SFT / GRPO / checkpoints
-    ("clawgym.harbor_cli",),                              # entry points: `clawgym export harbor` ...
-    ("clawgym.cli",),                                     # ... mounted by `clawgym`
+    ("clawgym.cli",),                                     # the entry point `clawgym` (and `clawgym export harbor`)
 )
 
 # inside a package: arrows between its rooms (both ends inside it) follow this order
 INNER: dict[str, tuple[tuple[str, ...], ...]] = {
     "clawgym.sandbox": (
+        ("clawgym.sandbox.host.export",),                    # the export data (stdlib only) the protocol returns
         ("clawgym.sandbox.base", "clawgym.sandbox.guest"),   # the protocol; guest programs (files, path constants)
         ("clawgym.sandbox.host",),                           # host-side access shared by the backends
         ("clawgym.sandbox",),                                # registry, pool, local backend, spawner, images, bench
@@ -51,20 +53,7 @@ INNER: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 
 # (importing module, imported room) -> why the arrow goes the wrong way (docs/NOTES.md "Layer order").
-KNOWN_BREAKS: dict[tuple[str, str], str] = {
-    ("clawgym.tasks.harbor", "clawgym.verify"):
-        "lazy: the grade driver's text (verify.runtime.GRADE_DRIVER) for an exported task's tests/",
-    ("clawgym.agent.policies", "clawgym.serve"):
-        "lazy: the `local` policy kind starts a ModelServer (serve itself builds on agent.servers' auth)",
-    ("clawgym.agent.demo", "clawgym.bench"):
-        "lazy: the demo's learning report uses bench.stats.compare (the demo plan lives in agent/)",
-    ("clawgym.trajectories.sft", "clawgym.train"):
-        "lazy: train.base_model.apply_tool_chat_template for a tokenizer without a tool template",
-    ("clawgym.harbor_cli", "clawgym.cli"):
-        "lazy: the CLI's _lake_root (the data root / object-store lake of the environment)",
-    ("clawgym.sandbox.base", "clawgym.sandbox.host"):
-        "lazy + TYPE_CHECKING: Sandbox.export_workspace's default returns host.export.WorkspaceExport",
-}
+KNOWN_BREAKS: dict[tuple[str, str], str] = {}  # none left (session 13 moved the six arrows listed before)
 
 # programs shipped as text: they import the standard library and, of clawgym, only STDLIB_MODULES
 SHIPPED_DIRS = ("clawgym/sandbox/guest", "clawgym/tasks/harbor_side")

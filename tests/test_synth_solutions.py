@@ -190,7 +190,8 @@ def test_synthesis_records_each_tasks_program():
 def test_program_reference_field_is_validated_and_round_trips(tmp_path):
     import pyarrow.parquet as pq
 
-    from clawgym.tasks.harbor import export_harbor_task, import_harbor_task
+    from clawgym.tasks.harbor import import_harbor_task
+    from clawgym.tasks.harbor_export import export_harbor_task
     from clawgym.tasks.model import TOOL_NAMES, Task, TaskError, ToolCall
     from clawgym.tasks.parquet_io import read_tasks_parquet, write_tasks_parquet
 

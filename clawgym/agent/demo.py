@@ -71,7 +71,7 @@ def learning_rows(results: Iterable[Mapping], family_of: Mapping[str, str], trai
     """`model` vs `parent` on the bench's held-in rows (tasks whose family, by `family_of` task_id -> family, is a
     training family: new seeds) and held-out rows (every other task), paired over tasks both scored (infra and
     unjudged left out): one dict per group with n, the two means (0-100), the delta and its bootstrap 95% CI."""
-    from clawgym.bench.stats import compare, task_means
+    from clawgym.stats import compare, task_means
 
     rows = list(results)
     train = set(train_families)

@@ -24,10 +24,8 @@ No ``from __future__ import annotations`` here: FastAPI reads the endpoint annot
 
 import contextlib
 import hashlib
-import hmac
 import json
 import os
-import secrets as _secrets
 import socket
 import threading
 import time
@@ -39,55 +37,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from clawgym.agent.messages import text_of
-
-
-# ---- the per-process token of the local servers ------------------------------------------------------
-TOKEN_ENV = "CLAWGYM_SERVER_TOKEN"  # named like a secret: clawgym.agent.secrets redacts its value everywhere
-_TOKEN_LOCK = threading.Lock()
-
-
-def server_token() -> str:
-    """The token of this process's local servers (policy server, embedded model servers): $CLAWGYM_SERVER_TOKEN
-    when set (inherited from the process that started this one), else a fresh random one, put there."""
-    with _TOKEN_LOCK:
-        tok = os.environ.get(TOKEN_ENV, "")
-        if len(tok) < 16:
-            tok = "cgs-" + _secrets.token_urlsafe(32)
-            os.environ[TOKEN_ENV] = tok
-        return tok
-
-
-class BearerAuth:
-    """ASGI middleware: a request whose ``Authorization`` is not ``Bearer <token>`` gets 401 (``open_paths``,
-    the health probe, excepted). The token is compared in constant time and never echoed or logged."""
-
-    def __init__(self, app, token: str, open_paths: Iterable[str] = ("/health",)):
-        if not token:
-            raise ValueError("BearerAuth needs a non-empty token")
-        self.app, self._token, self.open_paths = app, token.encode(), frozenset(open_paths)
-
-    def authorized(self, headers) -> bool:
-        auth = b""
-        for k, v in headers or ():
-            if k.lower() == b"authorization":
-                auth = v
-                break
-        given = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
-        return hmac.compare_digest(given, self._token)
-
-    async def __call__(self, scope, receive, send):
-        if scope.get("type") in ("http", "websocket") and scope.get("path") not in self.open_paths \
-                and not self.authorized(scope.get("headers")):
-            if scope["type"] == "websocket":
-                await send({"type": "websocket.close", "code": 1008})
-                return
-            body = json.dumps({"error": {"message": "missing or wrong bearer token", "type": "unauthorized"}}).encode()
-            await send({"type": "http.response.start", "status": 401,
-                        "headers": [(b"content-type", b"application/json"), (b"www-authenticate", b"Bearer"),
-                                    (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
-            return
-        await self.app(scope, receive, send)
+# the per-process token of the local servers and its middleware live below the agent (the model server uses them)
+from clawgym.serve.auth import TOKEN_ENV, BearerAuth, server_token  # noqa: F401 (re-exported)
 
 
 # ---- uvicorn in a thread ---------------------------------------------------------------------

@@ -126,3 +126,17 @@ def outcome_counts(rows: Iterable[Mapping]) -> dict[str, Any]:
     n = sum(c.values())
     return {"n_rollouts": n, "n_scored": c["scored"], "n_infra": c["infra"], "n_unjudged": c["unjudged"],
             "infra_rate": c["infra"] / n if n else 0.0, "unjudged_rate": c["unjudged"] / n if n else 0.0}
+
+
+def lake_tasks(lake, source: str, split: str = "") -> list:
+    """Tasks of the lake for an export: `synthetic` (accepted: rejected ones left out) or `bench:<suite>`."""
+    from clawgym.lake import TaskSource
+
+    if source == "synthetic":
+        rejected = lake.rejected_task_ids()
+        tasks = [t for t in tasks_from_table(lake.tasks(TaskSource.SYNTHETIC)) if t.task_id not in rejected]
+    elif source.startswith("bench:"):
+        tasks = tasks_from_table(lake.bench_tasks(source.split(":", 1)[1]))
+    else:
+        raise ValueError(f"unknown source {source!r} (synthetic | bench:<suite>)")
+    return [t for t in tasks if not split or t.split == split]

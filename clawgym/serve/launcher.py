@@ -16,10 +16,10 @@ prompt's and the completion's token ids (``prompt_token_ids``, ``choices[0].toke
 ``"logprobs": true`` the sampled tokens' log-probabilities (``choices[0].logprobs.content``, OpenAI's layout).
 
 Only its own clients are answered: the server takes a bearer token (`token`, by default this process's
-``clawgym.agent.servers.server_token()``) and answers 401 to a request without ``Authorization: Bearer <token>``
+``clawgym.serve.auth.server_token()``) and answers 401 to a request without ``Authorization: Bearer <token>``
 (``/health`` excepted). The token reaches the server process in its environment ($CLAWGYM_SERVER_TOKEN, never on
 its command line, which every local user can read); the launcher takes it out of the environment and wraps the
-app in ``clawgym.agent.servers.BearerAuth`` (`clawgym.serve.auth`).
+app in ``clawgym.serve.auth.BearerAuth``.
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ class ModelServer:
                  packed_linear: bool = True, safe_tool_parsing: bool = True, token_ids: bool = True,
                  env: Mapping[str, str] | None = None, token: str | None = None, structured_output: bool = True,
                  context_limit: bool = True, served_prefix: bool = True):
-        from clawgym.agent.servers import server_token
+        from clawgym.serve.auth import server_token
 
         # the bearer token clients must send (None: this process's server_token(); "": no check)
         self.token = server_token() if token is None else token

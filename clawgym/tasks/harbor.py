@@ -9,7 +9,8 @@ Harbor's task format (harbor-framework/harbor; Terminal-Bench 2, SkyRL and prime
     <task>/tests/test.sh           the verifier: writes /logs/verifier/reward.txt (a float) or reward.json
     <task>/solution/solve.sh       the reference solution (Harbor's `oracle` agent runs it)
 
-Export (`export_harbor_task`, `export_harbor_dataset`): any Task runs in Harbor unchanged.
+Export (`clawgym.tasks.harbor_export`: `export_harbor_task`, `export_harbor_dataset`, a layer above the verifier whose
+files it ships): any Task runs in Harbor unchanged.
 
 - environment/Dockerfile is ``FROM clawgym-sandbox:latest`` (the offline sandbox image; `base_image=` for users
   with a registry), copies the workspace files (environment/workspace/) to the task's workspace path, which is
@@ -54,15 +55,14 @@ import base64
 import json
 import os
 import re
-import shlex
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from clawgym.tasks import reader
-from clawgym.tasks._io import AtomicDir, ImportReport, import_entries, make_task, write_tree
+from clawgym.tasks._io import ImportReport, import_entries, make_task
 from clawgym.tasks.model import File, Task, TaskError, ToolCall, Verifier
-from clawgym.tasks.names import NAME_RULE, check_name, is_name, safe_join, to_name
+from clawgym.tasks.names import NAME_RULE, is_name, to_name
 from clawgym.tasks.reader import Budget, Limits, TaskDir, load_json
 
 FORMAT = "harbor"
@@ -88,144 +88,6 @@ def _side(name: str) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- export ----
-def _toml_str(s: str) -> str:
-    return json.dumps(s, ensure_ascii=False)  # a JSON string is a valid TOML basic string
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    return _toml_str(str(v))
-
-
-def _task_toml(task: Task, *, separate: bool, cpus: float, memory_mb: int, storage_mb: int,
-               network_mode: str | None = None) -> str:
-    v = task.verifier
-    meta: dict[str, Any] = {"clawgym_task_id": task.task_id, "suite": task.suite, "split": task.split,
-                            "route": task.route, "category": task.category, "difficulty": task.difficulty,
-                            "tags": [x for x in (task.category, task.family) if x]}
-    for k in ("family", "subcategory", "persona_id"):
-        if getattr(task, k):
-            meta[k] = getattr(task, k)
-    if task.seed is not None:
-        meta["seed"] = task.seed
-    if task.skill_ids:
-        meta["skill_ids"] = list(task.skill_ids)
-    meta["clawgym_verifier"] = v.kind
-    if v.rubric:
-        meta["clawgym_rubric"] = (f"not scored in Harbor: {len(v.rubric)} rubric rules (tests/rubric.json) need a "
-                                  "judge; the Harbor reward is the code part only (clawgym weights code "
-                                  f"{v.weights()[0]:g} / rubric {v.weights()[1]:g}; judge configured in clawgym by "
-                                  "CLAWGYM_JUDGE_BASE_URL / CLAWGYM_JUDGE_MODEL / CLAWGYM_JUDGE_API_KEY)")
-    lines = ['schema_version = "1.1"', ""]
-    if separate:
-        lines += [f"artifacts = [{_toml_str(EXPORT_DIR)}]", ""]
-    lines += ["[metadata]"] + [f"{k} = {_toml_value(x)}" for k, x in meta.items()] + [""]
-    lines += ["[agent]", f"timeout_sec = {float(task.timeout_s)!r}", ""]
-    lines += ["[verifier]", f"timeout_sec = {float(v.timeout_s) + 60.0!r}"]
-    if separate:
-        lines += ['environment_mode = "separate"', "",
-                  "[[verifier.collect]]",
-                  f"command = {_toml_str(_collect_command(task.workspace_dir))}",
-                  "timeout_sec = 120.0"]
-    lines += ["", "[environment]", "build_timeout_sec = 600.0", f"cpus = {cpus!r}", f"memory_mb = {memory_mb}",
-              f"storage_mb = {storage_mb}"] + \
-        ([f"network_mode = {_toml_str(network_mode)}"] if network_mode else []) + [""]
-    return "\n".join(lines)
-
-
-def _collect_command(ws: str) -> str:
-    return (f"mkdir -p {EXPORT_DIR} && rm -f {EXPORT_TAR} && tar -C {shlex.quote(ws)} --exclude=./reward "
-            f"-cf {EXPORT_TAR} . && chmod 0644 {EXPORT_TAR}")
-
-
-def _dockerfile(task: Task, base_image: str) -> str:
-    ws = task.workspace_dir
-    return (f"# clawgym task {task.task_id} (exported by clawgym.tasks.harbor): the offline sandbox image, the\n"
-            f"# workspace files at the task's workspace path, which is the working directory.\n"
-            f"FROM {base_image}\n"
-            f"USER root\n"
-            f"COPY workspace/ {ws}/\n"
-            f"RUN mkdir -p {EXPORT_DIR}\n"
-            f"WORKDIR {ws}\n")
-
-
-def _test_sh(task: Task) -> str:
-    ws = shlex.quote(task.workspace_dir)
-    return (
-        "#!/usr/bin/env bash\n"
-        f"# clawgym verifier for {task.task_id}: no network, no downloads. In a separate verifier environment\n"
-        "# the agent's workspace arrives as data (the artifact tar of [[verifier.collect]]) and replaces the\n"
-        "# image's copy: regular files and folders only.\n"
-        "mkdir -p /logs/verifier\n"
-        f"if [ -f {EXPORT_TAR} ]; then\n"
-        f"  python3 /tests/clawgym_unpack.py {EXPORT_TAR} {ws} || "
-        "{ echo 0 > /logs/verifier/reward.txt; echo 'clawgym: workspace export unreadable' >&2; exit 0; }\n"
-        "fi\n"
-        f"cd {ws} && python3 /tests/clawgym_verify.py\n")
-
-
-_UNPACK = '''"""Replace the workspace with the agent's, from the artifact tar (regular files and folders only)."""
-import os, shutil, sys, tarfile
-
-tar, ws = sys.argv[1], sys.argv[2]
-os.makedirs(ws, exist_ok=True)
-for name in os.listdir(ws):
-    p = os.path.join(ws, name)
-    shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
-with tarfile.open(tar) as tf:
-    for m in tf.getmembers():
-        parts = [x for x in m.name.split("/") if x not in ("", ".")]
-        if not parts or ".." in parts or not (m.isreg() or m.isdir()):
-            continue
-        dst = os.path.join(ws, *parts)
-        if m.isdir():
-            os.makedirs(dst, exist_ok=True)
-            continue
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        with tf.extractfile(m) as src, open(dst, "wb") as out:
-            shutil.copyfileobj(src, out)
-        os.chmod(dst, 0o755 if m.mode & 0o111 else 0o644)
-'''
-
-
-def _verifier_files(task: Task) -> list[File]:
-    """tests/ of an exported task."""
-    from clawgym.tasks.clawgym_format import reward_files_for
-    from clawgym.verify.runtime import GRADE_DRIVER
-
-    v = task.verifier
-    cfg = {"kind": "grade" if v.kind == "grade" else "reward_dir", "timeout_s": float(v.timeout_s),
-           "workspace": task.workspace_dir, "task_id": task.task_id}
-    out = [File(path="test.sh", content=_test_sh(task).encode(), mode=0o755),
-           File(path="clawgym_verify.py", content=_side("clawgym_verify.py").encode()),
-           File(path="clawgym_unpack.py", content=_UNPACK.encode()),
-           File(path="scoring.py", content=(Path(__file__).parent.parent / "verify" / "scoring.py").read_bytes()),
-           File(path="clawgym.json", content=(json.dumps(cfg, indent=2) + "\n").encode())]
-    if v.kind == "grade":
-        out += [File(path="check_code.py", content=(v.code or "").encode()),
-                File(path="grade_driver.py", content=GRADE_DRIVER.encode())]
-    else:  # reward_dir, or rubric-only ("none": reward.sh prints 0, as in ClawGym's harness)
-        for f in reward_files_for(task):
-            if f.path != "rubric.json":
-                out.append(File(path=f"reward/{f.path}", content=f.content, mode=f.mode))
-    if v.rubric:
-        rub = {"eval_type": "llm_rubric", "scored_in_harbor": False,
-               "rules": [r.model_dump(exclude_none=True) for r in v.rubric]}
-        out.append(File(path="rubric.json", content=(json.dumps(rub, indent=2) + "\n").encode()))
-    return out
-
-
-def _program_file(task: Task) -> list[File]:
-    """solution/program.json: the program teacher's tool calls (Task.program_reference), when the task has them."""
-    if not task.program_reference:
-        return []
-    calls = [c.model_dump(mode="json") for c in task.program_reference]
-    return [File(path=PROGRAM_FILE, content=(json.dumps(calls, indent=1, ensure_ascii=False) + "\n").encode())]
 
 
 def _read_program(label: str, solution: list[File], limits: Limits | None) -> list[ToolCall] | None:
@@ -247,72 +109,6 @@ def _read_program(label: str, solution: list[File], limits: Limits | None) -> li
             raise TaskError(fname, f"[{i}]", 'must be {"name": <tool>, "arguments": {...}}')
         out.append(ToolCall(name=c["name"], arguments=c.get("arguments", {})))
     return out
-
-
-def _solution_files(task: Task) -> list[File]:
-    if not task.reference:
-        return _program_file(task)
-    calls = [c.model_dump() for c in task.reference]
-    sh = ("#!/usr/bin/env bash\n"
-          f"# clawgym reference solution for {task.task_id}: its tool calls replayed with the agent tools' semantics\n"
-          f'cd {shlex.quote(task.workspace_dir)} && python3 "$(dirname "$0")/clawgym_solve.py" '
-          f"{shlex.quote(task.workspace_dir)}\n")
-    return [File(path="solve.sh", content=sh.encode(), mode=0o755),
-            File(path="clawgym_solve.py", content=_side("clawgym_solve.py").encode()),
-            File(path="toolcore.py", content=(Path(__file__).parent.parent / "agent" / "toolcore.py").read_bytes()),
-            File(path="reference.json", content=(json.dumps(calls, indent=1, ensure_ascii=False) + "\n").encode()),
-            *_program_file(task)]
-
-
-def harbor_task_files(task: Task, *, base_image: str = DEFAULT_BASE_IMAGE, separate: bool = True,
-                      cpus: float = 1.0, memory_mb: int = 2048, storage_mb: int = 4096,
-                      network_mode: str | None = None) -> list[File]:
-    """Every file of the Harbor folder `task` exports as (paths relative to the task folder)."""
-    if task.workspace_dir in ("", "/") or not task.workspace_dir.startswith("/"):
-        raise TaskError(task.task_id, "workspace_dir", "must be an absolute path below / for a Harbor WORKDIR")
-    files = [File(path=INSTRUCTION, content=(task.instruction.rstrip("\n") + "\n").encode()),
-             File(path=TASK_TOML, content=_task_toml(task, separate=separate, cpus=cpus, memory_mb=memory_mb,
-                                                     storage_mb=storage_mb, network_mode=network_mode).encode()),
-             File(path=DOCKERFILE, content=_dockerfile(task, base_image).encode())]
-    files += [File(path=f"environment/workspace/{f.path}", content=f.content, mode=f.mode) for f in task.files]
-    if not task.files:
-        files.append(File(path="environment/workspace/.clawgym-empty", content=b""))
-    files += [File(path=f"tests/{f.path}", content=f.content, mode=f.mode) for f in _verifier_files(task)]
-    files += [File(path=f"solution/{f.path}", content=f.content, mode=f.mode) for f in _solution_files(task)]
-    return files
-
-
-def export_harbor_task(task: Task, out_dir: "str | Path", **kw) -> Path:
-    """Write `task` as a Harbor task folder at out_dir (the task folder itself; replaced atomically).
-    Keywords: base_image (default clawgym-sandbox:latest), separate (the clean-room verifier; default True),
-    cpus, memory_mb, storage_mb."""
-    out = Path(out_dir)
-    files = harbor_task_files(task, **kw)
-    with AtomicDir(out) as tmp:
-        write_tree(tmp, files)
-    return out
-
-
-def export_harbor_dataset(tasks: list[Task], out_dir: "str | Path", *, name: str = "clawgym", **kw) -> list[Path]:
-    """Each task to out_dir/<task_id>/ (Harbor runs the folder: `harbor run -p out_dir -a oracle`), plus
-    out_dir/clawgym_dataset.json listing the tasks and their metadata. Only folders directly inside out_dir
-    are created or replaced (names are checked, paths go through safe_join)."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    seen: set[str] = set()
-    for t in tasks:
-        check_name(t.task_id, "task_id")
-        if t.task_id == "clawgym_dataset.json":  # the index's own name: a task folder there would clash with it
-            raise TaskError(t.task_id, "task_id", "reserved name (the dataset index)")
-        if t.task_id in seen:
-            raise TaskError(t.task_id, "task_id", f"duplicate task_id {t.task_id!r}")
-        seen.add(t.task_id)
-    paths = [export_harbor_task(t, safe_join(out, t.task_id), **kw) for t in tasks]
-    index = {"name": check_name(name, "dataset name"), "format": "harbor", "n": len(tasks),
-             "tasks": [{"name": t.task_id, "path": t.task_id, "suite": t.suite, "split": t.split,
-                        "category": t.category, "family": t.family, "seed": t.seed} for t in tasks]}
-    (out / "clawgym_dataset.json").write_text(json.dumps(index, indent=1) + "\n", encoding="utf-8")
-    return paths
 
 
 # ----------------------------------------------------------------------------------------------- import ----
@@ -666,6 +462,6 @@ def import_harbor_folder(dir: "str | Path", *, suite: str | None = None, split: 
     return rep
 
 
-__all__ = ["export_harbor_task", "export_harbor_dataset", "harbor_task_files", "import_harbor_task",
+__all__ = ["import_harbor_task",
            "import_harbor_folder", "is_harbor_task_dir", "offline_problems", "parse_dockerfile",
            "DEFAULT_BASE_IMAGE", "FORMAT"]

