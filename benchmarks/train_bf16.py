@@ -86,6 +86,15 @@ def grpo_arm(base: str, tasks, work: Path, steps: int, extra: dict) -> dict:
             "precision": rec.hyperparams["precision"], "wall_s": round(time.time() - t, 1)}
 
 
+def _interleaved(names: list[str], repeats: int, run) -> dict[str, list]:
+    """Each arm's results, run in the order A B … (repeats 1) or A B … … B A (ABBA: drift cancels); run(arm, i)."""
+    order = names if repeats == 1 else names + names[::-1]
+    out: dict[str, list] = {n: [] for n in names}
+    for i, arm in enumerate(order):
+        out[arm].append(run(arm, i))
+    return out
+
+
 def _mean(rs: list[dict], k: str) -> float:
     return sum(r[k] for r in rs) / len(rs)
 
@@ -123,13 +132,14 @@ def main() -> None:
 
         if "sft" not in skip:
             names = ["fp32", "bf16"] + (["autocast"] if args.autocast else [])
-            order = names if args.repeats == 1 else names + names[::-1]
-            res: dict[str, list] = {n: [] for n in names}
-            for i, arm in enumerate(order):
+
+            def sft_run(arm, i):
                 r = sft_arm(base, d / "data", d / f"sft-{arm}{i}", args.steps, args.max_length, PRECISION_ARMS[arm])
-                res[arm].append(r)
                 print(f"SFT {arm:8s} tokens={r['tokens']} runtime={r['runtime']:.1f}s tokens/s={r['tokens_per_s']:.1f}"
                       f" loss={r['loss']} ({r['precision']['weights']}, {r['precision']['optimizer']})", flush=True)
+                return r
+
+            res = _interleaved(names, args.repeats, sft_run)
             tp = {n: _mean(res[n], "tokens_per_s") for n in names}
             out["sft"] = {"tokens_per_s": {n: round(v, 2) for n, v in tp.items()},
                           "bf16_over_fp32": round(tp["bf16"] / tp["fp32"], 3), "goal": 1.8,
@@ -141,13 +151,14 @@ def main() -> None:
             arms = {"plain": {"per_device_train_batch_size": args.batch},
                     "padfree": {"per_device_train_batch_size": args.batch, "padding_free": True, "max_length": None},
                     "packed": {"per_device_train_batch_size": 1, "packing": True, "packing_strategy": "bfd"}}
-            order = list(arms) if args.repeats == 1 else list(arms) + list(arms)[::-1]
-            pres: dict[str, list] = {n: [] for n in arms}
-            for i, arm in enumerate(order):
+
+            def pack_run(arm, i):
                 r = sft_arm(base, d / "data", d / f"pack-{arm}{i}", args.steps, args.max_length, arms[arm])
-                pres[arm].append(r)
                 print(f"pack {arm:8s} tokens={r['tokens']} steps={r['steps']} runtime={r['runtime']:.1f}s "
                       f"tokens/s={r['tokens_per_s']:.1f} loss={r['loss']}", flush=True)
+                return r
+
+            pres = _interleaved(list(arms), args.repeats, pack_run)
             tp = {n: _mean(pres[n], "tokens_per_s") for n in arms}
             out["pack"] = {"tokens_per_s": {n: round(v, 2) for n, v in tp.items()},
                            "padfree_over_plain": round(tp["padfree"] / tp["plain"], 3),
