@@ -24,7 +24,7 @@ bench_app = typer.Typer(help="Bench partitions and the leaderboard.", no_args_is
 sandbox_app = typer.Typer(help="Sandbox maintenance.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 app.add_typer(sandbox_app, name="sandbox")
-export_app = typer.Typer(help="Export tasks to other formats.", no_args_is_help=True)  # issue 23
+export_app = typer.Typer(help="Export tasks to other formats.", no_args_is_help=True)
 app.add_typer(export_app, name="export")
 console = Console(width=200)
 

@@ -28,7 +28,7 @@ def discover_checkpoints(data_root=None, lake=None) -> list[str]:
     if ck.is_dir():
         names |= {p.name for p in ck.iterdir() if p.is_dir() and (p / "config.json").exists()
                   and not p.name.startswith(".")}
-    return sorted(n for n in names if is_name(n))  # a name becomes a partition key and a folder (issue 22)
+    return sorted(n for n in names if is_name(n))  # a name becomes a partition key and a folder
 
 
 @dg.sensor(job=bench_job, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,

@@ -39,7 +39,7 @@ bench_history = dg.AssetSpec(
 class BenchTasksConfig(dg.Config):
     clawgym_dir: str = ""  # a ClawGym-Bench task folder ("" = suite left empty)
     pinchbench_dir: str = ""  # a PinchBench tasks/ folder ("" = suite left empty)
-    harbor_dir: str = ""  # a Harbor task or dataset folder ("" = suite left empty; issue 23)
+    harbor_dir: str = ""  # a Harbor task or dataset folder ("" = suite left empty)
     # FROM image -> local image, e.g. {"ubuntu:24.04": "clawgym-sandbox:latest"}
     harbor_base_images: Dict[str, str] = {}
     limit: int = 0  # 0 = all tasks of the suite
@@ -118,7 +118,7 @@ def bench_scores(context: dg.AssetExecutionContext, config: BenchScoresConfig, l
                  openclaw: OpenClawResource) -> dg.MaterializeResult:
     from clawgym.bench.scores import ScoreSettings, score_model
 
-    # a model key may name a folder under checkpoints/ (resolve_policy): one plain name (issue 22)
+    # a model key may name a folder under checkpoints/ (resolve_policy): one plain name
     with failure_on_value_error():
         model = check_name(context.partition_key, "model partition key")
     spec = endpoints.policy(model)

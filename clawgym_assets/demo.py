@@ -20,7 +20,7 @@ from clawgym_resources import GraphSettings, default_resources
 
 EXAMPLE_SUITE = REPO_ROOT / "data" / "seeds" / "example_suite"
 TEACHER = "program"
-# measured on the 2-core box (docs/figures.md, "Session 10: the demo teaches"), seconds per stage; the header's
+# measured on the 2-core box (docs/figures.md, the section "the demo teaches"), seconds per stage; the header's
 # estimate and each stage's "expected" come from here
 EXPECTED_S = {"synthesis": 90, "bench_tasks": 10, "trajectories": 40, "bench oracle + noop": 60, "base_model": 10,
               "sft_dataset": 30, "checkpoints (SFT)": 420, "bench smollm2-base": 240, "bench sft-demo": 150,
@@ -117,7 +117,7 @@ def run_demo(plan: DemoPlan | None = None, models: bool = True, checkpoint: str 
     model_cfg = {"ops": {"bench_scores": {"config": bench_cfg}}}
     # the scale's ends (oracle: the task's own reference replayed, one call a turn; noop) run at the graph's
     # default limits: the models' budget of `plan.max_turns` turns (a program in one call) would cut the
-    # reference replay of a longer task and make the ceiling look like a failure (session 11: oracle 46.6)
+    # reference replay of a longer task and make the ceiling look like a failure (measured: oracle 46.6)
     ends_cfg = {"ops": {"bench_scores": {"config": {"workers": plan.workers}}}}
     instance.add_dynamic_partitions(
         "model", [m for m in ("oracle", "noop") if not instance.has_dynamic_partition("model", m)])

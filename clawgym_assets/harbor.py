@@ -1,4 +1,4 @@
-"""Harbor domain (issue 23): accepted tasks as Harbor dataset folders, one per split.
+"""Harbor domain: accepted tasks as Harbor dataset folders, one per split.
 
 `harbor_datasets[split]` writes <data>/harbor/<split>/ (one Harbor task folder per accepted synthetic task of the
 split, plus clawgym_dataset.json): `harbor run -p data/harbor/bench -a oracle` runs it unchanged (docs/HARBOR.md).

@@ -26,7 +26,7 @@ class TrajectoriesConfig(RolloutConfig):  # + max_turns, max_wall_s, ..., attemp
 
 def _partition(context) -> tuple:
     keys = context.partition_key.keys_by_dimension
-    # a policy key may name a folder under checkpoints/ (resolve_policy): one plain name (issue 22)
+    # a policy key may name a folder under checkpoints/ (resolve_policy): one plain name
     with failure_on_value_error():
         return check_name(keys["policy"], "policy partition key"), int(keys["shard"])
 

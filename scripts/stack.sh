@@ -26,7 +26,7 @@ POOL_LIMIT="${CLAWGYM_STACK_POOL_LIMIT:-2}"
 SHARDS="${CLAWGYM_SHARDS:-4}"
 PROJECT_IMAGE="${CLAWGYM_PROJECT_IMAGE:-clawgym-project:latest}"
 STACK_ID="$(printf '%s' "$STACK" | sha256sum | cut -c1-12)"
-# Postgres' own files live outside the data root, which is owner-only (issue 22: the postgres user may not enter
+# Postgres' own files live outside the data root, which is owner-only (the postgres user may not enter
 # it); one folder per stack dir, removed by `down --purge`
 PGHOME="${CLAWGYM_PG_HOME:-/var/lib/clawgym/stack-pg/$STACK_ID}"
 PGDATA="$PGHOME/pg"

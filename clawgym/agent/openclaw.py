@@ -308,7 +308,7 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
     proxy = RecordingProxy(endpoint.base_url, log_path, api_key_env=endpoint.api_key_env, model=endpoint.model,
                            uds=sock, max_requests=limits.max_turns, max_total_tokens=limits.max_total_tokens,
                            max_wall_s=timeout + 30, client_token=token, strict_sessions=True, bounds=limits,
-                           token_ids=bool(getattr(endpoint, "token_ids", False)))  # token-exact turns (issue 25)
+                           token_ids=bool(getattr(endpoint, "token_ids", False)))  # token-exact turns
     proxy.register_session(session, task_id=task.task_id, policy=endpoint.kind)
     model_id = re.sub(r"[^A-Za-z0-9_.:-]", "-", endpoint.policy or "policy") or "policy"
     ctx = model_context_window(endpoint) or DEFAULT_CONTEXT_WINDOW

@@ -281,7 +281,7 @@ class PolicyServer(AppServer):
             return {"role": "assistant", "content": "oracle: unknown task (no X-Clawgym-Task header, "
                                                     "model oracle/<task_id> or known instruction)"}
         # the program teacher replays the program synthesis recorded with the task (Task.program_reference), else
-        # the reference: task data only, nothing imported from clawgym.synth (issue 24)
+        # the reference: task data only, nothing imported from clawgym.synth
         ref = list((task.program_reference if kind == "program" else None) or task.reference or [])
         done = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
         if done >= len(ref):

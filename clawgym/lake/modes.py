@@ -1,4 +1,4 @@
-"""Who may read what clawgym writes under the data root (NOTES "Host exposure (issue 22)").
+"""Who may read what clawgym writes under the data root (NOTES "Host exposure").
 
 Trajectories, bench results, the DuckDB catalog, caches, checkpoints and logs are owner-only by default; a shared
 group (``shared=True``: ``LakeResource.shared_group``, ``$CLAWGYM_SHARED_GROUP=1`` at the entry points) opens them

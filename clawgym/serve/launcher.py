@@ -79,7 +79,7 @@ CPU_CB_ARGS = ("--cb-num-blocks", "768", "--cb-block-size", "32", "--cb-max-batc
 # process's peak RSS is unchanged (2.4 GB at 16 streams), freed memory is just not handed back between steps.
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024), "MALLOC_TRIM_THRESHOLD_": str(1024 * 1024 * 1024)}
 # OpenMP threads that sleep while they wait (the default spins): on a shared 2-core box the spinning threads of
-# a server decoding one stream took the cores from everything else and from each other (session 11: 0.9-1.2
+# a server decoding one stream took the cores from everything else and from each other (measured: 0.9-1.2
 # tok/s at 1 stream under load vs 7.7-13.1 passive; benchmarks/serve_engine.py --ours-as-shipped compares)
 OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 

@@ -12,8 +12,8 @@ Per task:
                 each score no more than the untouched workspace (the no-op score, plus 1e-9 float noise; 0 for a
                 task that passes the no-op gate); a task one beats is rejected `hackable:<exploit>` with
                 `hacker="reject"` (DEFAULT_HACKER); "report" only records TaskValidation.exploit_scores/.hackable;
-                "off" skips them. The bar was 0.2 of the reward until session 9: five families paid up to 0.25 for
-                a copied input or the echoed instruction (contact_merge, renewal_reminders, release_newsletter,
+                "off" skips them. The bar was once 0.2 of the reward: five families paid up to 0.25 for a copied
+                input or the echoed instruction (contact_merge, renewal_reminders, release_newsletter,
                 contract_clause_review, dose_schedule_check; fixed: benchmarks/hacker_rate.py measures 0).
                 Prose claims and "run the tests and stop" leave the workspace unchanged: that is the no-op gate.
                 Both paths build the exploits with clawgym.synth.exploits.exploits.

@@ -22,7 +22,7 @@ def detect_format(path: "str | Path") -> str:
     if p.is_dir():
         if (p / "data_entry.json").exists() or ((p / "reward").is_dir() and (p / "input_files").is_dir()):
             return "clawgym_task"
-        if (p / "task.toml").is_file():  # Harbor (issue 23): before the .md check (instruction.md)
+        if (p / "task.toml").is_file():  # Harbor: before the .md check (instruction.md)
             return "harbor_task"
         subs = [d for d in p.iterdir() if d.is_dir() and not d.name.startswith(".")]
         if any((d / "data_entry.json").exists() or (d / "reward").is_dir() for d in subs):
@@ -42,7 +42,7 @@ def detect_format(path: "str | Path") -> str:
 def import_any(path: "str | Path", *, suite: "str | None" = None, limits: "Limits | None" = None) -> ImportReport:
     """Import tasks from any supported source, detecting the format. Errors go into the report: a bad task
     (a symlink or hard link in it, a file over the size caps of `limits`, a bad name, ...) is one error and
-    the others are still imported. Everything is read through clawgym.tasks.reader (issue 22)."""
+    the others are still imported. Everything is read through clawgym.tasks.reader."""
     from clawgym.tasks import clawgym_format, parquet_io, pinchbench
     from clawgym.tasks.names import check_name, to_name
 
@@ -89,7 +89,7 @@ def import_any(path: "str | Path", *, suite: "str | None" = None, limits: "Limit
 
 
 def _real_dir(p: Path) -> bool:
-    """A directory that is not a symlink (a bundle's `tasks/` must be its own, issue 22)."""
+    """A directory that is not a symlink (a bundle's `tasks/` must be its own)."""
     import stat as _stat
 
     try:

@@ -99,7 +99,7 @@ def normalise_mode(st_mode: int) -> int:
     return 0o755 if st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH) else 0o644
 
 
-# Reading a task folder: clawgym.tasks.reader.TaskDir (no symlinks, no hard links, size caps -- issue 22).
+# Reading a task folder: clawgym.tasks.reader.TaskDir (no symlinks, no hard links, size caps).
 
 
 def write_tree(root: Path, files: list[File]) -> None:

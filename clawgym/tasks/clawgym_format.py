@@ -81,7 +81,7 @@ def import_clawgym_task(dir: str | Path, *, suite: str | None = None, split: str
                         follow_root: bool = True) -> Task:
     """One ClawGym task folder -> Task. Raises TaskError naming the file and field on bad input.
 
-    The folder is untrusted (issue 22): it is read through clawgym.tasks.reader.TaskDir, so a symlink anywhere
+    The folder is untrusted: it is read through clawgym.tasks.reader.TaskDir, so a symlink anywhere
     in it (``input_files/`` or ``reward/`` themselves, ``data_entry.json``, any entry below), a hard link, a
     special file or a file over the size caps (`limits`; `suite_budget` is shared by a folder import) is a
     TaskError. `follow_root`: the folder itself may be a symlink (True for a path the caller named; a folder

@@ -1,4 +1,4 @@
-"""Harbor task folders <-> Task (issue 23).
+"""Harbor task folders <-> Task.
 
 Harbor's task format (harbor-framework/harbor; Terminal-Bench 2, SkyRL and prime-rl read it):
 
@@ -33,7 +33,7 @@ files it ships): any Task runs in Harbor unchanged.
   kept in tests/rubric.json and marked in [metadata] (clawgym_rubric = "not scored in Harbor ...").
 
 Import (`import_harbor_task`, `import_harbor_folder`): a Harbor task folder or a folder of them -> Tasks, read
-through clawgym.tasks.reader (no symlinks, no hard links, size caps; issue 22). Every part is read: instruction.md
+through clawgym.tasks.reader (no symlinks, no hard links, size caps). Every part is read: instruction.md
 and task.toml are required (a missing one, or a task.toml that does not parse, is a TaskError naming the file
 and the field); environment/ (the Dockerfile and its build context), tests/, solution/ and any other file of the
 folder are kept. The Dockerfile is read for its FROM, WORKDIR and COPY lines: files COPY'd into the WORKDIR

@@ -1,4 +1,4 @@
-"""Any Task as a Harbor task folder (issue 23): `export_harbor_task`, `export_harbor_dataset`, `harbor_task_files`.
+"""Any Task as a Harbor task folder: `export_harbor_task`, `export_harbor_dataset`, `harbor_task_files`.
 
 The folder runs in the real Harbor unchanged (`harbor run -p <dataset> -a oracle`): `environment/Dockerfile` FROM the
 sandbox image, `tests/` our verifier offline (the grade driver, scoring and the task's checks, writing reward.txt +

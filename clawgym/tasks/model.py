@@ -69,7 +69,7 @@ class File(BaseModel):
     @field_validator("mode", mode="before")
     @classmethod
     def _clean_mode(cls, v: Any) -> int:
-        """Only 0o755 (any exec bit) or 0o644: no set-id, sticky or world-writable bits from any source (issue 22)."""
+        """Only 0o755 (any exec bit) or 0o644: no set-id, sticky or world-writable bits from any source."""
         try:
             m = int(v)
         except (TypeError, ValueError):
@@ -196,7 +196,7 @@ class Task(BaseModel):
     files: list[File] = Field(default_factory=list)
     verifier: Verifier = Field(default_factory=Verifier)
     reference: list[ToolCall] | None = None
-    # the program teacher's solution (issue 24): one generic program of the task's family that computes every
+    # the program teacher's solution: one generic program of the task's family that computes every
     # deliverable from the workspace (clawgym.synth.solutions), recorded by synthesis; None = the family has none.
     # `reference` replays the answers the generator computed; this shows *how* to get them.
     program_reference: list[ToolCall] | None = None
@@ -205,7 +205,7 @@ class Task(BaseModel):
     # source-format details needed for byte-exact export (e.g. ClawGym data_entry.json text, PinchBench sections)
     source: dict[str, Any] = Field(default_factory=dict)
 
-    # Names are identifiers (issue 22; clawgym.tasks.names): a task id, suite or family becomes a path
+    # Names are identifiers (clawgym.tasks.names): a task id, suite or family becomes a path
     # component (data/workspaces/<task_id>/, lake partitions, export folders), so it must be one plain name.
     @field_validator("task_id", "suite")
     @classmethod
@@ -226,7 +226,7 @@ class Task(BaseModel):
     @classmethod
     def _workspace(cls, v: str) -> str:
         """An absolute, normalised path of plain characters: it is written into reward.sh, Dockerfiles and
-        task.toml files, so no newline, quote, space or `..` may ride in it (issue 22)."""
+        task.toml files, so no newline, quote, space or `..` may ride in it."""
         v = v.rstrip("/") or "/" if isinstance(v, str) else v
         if not isinstance(v, str) or not WORKSPACE_RE.match(v) or posixpath.normpath(v) != v or v == "/":
             raise ValueError(f"workspace_dir must be an absolute, normalised path of [A-Za-z0-9._+-] parts, "

@@ -1,4 +1,4 @@
-"""Names are identifiers (issue 22): task ids, family names, suite names and model / checkpoint / policy /
+"""Names are identifiers: task ids, family names, suite names and model / checkpoint / policy /
 partition keys all match one pattern where they enter, and every path built from one goes through
 `safe_join`, which refuses anything that would leave its root.
 

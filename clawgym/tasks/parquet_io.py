@@ -89,7 +89,7 @@ def row_to_task(r: dict, where: str = "tasks") -> Task:
     try:
         rubric = r.get("rubric_json")
         ref = r.get("reference_json")
-        prog = r.get("program_reference_json")  # absent in files written before issue 24
+        prog = r.get("program_reference_json")  # absent in files written before the program teacher's reference column
         return Task(
             task_id=r["task_id"], suite=r["suite"], split=r["split"], route=r["route"], family=r["family"],
             category=r["category"], subcategory=r["subcategory"], persona_id=r["persona_id"],
@@ -120,7 +120,7 @@ def row_to_task(r: dict, where: str = "tasks") -> Task:
 
 
 def check_row_sizes(r: dict, where: str, limits: Limits | None = None) -> None:
-    """TaskError when a row's inline files break the per-file / per-task caps of `limits` (issue 22)."""
+    """TaskError when a row's inline files break the per-file / per-task caps of `limits`."""
     lim = limits or DEFAULT_LIMITS
     tid = r.get("task_id") if isinstance(r.get("task_id"), str) else "?"
     total = 0

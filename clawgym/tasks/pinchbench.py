@@ -73,7 +73,7 @@ CATEGORY_MAP = {
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 # Possessive quantifiers (*+): the same matches as plain greedy ones here, in linear time -- with plain ones a
-# line of 32k spaces took 88 s (an imported file is untrusted input, issue 22).
+# line of 32k spaces took 88 s (an imported file is untrusted input).
 _SCORE_LINE = re.compile(r"^\s*+(?:[-*]\s*+)?\**+\s*+Score\s*+:?\s*+([01](?:\.\d+)?)"
                          r"\s*+\**+\s*+[:：\-–]?\s*+\**+\s*+(.*)$", re.I)
 _WEIGHT = re.compile(r"\(\s*+weight\s*+:?\s*+([0-9]++(?:\.[0-9]++)?)\s*+(%?)\s*+\)", re.I)
@@ -143,7 +143,7 @@ def extract_python(section: str) -> str | None:
     r"""The first ```python fenced block of `section` (with a trailing newline), or None.
 
     Exactly what ``re.search(r"```(?:python|py)\s*\n(.*?)\n\s*```", section, re.S)`` finds, in linear time
-    (that regex backtracks quadratically on long runs of blank lines -- an untrusted file, issue 22)."""
+    (that regex backtracks quadratically on long runs of blank lines -- an untrusted file)."""
     s, k = section, section.find("```")
     while k >= 0:
         for alt in ("python", "py"):
@@ -550,7 +550,7 @@ def import_pinchbench_file(path: str | Path, assets_dir: str | Path | None = Non
                            suite: str | None = None, limits: Limits | None = None,
                            suite_budget: Budget | None = None) -> Task:
     """The Task of one PinchBench markdown file (assets from `assets_dir`); TaskError on bad input. The file
-    is untrusted (issue 22): a symlink or hard link is refused, sizes are capped (`limits`)."""
+    is untrusted: a symlink or hard link is refused, sizes are capped (`limits`)."""
     p = Path(path)
     file = p.name
     lim = limits or DEFAULT_LIMITS
@@ -660,7 +660,7 @@ def export_pinchbench_task(task: Task, path: str | Path) -> Path:
                     if isinstance(e, dict) and "source" in e:
                         dest = str(e.get("dest") or Path(str(e["source"])).name)
                         src = str(e["source"])
-                        try:  # only inside the export's own folder (issue 22)
+                        try:  # only inside the export's own folder
                             target = safe_join(p.parent, check_relpath(src, "source"))
                         except ValueError:
                             target = None
@@ -686,7 +686,7 @@ def export_pinchbench_task(task: Task, path: str | Path) -> Path:
     if text is None:
         text = render_pinchbench(task)
         # the task's own text must not be able to rewrite its grader on re-import (an instruction that opens a
-        # fence and carries a "## Automated Checks" section, issue 22): the rendered file is read back first
+        # fence and carries a "## Automated Checks" section): the rendered file is read back first
         try:
             again = parse_pinchbench_text(text, p.name, p, None, task.suite)
         except TaskError as e:

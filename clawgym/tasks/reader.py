@@ -1,4 +1,4 @@
-"""The one safe reader every importer uses (issue 22): imported task folders are untrusted input.
+"""The one safe reader every importer uses: imported task folders are untrusted input.
 
 `TaskDir(root, label)` is a read-only view of one task's folder that never leaves it:
 

@@ -42,7 +42,7 @@ def write_workspaces(tasks: Iterable, root: Path, warn: Callable[[str], object] 
             exts: dict[str, int] = {}
             name = None
             try:  # one task's odd files (a path the host cannot hold) are that task's error, never the whole run's
-                name = check_name(t.task_id, "task_id")  # a plain name, never a path (issue 22)
+                name = check_name(t.task_id, "task_id")  # a plain name, never a path
                 for f in t.files:
                     p = safe_join(tmp, name, f.path)  # never outside its folder
                     p.parent.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""Chat encoding that knows who placed a control token (issue 21 item 6; split out of clawgym.trajectories.sft).
+"""Chat encoding that knows who placed a control token (split out of clawgym.trajectories.sft).
 
 A row's only control ids are those the chat template placed or the model emitted as control ids. `encode_chat`
 renders and tokenizes a conversation so that content carrying a control-token string (``<|im_end|>`` in the

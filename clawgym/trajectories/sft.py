@@ -17,7 +17,7 @@ results) and `tools` (JSON schemas), ready for TRL's SFTTrainer. Export: `write_
 `sft` table) and `save_hf_dataset` (a folder `datasets.load_from_disk` reads). `check_sft_rows` is the
 blocking Great Expectations gate: assistant turns non-empty, tools present, token counts ≤ max length.
 
-Control tokens (issue 21 item 6): a row's only control ids are those the chat template placed or the model
+Control tokens: a row's only control ids are those the chat template placed or the model
 emitted as control ids. `encode_chat` renders and tokenizes a conversation so that content carrying a
 control-token string (``<|im_end|>`` in the model's text, ``<|im_start|>assistant`` in a file the agent read) is
 encoded as ordinary text pieces; `token_exact_row` keeps the sampled ids and re-encodes a server context that
@@ -343,7 +343,7 @@ def _context_ids(tok, messages: list[dict], prev: int | None, prev_out: list[int
     return full[len(pre):]
 
 
-# ---- control tokens: only those the template placed (issue 21 item 6) ---------------------------------------
+# ---- control tokens: only those the template placed ---------------------------------------
 def _assistant_ok(m: dict) -> bool:
     return bool(m.get("content", "").strip()) or bool(m.get("tool_calls"))
 

@@ -1,6 +1,6 @@
 """Rubric judges: OpenAIJudge (any OpenAI-compatible endpoint) and OfflineJudge (deterministic proxies).
 
-The judge protocol is ours, never the agent's (issue 21):
+The judge protocol is ours, never the agent's:
 - Each request gets a fresh nonce (`secrets.token_hex`, made at judging time, after the agent ended). Agent
   material (file contents, the agent's transcript) reaches the judge only as quoted data between the lines
   ``<<<MATERIAL-{nonce} <label>`` and ``MATERIAL-{nonce}>>>``; inside material every run of three ``<`` or
