@@ -1,4 +1,4 @@
-"""The clawgym asset graph (DESIGN §2): `dg list defs`, `dg launch`, `dagster dev` and
+"""The clawgym asset graph: `dg list defs`, `dg launch`, `dagster dev` and
 `dagster asset materialize -m clawgym_assets.definitions` all load `defs` from here.
 
 `defs` is lazy (`@dg.definitions`): the graph settings (shard count, executor) and the resources are read from

@@ -1,4 +1,4 @@
-"""Every partitions definition of the graph, defined once (DESIGN §3).
+"""Every partitions definition of the graph, defined once.
 
 The shard count is not read here: it is a graph setting (``clawgym_resources.GraphSettings.n_shards``,
 $CLAWGYM_SHARDS, default 4) that ``clawgym_assets.definitions`` passes to :func:`trajectory_partitions_def`

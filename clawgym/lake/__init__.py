@@ -1,4 +1,4 @@
-"""The lake: table schemas, atomic Parquet writes, hive partitions, the DuckDB catalog (DESIGN §7)."""
+"""The lake: table schemas, atomic Parquet writes, hive partitions, the DuckDB catalog."""
 
 from clawgym.lake import codec, modes  # noqa: F401
 from clawgym.lake.catalog import (  # noqa: F401

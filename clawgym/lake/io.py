@@ -1,4 +1,4 @@
-"""Paths, atomic Parquet writes and hive-partitioned part files of the lake (DESIGN §7).
+"""Paths, atomic Parquet writes and hive-partitioned part files of the lake.
 
 Layout: ``<data root>/lake/<table>/[k=v/…]/part-<stamp>-<rand>.parquet``. Every file is written to a
 temp name that does not end in ``.parquet`` and then ``os.replace``d into place, so readers (DuckDB

@@ -1,4 +1,4 @@
-"""One pyarrow schema per lake table (DESIGN §3, §7), used by writers, readers, GX checks and DuckDB views.
+"""One pyarrow schema per lake table, used by writers, readers, GX checks and DuckDB views.
 
 Nested values (messages, tool calls, diffs, verifier details) are stored as JSON text in columns whose
 name ends with ``_json``; DuckDB reads them with ``json_extract``. Columns named in ``PARTITIONS`` live in

@@ -1,4 +1,4 @@
-"""The Sandbox protocol (DESIGN §5). Backends: docker, bwrap, local.
+"""The Sandbox protocol. Backends: docker, bwrap, local.
 
 A sandbox is an isolated place where one task's workspace lives at `workspace` (default
 /root/.openclaw/workspace) and commands run. File access from the host never follows symlinks

@@ -1,4 +1,4 @@
-"""The embedded OpenAI-compatible model server (DESIGN §6): `transformers serve` with clawgym's patches.
+"""The embedded OpenAI-compatible model server: `transformers serve` with clawgym's patches.
 
 - `launcher`: `ModelServer` (start / health / teardown of one server process per model folder) and the script
   the server process runs (`python clawgym/serve/launcher.py [flags] serve MODEL ...`), which installs the

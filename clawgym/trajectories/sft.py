@@ -1,4 +1,4 @@
-"""The SFT set: cleaned multi-turn rows in the HF conversational format (DESIGN §2 `sft_dataset`).
+"""The SFT set: cleaned multi-turn rows in the HF conversational format (the `sft_dataset` asset).
 
     build_sft_dataset(trajectory_rows, tasks, bench_tasks, cfg) -> SFTBuildResult(rows, stats, rejected)
 

@@ -1,4 +1,4 @@
-"""Verifier runtime: code checks, rubric judges, hybrid scoring (DESIGN §4)."""
+"""Verifier runtime: code checks, rubric judges, hybrid scoring."""
 
 from clawgym.verify.judge import (  # noqa: F401
     Judge, JudgeError, OfflineJudge, OpenAIJudge, RubricContext, RuleInput, floor_to_scale, make_judge,

@@ -1,6 +1,6 @@
 """Verifier runtime: run a task's code checks and rubric after the agent ends, in the same sandbox.
 
-Semantics (DESIGN §4, identical to ClawGym's harness for imported folders):
+Semantics (identical to ClawGym's harness for imported folders):
 - kind="reward_dir": whatever the agent left at <workspace>/reward is removed, the task's reward files are
   written to reward/, then `bash reward/reward.sh` runs (cwd = workspace, timeout verifier.timeout_s,
   120 s default). The LAST stdout line is the score. rc != 0, a non-float or a timeout -> 0.0 + error.
