@@ -1,12 +1,12 @@
 """What the clean room costs: oracle rollouts verified in a fresh room (export -> room -> verify, the default)
 against the same rollouts verified in place in the agent's own sandbox (quiesce -> scrub -> verify, the path
-before session 9), interleaved round by round in one process on each backend (the box is noisy: ratios of
+before the clean room), interleaved round by round in one process on each backend (the box is noisy: ratios of
 neighbours, not absolute numbers).
 
     python benchmarks/clean_room_cost.py [--n 12] [--rounds 3] [--workers 2] [--backends bwrap,docker]
                                          [--docker-reset]
 
---docker-reset adds a third mode on docker, interleaved with the other two: the clean room with session 9's container
+--docker-reset adds a third mode on docker, interleaved with the other two: the clean room with the earlier container
 reset (the exec server's in-container reset op after the host-side IPC clear, ~40 ms each; today it runs only where
 the host side could not clear and check everything, see clawgym.sandbox.docker.container.Slot.quiesce).
 
@@ -38,8 +38,8 @@ _HOST_CLEAR = Slot.clear_host_side
 
 
 def _s9_clear(slot):
-    """Session 9's reset: the host-side clear, and then always the server's reset op (as if the host side failed)."""
-    return _HOST_CLEAR(slot) or "benchmark: session 9's reset (the in-container op always follows)"
+    """The earlier reset: the host-side clear, and then always the server's reset op (as if the host side failed)."""
+    return _HOST_CLEAR(slot) or "benchmark: the earlier reset (the in-container op always follows)"
 
 LAT: list[float] = []
 
@@ -112,7 +112,7 @@ def main() -> int:
             if "clean_s9_reset" in res:
                 med = {m: statistics.median(x[0] for x in res[m]) for m in ("clean", "clean_s9_reset")}
                 rs = med["clean"] / med["clean_s9_reset"]
-                print(f"{b:7s} clean / clean with session 9's reset: throughput {rs:.2f}x", flush=True)
+                print(f"{b:7s} clean / clean with the earlier reset: throughput {rs:.2f}x", flush=True)
     return 0
 
 

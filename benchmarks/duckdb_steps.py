@@ -2,7 +2,7 @@
 
 Writes a synthetic lake (trajectories + steps, hive-partitioned policy=/shard=, through clawgym.lake's own
 writers and schemas) under a temp dir, builds the DuckDB catalog with clawgym.lake.catalog, and times the
-query a user would type. Goal (issue 4): < 1 s.
+query a user would type. Goal: < 1 s.
 
     python benchmarks/duckdb_steps.py [--steps 1000000] [--repeats 5]
 """

@@ -1,7 +1,7 @@
 """Hackable rate per task source: the share of tasks a cheap exploit (clawgym.synth.exploits: placeholder,
 echo, copy_inputs, empty_outputs outputs) scores above the task's untouched (no-op) score on (the hacker gate's
 bar, clawgym.synth.exploits.hackable); `--bound X` measures against an absolute bar instead (score >= X; the
-gate's bar before session 9 was 0.2).
+gate's bar was once 0.2).
 
     python benchmarks/hacker_rate.py --n 200 [--backend bwrap|docker|local|host] [--bound 0.2]
         [--fixtures ../shared/fixtures/clawgym_train_sample] [--no-fixtures]

@@ -1,4 +1,4 @@
-"""Harbor's own run time against ours on the same tasks (issue 23): 24 procedural tasks (4 code-only per
+"""Harbor's own run time against ours on the same tasks: 24 procedural tasks (4 code-only per
 category) exported as a Harbor dataset, run by the real Harbor (`harbor run -a oracle` on the local docker
 engine, -n workers) and by clawgym (`run_rollouts(tasks, "oracle", factory, workers)`: sandbox, oracle
 replay, clean-room verification). Prints both wall times, the ratio harbor/ours, and checks both score every

@@ -1,5 +1,5 @@
 """Does training on synthesized trajectories lift the agent? Base vs SFT, paired, on new seeds of the training
-families and on held-out families (issue 16).
+families and on held-out families.
 
     python benchmarks/lift.py --work data/lift                       # CPU defaults: ≈ 70 min on 2 cores, resumable
     python benchmarks/lift.py --work data/lift-gpu --gpu --train-seeds 40 --bench-seeds 20 --max-steps 600 \

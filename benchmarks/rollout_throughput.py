@@ -1,4 +1,4 @@
-"""Rollout throughput (issue 4), in one run:
+"""Rollout throughput, in one run:
 
 1. oracle rollouts/s (builtin runtime, our own tasks) at pool sizes 1, 2, 4, 8 on each sandbox backend
    (goals: >= 10/s bwrap, >= 3/s docker);

@@ -1,4 +1,4 @@
-"""Stack throughput (issue 15): oracle rollouts/s through launched runs (the production-shaped stack: queue,
+"""Stack throughput: oracle rollouts/s through launched runs (the production-shaped stack: queue,
 DockerRunLauncher, project image, docker sandboxes started from inside the run containers) vs in-process on the
 same work in the same invocation, plus the run launch latency.
 
