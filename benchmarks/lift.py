@@ -76,6 +76,27 @@ def make_tasks(families: list[str], seeds: range):
     return [get_family(f).generate(s) for s in seeds for f in families]
 
 
+def composed_suites(a) -> tuple[list, dict[str, list]]:
+    """The composed curriculum: training tasks from training compositions (seeds [0, --train-seeds)), and three
+    bench suites: new seeds of other training compositions, held-out compositions (new compositions of the
+    same operations; clawgym.synth.compose's split, made before and without any training) and held-out
+    hand-written families. The held-out names are read here for the bench only; training sees train_c."""
+    from clawgym.synth.compose import sample_compositions as pick
+    from clawgym.synth.compose import split_compositions
+
+    train_names, held_names = split_compositions()
+    train_c = pick(train_names, a.train_compositions, "train")
+    # held-in: training compositions the student trained on, at seeds it never saw
+    heldin_c = pick(train_c, a.bench_compositions, "heldin")
+    held_c = pick(held_names, a.bench_compositions, "heldout")
+    _, held_f = split_families(a.families_per_category, a.heldout_per_category)
+    bench_seeds = range(1000, 1000 + a.bench_seeds)
+    suites = {"new_seeds": make_tasks(heldin_c, range(1000, 1001)),
+              "heldout_compositions": make_tasks(held_c, range(1000, 1001)),
+              "heldout_families": make_tasks(held_f, bench_seeds)}
+    return make_tasks(train_c, range(a.train_seeds)), suites
+
+
 def _add_time(work: Path, stage: str, seconds: float) -> None:
     """Add `seconds` to `stage` in <work>/timings.json (stage wall times summed over resumed runs)."""
     p = work / "timings.json"
@@ -128,11 +149,10 @@ def _how_it_ended(ro) -> str:
     return ro.failure_class
 
 
-def _wrote_program(row: dict) -> bool:
-    """Whether the rollout's first tool call is exactly the program teacher's exec for its family."""
-    from clawgym.synth.solutions import program_command, program_source
-
-    src = program_source(row.get("family") or "")
+def _wrote_program(row: dict, programs: dict[str, str]) -> bool:
+    """Whether the rollout's first tool call is exactly the program teacher's exec for its task (`programs`:
+    task id -> the teacher's command)."""
+    want = programs.get(row["task_id"])
     for m in json.loads(row.get("messages_json") or "[]"):
         for c in m.get("tool_calls") or []:
             try:
@@ -140,9 +160,34 @@ def _wrote_program(row: dict) -> bool:
             except (ValueError, KeyError, AttributeError):
                 return False
             # the program itself (the first line carries the task's instruction arguments, if any)
-            return src is not None and isinstance(cmd, str) and cmd.startswith("python3 - ") and \
-                cmd.split("\n", 1)[-1] == program_command(src).split("\n", 1)[-1]
+            return want is not None and isinstance(cmd, str) and cmd.startswith("python3 - ") and \
+                cmd.split("\n", 1)[-1] == want.split("\n", 1)[-1]
     return False
+
+
+def _teacher_commands(tasks) -> dict[str, str]:
+    from clawgym.synth.solutions import with_program
+
+    out = {}
+    for t in tasks:
+        ref = with_program(t).program_reference
+        if ref:
+            out[t.task_id] = ref[0].arguments.get("command", "")
+    return out
+
+
+def _parts(rows: list[dict]) -> dict[str, float]:
+    """Mean of each grade() part over `rows` (the per-part credit: keys, values, fields, ids, order ...)."""
+    sums: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        try:
+            v = json.loads(r.get("verification_json") or "{}")
+        except ValueError:
+            continue
+        for k, x in (v.get("checks") or v.get("subscores") or {}).items():
+            if isinstance(x, (int, float)):
+                sums[k].append(float(x))
+    return {k: round(100 * sum(v) / len(v), 1) for k, v in sorted(sums.items())}
 
 
 def compare_rows(sft_rows: list[dict], base_rows: list[dict], key: str | None = None) -> list[dict]:
@@ -168,9 +213,14 @@ def _mean(d: dict) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", default="data/lift")
+    ap.add_argument("--curriculum", choices=["composed", "families"], default="composed",
+                    help="composed: tasks composed from shared operations (clawgym.synth.compose), benched on new "
+                         "seeds, held-out compositions and held-out families; families: the hand-written families")
+    ap.add_argument("--train-compositions", type=int, default=240)
+    ap.add_argument("--bench-compositions", type=int, default=30)
     ap.add_argument("--families-per-category", type=int, default=1)
     ap.add_argument("--heldout-per-category", type=int, default=1)
-    ap.add_argument("--train-seeds", type=int, default=4)
+    ap.add_argument("--train-seeds", type=int, default=None, help="default: 1 (composed), 4 (families)")
     ap.add_argument("--bench-seeds", type=int, default=3)
     ap.add_argument("--backend", default="auto")
     ap.add_argument("--teacher", choices=["program", "reference"], default="program")
@@ -188,6 +238,7 @@ def main(argv=None) -> int:
     ap.add_argument("--gradient-accumulation-steps", type=int, default=1)
     ap.add_argument("--max-length", type=int, default=4096)
     ap.add_argument("--lora", action="store_true")
+    ap.add_argument("--packing", action="store_true", help="TRL SFTConfig packing (padding-free, bfd)")
     ap.add_argument("--gpu", action="store_true", help="bf16 training, no CPU kernels in the server")
     ap.add_argument("--stop-after", choices=["tasks", "oracle", "sft_set", "sft", "bench"], default=None)
     a = ap.parse_args(argv)
@@ -201,12 +252,20 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     # 1. tasks
-    train_f, held_f = split_families(a.families_per_category, a.heldout_per_category)
-    train_tasks = make_tasks(train_f, range(a.train_seeds))
-    bench_new = make_tasks(train_f, range(1000, 1000 + a.bench_seeds))
-    bench_held = make_tasks(held_f, range(1000, 1000 + a.bench_seeds))
-    _log(f"train families {train_f}; held-out {held_f}; {len(train_tasks)} train tasks, "
-         f"bench {len(bench_new)} new-seed + {len(bench_held)} held-out")
+    if a.train_seeds is None:
+        a.train_seeds = 1 if a.curriculum == "composed" else 4
+    if a.curriculum == "composed":
+        train_tasks, suites = composed_suites(a)
+        train_f = sorted({t.family for t in train_tasks})
+        held_f = sorted({t.family for k in suites if k != "new_seeds" for t in suites[k]})
+    else:
+        train_f, held_f = split_families(a.families_per_category, a.heldout_per_category)
+        train_tasks = make_tasks(train_f, range(a.train_seeds))
+        suites = {"new_seeds": make_tasks(train_f, range(1000, 1000 + a.bench_seeds)),
+                  "heldout": make_tasks(held_f, range(1000, 1000 + a.bench_seeds))}
+    all_bench = [t for ts in suites.values() for t in ts]
+    _log(f"{len(train_f)} train families, {len(train_tasks)} train tasks; bench "
+         + ", ".join(f"{k} {len(v)}" for k, v in suites.items()))
     if a.stop_after == "tasks":
         return 0
     factory = get_factory(a.backend)
@@ -215,7 +274,7 @@ def main(argv=None) -> int:
     limits = Limits(max_turns=a.max_turns, max_completion_tokens=a.max_completion_tokens, max_wall_s=a.max_wall_s)
     server = {"device": "cuda" if a.gpu else "cpu", "startup_timeout_s": 600}
     if "sft" not in models:  # the base model's rollouts only (they need no teacher, no SFT)
-        for suite, tasks in (("new_seeds", bench_new), ("heldout", bench_held)):
+        for suite, tasks in suites.items():
             spec = PolicySpec(name="lift-base", kind="local", model=str(base_dir), extra=server)
             rollout_rows(tasks, spec, factory, work / f"bench_base_{suite}.jsonl", limits, a.workers, f"base/{suite}")
         return 0
@@ -241,7 +300,7 @@ def main(argv=None) -> int:
         # workspace data), so the SFT set's decontamination (same instruction / embedding near-duplicates) would
         # reject every row: here a training task is contaminated only when it IS a bench task (same id, or same
         # workspace and instruction fingerprint)
-        bench_keys = {t.task_id for t in bench_new + bench_held} | {t.fingerprint() for t in bench_new + bench_held}
+        bench_keys = {t.task_id for t in all_bench} | {t.fingerprint() for t in all_bench}
         clean = [t for t in train_tasks if t.task_id not in bench_keys and t.fingerprint() not in bench_keys]
         ids = {t.task_id for t in clean}
         res = build_sft_dataset([r for r in oracle if r["task_id"] in ids], clean, [],
@@ -265,6 +324,8 @@ def main(argv=None) -> int:
            "save_steps": max(5, a.max_steps // 4), "lr_scheduler_type": "cosine", "warmup_steps": 2}
     if a.gpu:
         sft["bf16"] = True
+    if a.packing:
+        sft["packing"] = True
     marker = ckpt / "_lift_sft.json"
     if ckpt.exists() and (not marker.exists() or json.loads(marker.read_text()) != {**sft, "lora": a.lora}):
         import shutil
@@ -284,8 +345,8 @@ def main(argv=None) -> int:
         return 0
     # 5. bench: base vs SFT, same tasks, greedy
     rows = {}
-    for suite, tasks in (("new_seeds", bench_new), ("heldout", bench_held)):  # suite by suite: a paired result
-        for name, path in (("base", base_dir), ("sft", ckpt)):                 # as early as possible
+    for suite, tasks in suites.items():                  # suite by suite: a paired result as early as possible
+        for name, path in (("base", base_dir), ("sft", ckpt)):
             spec = PolicySpec(name=f"lift-{name}", kind="local", model=str(path), extra=server)
             rows[(name, suite)] = rollout_rows(tasks, spec, factory, work / f"bench_{name}_{suite}.jsonl", limits,
                                                a.workers, f"{name}/{suite}")
@@ -297,13 +358,15 @@ def main(argv=None) -> int:
                              "train_runtime_s": rec.train_runtime_s, "tokens": rec.hyperparams.get("tokens")},
               "suites": {}, "wall_s_this_invocation": time.time() - t0,
               "stage_wall_s": json.loads(tp.read_text()) if (tp := work / "timings.json").exists() else {}}
-    for suite in ("new_seeds", "heldout"):
+    programs = _teacher_commands(all_bench)
+    for suite in suites:
         b, s = rows[("base", suite)], rows[("sft", suite)]
         ends = {m: dict(sorted({e: sum(1 for r in rows[(m, suite)] if r["finish"] == e)
                                 for e in {r["finish"] for r in rows[(m, suite)]}}.items())) for m in ("base", "sft")}
         report["suites"][suite] = {"overall": compare_rows(s, b)[0], "per_category": compare_rows(s, b, "category"),
                                    "per_family": compare_rows(s, b, "family"), "ended": ends,
-                                   "program_exact": sum(_wrote_program(r) for r in s), "n": len(s)}
+                                   "program_exact": sum(_wrote_program(r, programs) for r in s), "n": len(s),
+                                   "parts": {"base": _parts(b), "sft": _parts(s)}}
     report["stage_wall_s_total"] = round(sum(report["stage_wall_s"].values()), 1)
     (work / "report.json").write_text(json.dumps(report, indent=1, default=str))
     lines = [f"# lift report ({time.strftime('%Y-%m-%d %H:%M')})", "", f"`{report['command']}`", "",
@@ -314,6 +377,7 @@ def main(argv=None) -> int:
         lines.append(f"## {suite}: base {o['base']:.1f} -> SFT {o['sft']:.1f}, delta {o['delta']:+.1f} "
                      f"[{o['ci_low']:+.1f}, {o['ci_high']:+.1f}] (n={o['n']}); ended {r['ended']}; SFT wrote the "
                      f"teacher's program exactly in {r['program_exact']}/{r['n']}")
+        lines.append(f"per-part credit (mean %), base {r['parts']['base']}; SFT {r['parts']['sft']}")
         for key, head in (("per_category", "category"), ("per_family", "family")):
             lines += ["", f"| {head} | n | base | SFT | delta | 95% CI |", "|---|---|---|---|---|---|"]
             lines += [f"| {x['group']} | {x['n']} | {x['base']:.1f} | {x['sft']:.1f} | {x['delta']:+.1f} | "

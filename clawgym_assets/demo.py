@@ -4,7 +4,8 @@
 It shows the loop teaching an agent (clawgym.agent.demo.DemoPlan): synthesize a few procedural training families
 (each task carries its family's program solution), the program teacher's trajectories, an SFT set, a few SFT steps
 of the embedded SmolLM2-135M, then `sft-demo` against `smollm2-base` on new seeds of the training families
-(held-in) and on held-out families, paired, with bootstrap 95% CIs, in the leaderboard."""
+(held-in), on held-out compositions of the shared operations and on held-out families, paired, with bootstrap
+95% CIs, in the leaderboard."""
 
 import importlib.util
 import time
@@ -39,7 +40,8 @@ def _run_on(instance, selection, log, partition_key=None, run_config=None, resou
 
 def describe(plan: DemoPlan, models: bool = True) -> str:
     """What the demo will show and how long it takes (printed first)."""
-    n_in, n_out = plan.n_bench()
+    n_in, n_comp, n_out = plan.n_bench()
+    train_c, _ = plan.compositions()
     total = sum(EXPECTED_S.values()) if models else sum(v for k, v in EXPECTED_S.items() if k in (
         "synthesis", "bench_tasks", "trajectories", "bench oracle + noop", "leaderboard"))
     lines = [f"clawgym demo: the loop teaching an agent, ≈ {total / 60:.0f} min on 2 CPU cores "
@@ -47,14 +49,17 @@ def describe(plan: DemoPlan, models: bool = True) -> str:
              f"  synthesize tasks of {len(plan.train_families)} training families ({', '.join(plan.train_families)}) "
              f"and {len(plan.heldout_families)} held-out ({', '.join(plan.heldout_families)}); each task carries its "
              f"family's program solution",
+             f"  and {len(train_c)} training + {plan.heldout_compositions} held-out compositions of shared operations "
+             "(read / filter / join / aggregate / write), each task with its composed program",
              "  the program teacher (one exec of that program) makes the SFT set"]
     if models:
         lines += [f"  {plan.sft['max_steps']} SFT steps of SmolLM2-135M (lr {plan.sft['learning_rate']}) -> sft-demo",
-                  f"  bench: {n_in} tasks on new seeds of the training families (held-in) + {n_out} of held-out "
-                  f"families; oracle, noop, smollm2-base, sft-demo",
-                  "  shows: sft-demo vs smollm2-base, paired Δ with a bootstrap 95% CI, held-in and held-out"]
+                  f"  bench: {n_in} tasks on new seeds of the training families (held-in) + {n_comp} of held-out "
+                  f"compositions + {n_out} of held-out families; oracle, noop, smollm2-base, sft-demo",
+                  "  shows: sft-demo vs smollm2-base, paired Δ with a bootstrap 95% CI: held-in, held-out "
+                  "compositions, held-out families"]
     else:
-        lines.append(f"  bench: oracle and noop on {n_in + n_out} tasks (no models)")
+        lines.append(f"  bench: oracle and noop on {n_in + n_comp + n_out} tasks (no models)")
     return "\n".join(lines)
 
 
@@ -164,8 +169,9 @@ def run_demo(plan: DemoPlan | None = None, models: bool = True, checkpoint: str 
 
 def learning_report(plan: DemoPlan | None = None, model: str = "sft-demo", parent: str = "",
                     resources: dict | None = None) -> list[dict]:
-    """`model` vs its parent (default: the base policy) on the procedural bench now in the lake, held-in (new
-    seeds of the plan's training families) and held-out (clawgym.agent.demo.learning_rows)."""
+    """`model` vs its parent (default: the base policy) on the procedural bench now in the lake: held-in (new
+    seeds of the plan's training families), held-out compositions and held-out families
+    (clawgym.agent.demo.learning_rows)."""
     from clawgym.lake.records import BENCH_RESULT_KEY, effective_rows, tasks_from_table
 
     plan = plan or DemoPlan()
@@ -176,4 +182,4 @@ def learning_report(plan: DemoPlan | None = None, model: str = "sft-demo", paren
     ids = {t.task_id for t in tasks}
     rows = [r for m in (model, parent) for r in effective_rows(
         lake.bench_results(model=m, suite="procedural").to_pylist(), BENCH_RESULT_KEY) if r["task_id"] in ids]
-    return learning_rows(rows, {t.task_id: t.family for t in tasks}, plan.train_families, model, parent)
+    return learning_rows(rows, {t.task_id: t.family for t in tasks}, plan.trained_families, model, parent)

@@ -123,6 +123,7 @@ class SyntheticTasksConfig(LLMRouteConfig):
     heldout_per_category: int = 1  # whole families per category kept out of training (procedural bench)
     heldout_families: List[str] = []  # exactly these families are held out ([] = heldout_per_category per category)
     bench_new_seeds: int = 0  # per family, this many new seeds (1000, 1001, ...) join the bench (held-in rows)
+    new_seed_families: List[str] = []  # the families that get those new seeds ([] = every generated family)
     gates: bool = True  # run the procedural tasks through the synthesis gates here (in the sandbox)
     dedupe_threshold: float = 0.90  # MiniLM cosine at or above which a task is a near-duplicate
     workers: int = 1  # gate workers (sandboxes) for the procedural tasks
@@ -219,7 +220,7 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
                                families=config.families, workers=config.workers,
                                heldout_per_category=config.heldout_per_category,
                                heldout_families=config.heldout_families, bench_new_seeds=config.bench_new_seeds,
-                               dedupe_threshold=config.dedupe_threshold, gates=config.gates, embed=embed, llm=plan,
+                               new_seed_families=config.new_seed_families, dedupe_threshold=config.dedupe_threshold, gates=config.gates, embed=embed, llm=plan,
                                gate_cache_dir=str(lake.path("cache", "gates")))
     tasks, res = run.tasks, run.result
     lake.write(Table.TASKS, [task_row(t, TaskSource.SYNTHETIC.value) for t in tasks], {"source": TaskSource.SYNTHETIC})

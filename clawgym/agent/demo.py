@@ -19,7 +19,19 @@ from typing import Any, Iterable, Mapping
 from clawgym.tasks.model import File, Task, ToolCall, Verifier
 
 HELD_IN = "held-in: new seeds of the training families"
+HELD_OUT_COMPOSITIONS = "held-out compositions of seen operations"
 HELD_OUT = "held-out families"
+GROUPS = (HELD_IN, HELD_OUT_COMPOSITIONS, HELD_OUT)
+
+
+def bench_group(family: str | None, train_families: Iterable[str]) -> str:
+    """Which half of a learning comparison a bench task is in: a training family's (new seeds: held-in), a
+    composed family that was never trained on (a new composition of the shared operations), or another family."""
+    from clawgym.synth.compose import is_composed
+
+    if family in set(train_families):
+        return HELD_IN
+    return HELD_OUT_COMPOSITIONS if is_composed(family) else HELD_OUT
 
 
 @dataclass(frozen=True)
@@ -30,6 +42,10 @@ class DemoPlan:
 
     train_families: tuple[str, ...] = ("action_item_tracker", "backup_retention", "glossary_rename")
     heldout_families: tuple[str, ...] = ("calendar_conflicts", "disk_usage_report")
+    # composed families (clawgym.synth.compose): this many training compositions (one seed each, trained on) and
+    # held-out compositions (one seed each, on the bench), drawn from the split the composer fixes
+    train_compositions: int = 8
+    heldout_compositions: int = 4
     train_seeds: int = 1  # seeds 0.. of every family (the held-out families' go to the bench)
     bench_new_seeds: int = 3  # seeds 1000.. of every family on the bench
     # trl.SFTConfig fields of the demo checkpoint (full fine-tuning of the embedded SmolLM2-135M)
@@ -47,19 +63,38 @@ class DemoPlan:
             raise ValueError(f"DemoPlan: {sorted(both)} are both training and held-out families")
         if not self.train_families or self.train_seeds < 1 or self.bench_new_seeds < 1:
             raise ValueError("DemoPlan: needs training families, train_seeds >= 1 and bench_new_seeds >= 1")
+        if self.train_compositions < 0 or self.heldout_compositions < 0:
+            raise ValueError("DemoPlan: train_compositions and heldout_compositions must be >= 0")
+
+    def compositions(self) -> tuple[list[str], list[str]]:
+        """(training, held-out) composed families of the plan."""
+        from clawgym.synth.compose import sample_compositions, split_compositions
+
+        train, held = split_compositions()
+        return (sample_compositions(train, self.train_compositions, "demo-train"),
+                sample_compositions(held, self.heldout_compositions, "demo-heldout"))
 
     @property
     def families(self) -> list[str]:
-        return [*self.train_families, *self.heldout_families]
+        train_c, held_c = self.compositions()
+        return [*self.train_families, *train_c, *self.heldout_families, *held_c]
+
+    @property
+    def trained_families(self) -> list[str]:
+        """Every family the SFT set draws from: the hand-written training families and the training compositions."""
+        return [*self.train_families, *self.compositions()[0]]
 
     def synth_config(self) -> dict:
-        """The synthetic_tasks run config (SyntheticTasksConfig fields)."""
+        """The synthetic_tasks run config (SyntheticTasksConfig fields). New seeds go to the hand-written
+        families only: the composed held-out bench is the held-out compositions' own tasks."""
+        _, held_c = self.compositions()
         return {"n": len(self.families) * self.train_seeds, "families": self.families,
-                "heldout_families": list(self.heldout_families), "bench_new_seeds": self.bench_new_seeds}
+                "heldout_families": [*self.heldout_families, *held_c], "bench_new_seeds": self.bench_new_seeds,
+                "new_seed_families": [*self.train_families, *self.heldout_families]}
 
-    def n_bench(self) -> tuple[int, int]:
-        """(held-in, held-out) bench tasks."""
-        return (len(self.train_families) * self.bench_new_seeds,
+    def n_bench(self) -> tuple[int, int, int]:
+        """(held-in, held-out compositions, held-out families) bench tasks."""
+        return (len(self.train_families) * self.bench_new_seeds, self.heldout_compositions * self.train_seeds,
                 len(self.heldout_families) * (self.train_seeds + self.bench_new_seeds))
 
     def to_dict(self) -> dict:
@@ -69,15 +104,16 @@ class DemoPlan:
 def learning_rows(results: Iterable[Mapping], family_of: Mapping[str, str], train_families: Iterable[str],
                   model: str, parent: str, n_boot: int = 2000, seed: int = 0) -> list[dict]:
     """`model` vs `parent` on the bench's held-in rows (tasks whose family, by `family_of` task_id -> family, is a
-    training family: new seeds) and held-out rows (every other task), paired over tasks both scored (infra and
-    unjudged left out): one dict per group with n, the two means (0-100), the delta and its bootstrap 95% CI."""
+    training family: new seeds), held-out compositions (composed families never trained on) and held-out families
+    (every other task), paired over tasks both scored (infra and unjudged left out): one dict per group (all
+    three, n = 0 where the bench has none) with n, the two means (0-100), the delta and its bootstrap 95% CI."""
     from clawgym.stats import compare, task_means
 
     rows = list(results)
     train = set(train_families)
     out = []
-    for group, held_in in ((HELD_IN, True), (HELD_OUT, False)):
-        sel = [r for r in rows if (family_of.get(str(r.get("task_id"))) in train) == held_in]
+    for group in GROUPS:
+        sel = [r for r in rows if bench_group(family_of.get(str(r.get("task_id"))), train) == group]
         cur = task_means(r for r in sel if r.get("model") == model)
         par = task_means(r for r in sel if r.get("model") == parent)
         c = compare(cur, par, n_boot=n_boot, seed=seed)
@@ -164,4 +200,5 @@ def demo_tasks() -> list[Task]:
     ]
 
 
-__all__ = ["DemoPlan", "HELD_IN", "HELD_OUT", "demo_tasks", "learning_rows"]
+__all__ = ["DemoPlan", "GROUPS", "HELD_IN", "HELD_OUT", "HELD_OUT_COMPOSITIONS", "bench_group", "demo_tasks",
+           "learning_rows"]

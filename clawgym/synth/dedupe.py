@@ -52,6 +52,16 @@ def _family_text(name: str, _fid: int) -> str:
     return get_family(name).generate(0).instruction
 
 
+def _text_family(t: Task) -> str:
+    """The family whose instructions share one template: composed families (clawgym.synth.compose) all speak in
+    the same numbered steps, differing in which operations they compose, so they are one text family here (each
+    would otherwise read as a near-duplicate of the first)."""
+    from clawgym.synth.compose import PREFIX
+
+    fam = t.family or ""
+    return PREFIX if fam.startswith(PREFIX) else fam
+
+
 def dedupe(tasks: list[Task], threshold: float = 0.90, embed: Callable[[list[str]], Any] | None = None
            ) -> tuple[list[Task], list[Rejected]]:
     """Procedural tasks: exact dedupe on the workspace fingerprint (same-family instructions share a template,
@@ -88,9 +98,9 @@ def dedupe(tasks: list[Task], threshold: float = 0.90, embed: Callable[[list[str
             if t.category != cat:
                 continue
             if t.route == "procedural":
-                if t.family in fams:
+                if _text_family(t) in fams:
                     continue
-                fams.add(t.family)
+                fams.add(_text_family(t))
             reps.append(t)
         if len(reps) < 2:
             continue
@@ -104,7 +114,7 @@ def dedupe(tasks: list[Task], threshold: float = 0.90, embed: Callable[[list[str
                     other = reps[keep_idx[j]]
                     why = f"cosine {float(sims[j]):.3f} >= {threshold} with {other.task_id}"
                     if t.route == "procedural":
-                        drop_fams[t.family] = why
+                        drop_fams[_text_family(t)] = why
                     else:
                         drop_ids.add(t.task_id)
                         rejected.append(Rejected(t.task_id, "dedupe", why, t.family, t.category))
@@ -114,8 +124,8 @@ def dedupe(tasks: list[Task], threshold: float = 0.90, embed: Callable[[list[str
     for t in kept:
         if t.task_id in drop_ids:
             continue
-        if t.route == "procedural" and t.family in drop_fams:
-            rejected.append(Rejected(t.task_id, "dedupe", f"family {t.family}: {drop_fams[t.family]}",
+        if t.route == "procedural" and _text_family(t) in drop_fams:
+            rejected.append(Rejected(t.task_id, "dedupe", f"family {t.family}: {drop_fams[_text_family(t)]}",
                                      t.family, t.category))
             continue
         out.append(t)

@@ -185,7 +185,7 @@ def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] |
                extra_tasks: list[Task] | None = None, validate: bool = True, forkserver: bool = True,
                llm: LLMPlan | None = None, gate_cache_dir: str | None = None,
                heldout_families: list[str] | None = None, bench_new_seeds: int = 0,
-               new_seed_start: int = 1000) -> SynthResult:
+               new_seed_start: int = 1000, new_seed_families: list[str] | None = None) -> SynthResult:
     """n procedural tasks (n=0: none) + `extra_tasks` (which must carry their own verifiers) through the gates,
     plus — with `llm` — the LLM route's candidates (gated by the LLM route), then dedupe over all of them and the
     held-out-family split. factory=None validates on the host (dev only). forkserver=False replays/grades with
@@ -193,7 +193,8 @@ def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] |
     (clawgym.synth.gates.GateCache; the `verifiers` asset reads the same cache). `heldout_families`: exactly these
     procedural families are the bench split (default: `held_out_per_category` per category, drawn by `seed`);
     `bench_new_seeds`: per generated family, that many more tasks of seeds `new_seed_start`, ... in the bench
-    split (new seeds of the training families)."""
+    split (new seeds of the training families); `new_seed_families`: only these families get them (None: every
+    generated family)."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     unknown = sorted(set(heldout_families or []) - set(families or [f.name for f in all_families()]))
@@ -204,7 +205,8 @@ def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] |
         if new_seed_start <= max(t.seed or 0 for t in proc):
             raise ValueError(f"new_seed_start {new_seed_start} must be above the training seeds "
                              f"(up to {max(t.seed or 0 for t in proc)})")
-        fams = sorted({t.family for t in proc})
+        fams = sorted({t.family for t in proc} & set(new_seed_families) if new_seed_families is not None
+                      else {t.family for t in proc})
         proc += [get_family(f).generate(new_seed_start + i) for i in range(bench_new_seeds) for f in fams]
     new_ids = {t.task_id for t in proc if (t.seed or 0) >= new_seed_start} if bench_new_seeds > 0 else set()
     tasks = [with_program(t) for t in proc] + list(extra_tasks or [])

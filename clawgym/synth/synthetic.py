@@ -39,10 +39,11 @@ def synthesize_tasks(route: str, n: int, *, seed: int = 0, factory: Any = None,
                      personas: Sequence[Mapping[str, Any]] = (), families: Sequence[str] = (), workers: int = 1,
                      heldout_per_category: int = 1, heldout_families: Sequence[str] = (), bench_new_seeds: int = 0,
                      dedupe_threshold: float = 0.90, gates: bool = True, embed: Any = None, llm: Any = None,
-                     gate_cache_dir: str | None = None) -> SynthesisRun:
+                     gate_cache_dir: str | None = None, new_seed_families: Sequence[str] = ()) -> SynthesisRun:
     """`n` procedural tasks (route procedural | both) and, with `llm` (an LLMPlan; route llm | both), the LLM
     route's, through clawgym.synth.pipeline.synthesize (gates -> dedupe -> held-out split); `personas` are
-    persona dicts. Empty sequences mean the pipeline's defaults (all families, the default held-out draw)."""
+    persona dicts. Empty sequences mean the pipeline's defaults (all families, the default held-out draw, new
+    seeds of every family)."""
     from clawgym.synth.diversity import diversity
     from clawgym.synth.pipeline import synthesize
 
@@ -53,7 +54,8 @@ def synthesize_tasks(route: str, n: int, *, seed: int = 0, factory: Any = None,
                      families=list(families) or None, personas=people or None, workers=workers,
                      held_out_per_category=heldout_per_category, dedupe_threshold=dedupe_threshold, embed=embed,
                      validate=gates, llm=llm if route in ("llm", "both") else None, gate_cache_dir=gate_cache_dir,
-                     heldout_families=list(heldout_families) or None, bench_new_seeds=bench_new_seeds)
+                     heldout_families=list(heldout_families) or None, bench_new_seeds=bench_new_seeds,
+                     new_seed_families=list(new_seed_families) or None)
     for t in res.tasks:
         t.suite = "procedural" if t.route == "procedural" else "llm"
     return SynthesisRun(tasks=res.tasks, result=res, gate_counts=res.gate_counts(),

@@ -241,6 +241,10 @@ class Ctx:
         self.mutations: dict[str, Mutation] = {}
         self.difficulty = family.difficulty
         self._keep: list[str] = []
+        # a program teacher's solution composed for this one task (python source), recorded as its
+        # Task.program_reference; families with one program for every seed keep theirs in synth/solutions/
+        self.program: str | None = None
+        self.source_extra: dict[str, Any] = {}  # more of Task.source (JSON-able), e.g. a composition
 
     # --- workspace ------------------------------------------------------------------------
     def file(self, path: str, content: str | bytes, mode: int = 0o644) -> str:
@@ -371,6 +375,11 @@ class Family:
             raise ValueError(f"family {self.name}: build() did not call ctx.ask()")
         if not ctx.outputs:
             raise ValueError(f"family {self.name}: no deliverable under output/")
+        program = None
+        if ctx.program is not None:
+            from clawgym.synth.solutions import program_command
+
+            program = [ToolCall(name="exec", arguments={"command": program_command(ctx.program)})]
         return Task(
             task_id=f"{self.name}-{seed:05d}",
             route="procedural",
@@ -384,9 +393,10 @@ class Family:
             files=[ctx.files[p] for p in sorted(ctx.files)],
             verifier=Verifier(kind="grade", code=ctx.grade.source(), rubric=ctx.rubric or None),
             reference=list(ctx.reference),
+            program_reference=program,
             source={"outputs": list(ctx.outputs), "operations": list(self.operations),
                     "file_types": list(self.file_types),
-                    "mutations": sorted(ctx.mutations)},
+                    "mutations": sorted(ctx.mutations), **ctx.source_extra},
         )
 
     def mutations(self, seed: int, persona: Any = None) -> dict[str, Mutation]:
@@ -429,6 +439,10 @@ def get_family(name: str) -> Family:
     """The registered family called `name`; KeyError when there is none."""
     all_families()
     if name not in REGISTRY:
+        from clawgym.synth import compose
+
+        if name.startswith(compose.PREFIX):  # a composition of shared operations, built on demand
+            return compose.composed_family(name)
         raise KeyError(f"unknown task family {name!r}")
     return REGISTRY[name]
 

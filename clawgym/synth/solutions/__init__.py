@@ -103,6 +103,8 @@ def program_reference(task: Task) -> list[ToolCall]:
     """The program teacher's tool calls for `task`: one exec of its family's program (arguments, if it declares
     them, from the instruction)."""
     src = program_source(task.family or "")
+    if src is None and task.program_reference:
+        return list(task.program_reference)  # composed for this one task by its generator
     if src is None:
         raise KeyError(f"family {task.family!r} of task {task.task_id} has no program solution "
                        f"(have: {', '.join(program_families())})")
@@ -119,5 +121,7 @@ def with_program(task: Task) -> Task:
     """`task` with `program_reference` recorded (its family's program, or None where the family has none): what
     synthesis stores with each task, so the program teacher replays data and imports nothing from here."""
     src = program_source(task.family or "") if task.route == "procedural" else None
+    if src is None and task.route == "procedural" and task.program_reference:
+        return task  # a program its generator composed for this one task (clawgym.synth.compose)
     return task.model_copy(update={"program_reference": None if src is None else
                                    [_program_call(task.family or "", src, task)]})
