@@ -177,14 +177,14 @@ def demo(sft_steps: int = typer.Option(0, help="SFT steps for the demo checkpoin
          bench_seeds: int = typer.Option(0, help="new seeds per family on the bench (0 = the plan's)"),
          models: bool = typer.Option(True, help="include the embedded SmolLM2 policies (base + SFT)"),
          checkpoint: str = typer.Option("sft-demo", help="name of the demo checkpoint")):
-    """Materialize the whole graph at demo scale on embedded defaults (clawgym.agent.demo.DemoPlan: the program
+    """Materialize the whole graph at demo scale on embedded defaults (clawgym.train.demo_plan.DemoPlan: the program
     teacher on a few training families, SFT, bench on held-in and held-out families) and print the leaderboard and
     what training changed."""
     import dataclasses
 
     os.environ.setdefault("DAGSTER_HOME", str(REPO_ROOT))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from clawgym.agent.demo import DemoPlan
+    from clawgym.train.demo_plan import DemoPlan
     from clawgym_assets.demo import learning_report, run_demo
     from clawgym_resources import GraphSettings, default_resources
 

@@ -1,7 +1,7 @@
 """The demo: the whole graph at demo scale on embedded defaults, recorded in the Dagster instance
 ($DAGSTER_HOME) so `dagster dev` shows every run, materialization and check afterwards.
 
-It shows the loop teaching an agent (clawgym.agent.demo.DemoPlan): synthesize a few procedural training families
+It shows the loop teaching an agent (clawgym.train.demo_plan.DemoPlan): synthesize a few procedural training families
 (each task carries its family's program solution), the program teacher's trajectories, an SFT set, a few SFT steps
 of the embedded SmolLM2-135M, then `sft-demo` against `smollm2-base` on new seeds of the training families
 (held-in), on held-out compositions of the shared operations and on held-out families, paired, with bootstrap
@@ -13,7 +13,7 @@ from typing import Callable
 
 import dagster as dg
 
-from clawgym.agent.demo import DemoPlan, learning_rows
+from clawgym.train.demo_plan import DemoPlan, learning_rows
 from clawgym.lake.io import REPO_ROOT
 from clawgym_assets.checks import CHECKS
 from clawgym_assets.definitions import graph_assets
@@ -171,7 +171,7 @@ def learning_report(plan: DemoPlan | None = None, model: str = "sft-demo", paren
                     resources: dict | None = None) -> list[dict]:
     """`model` vs its parent (default: the base policy) on the procedural bench now in the lake: held-in (new
     seeds of the plan's training families), held-out compositions and held-out families
-    (clawgym.agent.demo.learning_rows)."""
+    (clawgym.train.demo_plan.learning_rows)."""
     from clawgym.lake.records import BENCH_RESULT_KEY, effective_rows, tasks_from_table
 
     plan = plan or DemoPlan()

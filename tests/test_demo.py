@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from clawgym.agent.demo import HELD_IN, HELD_OUT, DemoPlan, learning_rows
+from clawgym.train.demo_plan import HELD_IN, HELD_OUT, DemoPlan, learning_rows
 
 
 def test_the_plan_teaches_with_short_programs_and_holds_families_out():
@@ -43,7 +43,7 @@ def test_the_plan_teaches_with_short_programs_and_holds_families_out():
 def test_the_plan_synthesizes_the_bench_it_promises():
     """synthesize with the plan's config: training seeds train, new seeds of the hand-written families, the
     held-out families and the held-out compositions bench, each task with its program where it has one."""
-    from clawgym.agent.demo import HELD_OUT_COMPOSITIONS, bench_group
+    from clawgym.train.demo_plan import HELD_OUT_COMPOSITIONS, bench_group
     from clawgym.synth.pipeline import synthesize
 
     plan = DemoPlan()
@@ -65,7 +65,7 @@ def _rows(model, scores):
 
 
 def test_learning_rows_pair_per_task_and_split_held_in_from_held_out():
-    from clawgym.agent.demo import HELD_OUT_COMPOSITIONS
+    from clawgym.train.demo_plan import HELD_OUT_COMPOSITIONS
 
     comp = "ops_csv_dedupe_feq_gsum_tojson"
     fam = {"a-1": "a", "a-2": "a", "a-3": "a", "a-4": "a", "z-1": "z", "z-2": "z", "c-1": comp, "c-2": comp,
