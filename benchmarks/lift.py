@@ -210,6 +210,38 @@ def _mean(d: dict) -> float:
     return sum(d.values()) / len(d) if d else float("nan")
 
 
+def run_grpo_arm(a, work: Path, sft_dir: Path, train_tasks, factory):
+    """GRPO (clawgym.train.grpo: the verifier's score, per-part credit included, as reward, in a clean room)
+    from the SFT checkpoint on new seeds of training compositions only; resumable; the record at <work>/grpo."""
+    from clawgym.synth.families import get_family
+    from clawgym.train.grpo import GRPORunConfig, run_grpo
+    from clawgym.train.record import CheckpointRecord
+
+    gdir = work / "grpo"
+    rec = CheckpointRecord.load(gdir) if (gdir / "model.safetensors").exists() else None
+    if rec is not None and rec.steps >= a.grpo_steps:
+        return rec
+    fams = sorted({t.family for t in train_tasks})
+    tasks = [get_family(f).generate(2000 + i) for i, f in enumerate(fams[:a.grpo_tasks])]
+    n = a.grpo_num_generations
+    cfg = GRPORunConfig(base_model=str(sft_dir), output_dir=str(gdir), name="lift-grpo", score_workers=n,
+                        grpo_config={"max_steps": a.grpo_steps, "learning_rate": a.grpo_learning_rate,
+                                     "num_generations": n, "per_device_train_batch_size": n,
+                                     "max_completion_length": a.grpo_max_completion_length,
+                                     "max_tool_calling_iterations": 3, "logging_steps": 1,
+                                     "save_steps": max(5, a.grpo_steps // 2)})
+    t0 = time.time()
+
+    def on_log(d):
+        if "reward" in d or "loss" in d:
+            _log(f"grpo: step {d.get('step', '?')} reward {d.get('reward')} loss {d.get('loss')}")
+
+    rec = run_grpo(cfg, tasks, factory, on_log=on_log)
+    _add_time(work, "grpo", time.time() - t0)
+    _log(f"GRPO: {rec.steps} steps")
+    return rec
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", default="data/lift")
@@ -240,6 +272,12 @@ def main(argv=None) -> int:
     ap.add_argument("--lora", action="store_true")
     ap.add_argument("--packing", action="store_true", help="TRL SFTConfig packing (padding-free, bfd)")
     ap.add_argument("--gpu", action="store_true", help="bf16 training, no CPU kernels in the server")
+    # the GRPO arm: trl.GRPOConfig fields of a run from the SFT checkpoint on training compositions (0 steps: off)
+    ap.add_argument("--grpo-steps", type=int, default=0)
+    ap.add_argument("--grpo-tasks", type=int, default=48, help="training-composition tasks (new seeds) GRPO samples")
+    ap.add_argument("--grpo-learning-rate", type=float, default=5e-6)
+    ap.add_argument("--grpo-num-generations", type=int, default=4)
+    ap.add_argument("--grpo-max-completion-length", type=int, default=512)
     ap.add_argument("--stop-after", choices=["tasks", "oracle", "sft_set", "sft", "bench"], default=None)
     a = ap.parse_args(argv)
 
@@ -350,6 +388,15 @@ def main(argv=None) -> int:
             spec = PolicySpec(name=f"lift-{name}", kind="local", model=str(path), extra=server)
             rows[(name, suite)] = rollout_rows(tasks, spec, factory, work / f"bench_{name}_{suite}.jsonl", limits,
                                                a.workers, f"{name}/{suite}")
+    # 5b. GRPO from the SFT checkpoint on training compositions (new seeds), then its bench
+    grpo_rec = None
+    if a.grpo_steps > 0:
+        grpo_rec = run_grpo_arm(a, work, ckpt, train_tasks, factory)
+        gdir = work / "grpo"
+        for suite, tasks in suites.items():
+            spec = PolicySpec(name="lift-grpo", kind="local", model=str(gdir), extra=server)
+            rows[("grpo", suite)] = rollout_rows(tasks, spec, factory, work / f"bench_grpo_{suite}.jsonl", limits,
+                                                 a.workers, f"grpo/{suite}")
     # 6. report
     report = {"command": " ".join(["python", *sys.argv]), "args": vars(a), "train_families": train_f,
               "heldout_families": held_f, "n_train_tasks": len(train_tasks),
@@ -367,6 +414,13 @@ def main(argv=None) -> int:
                                    "per_family": compare_rows(s, b, "family"), "ended": ends,
                                    "program_exact": sum(_wrote_program(r, programs) for r in s), "n": len(s),
                                    "parts": {"base": _parts(b), "sft": _parts(s)}}
+        if ("grpo", suite) in rows:
+            g = rows[("grpo", suite)]
+            report["suites"][suite].update(grpo_vs_base=compare_rows(g, b)[0], grpo_vs_sft=compare_rows(g, s)[0])
+            report["suites"][suite]["parts"]["grpo"] = _parts(g)
+    if grpo_rec is not None:
+        report["grpo"] = {"steps": grpo_rec.steps, "reward_curve": grpo_rec.reward_curve,
+                          "loss_curve": grpo_rec.loss_curve, "train_runtime_s": grpo_rec.train_runtime_s}
     report["stage_wall_s_total"] = round(sum(report["stage_wall_s"].values()), 1)
     (work / "report.json").write_text(json.dumps(report, indent=1, default=str))
     lines = [f"# lift report ({time.strftime('%Y-%m-%d %H:%M')})", "", f"`{report['command']}`", "",
@@ -378,6 +432,11 @@ def main(argv=None) -> int:
                      f"[{o['ci_low']:+.1f}, {o['ci_high']:+.1f}] (n={o['n']}); ended {r['ended']}; SFT wrote the "
                      f"teacher's program exactly in {r['program_exact']}/{r['n']}")
         lines.append(f"per-part credit (mean %), base {r['parts']['base']}; SFT {r['parts']['sft']}")
+        for key, label in (("grpo_vs_base", "SFT+GRPO vs base"), ("grpo_vs_sft", "SFT+GRPO vs SFT")):
+            if key in r:
+                g = r[key]
+                lines.append(f"{label}: {g['base']:.1f} -> {g['sft']:.1f}, delta {g['delta']:+.1f} "
+                             f"[{g['ci_low']:+.1f}, {g['ci_high']:+.1f}] (n={g['n']})")
         for key, head in (("per_category", "category"), ("per_family", "family")):
             lines += ["", f"| {head} | n | base | SFT | delta | 95% CI |", "|---|---|---|---|---|---|"]
             lines += [f"| {x['group']} | {x['n']} | {x['base']:.1f} | {x['sft']:.1f} | {x['delta']:+.1f} | "
