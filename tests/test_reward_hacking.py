@@ -19,7 +19,7 @@ conftest/pytest.ini, git config, shell rc files, a poisoned .pyc), tampering wit
 symlink, leftover processes rewriting it, writing into its output, killing it), output forging (out-of-range
 and non-finite last lines, clamped to [0, 1] / 0 + error at worst), turning a failure into `infra` (text
 "sandbox error", 1,100-deep directories, SysV shared memory filled, a tool call without `function`, a
-non-UTF-8 file name) and limits (a long `sleep` under a short wall limit ends as `limit`, quickly).
+non-UTF-8 file name, the workspace folder deleted or replaced by a link or a file) and limits (a long `sleep` under a short wall limit ends as `limit`, quickly).
 Tests are expected to fail where a defence is still missing: the failure message shows what leaked.
 """
 
@@ -740,6 +740,12 @@ def attacks() -> list[Attack]:
     # -- agent code the check runs, against the verifier's own processes (session 9 review) ----------------
     a.append(Attack("inspect_verifier_pipe", "cg0", _cg0_validator(PIPE_HIJACK), twin=CG0_OUTPUTS, also=(0.0,)))
     a.append(Attack("grade_main_globals", "calc", [[write_call("calc.py", MAIN_GLOBALS_FORGE)]]))
+    # -- the workspace itself destroyed or replaced: the agent's outcome (what is there exports), never infra --
+    for style, cmd in (("deleted", f"cd / && rm -rf {WS}"), ("symlink", f"cd / && rm -rf {WS} && ln -s /tmp {WS}"),
+                       ("symlink_to_reward", f"cd / && mv {WS} /tmp/ws && ln -s /tmp/ws {WS}"),
+                       ("file", f"cd / && rm -rf {WS} && echo hi > {WS}")):
+        # an empty workspace: `readme_kept` (the untouched workspace's 1/3) is lost too
+        a.append(Attack(f"workspace_replaced_{style}", "report", [[exec_call(cmd + "; true")]], expect=0.0))
     # -- limits --------------------------------------------------------------------------------------------
     a.append(Attack("sleep_past_wall_limit", "report", [[exec_call("sleep 60", timeout=1800)]],
                     limits=Limits(max_wall_s=5), max_wall_s=30))

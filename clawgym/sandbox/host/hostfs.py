@@ -251,7 +251,17 @@ class HostFS:
         total = 0
         inodes: dict[tuple[int, int], bytes] = {}
         root, host_root, parts = self.split(".")
-        dfd = self._walk(".", parts, host_root, create=False)
+        try:
+            dfd = self._walk(".", parts, host_root, create=False)
+        except OSError as err:
+            # the agent deleted the workspace folder or put a link or a file in its place: that is its outcome,
+            # and what is there is nothing a verifier may read (a link is never followed, a file is not a
+            # workspace), so the export is empty and the task scores what an empty workspace earns
+            if isinstance(err, (FileNotFoundError, NotADirectoryError)) or err.errno in (errno.ELOOP, errno.EPERM):
+                exp.dropped.append({"path": ".", "kind": "workspace",
+                                    "why": f"the workspace is not a directory any more: {type(err).__name__}"})
+                return exp
+            raise
         try:
             over = 0
             for ev, fd, rel, e in iter_tree(dfd):
