@@ -24,6 +24,28 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+# The attack suite: every test in these modules plays an attacker against a defence (scoring, judging, the
+# trajectory record, the proxy, the forwarder, untrusted input). They carry the `attack` marker, so
+# `bash scripts/attacks.sh` (= `python3 -m pytest -m attack`) runs them all and nothing else.
+ATTACK_MODULES = (
+    "test_reward_hacking",          # the clean room, the import guard, reward/ tampering, forged output
+    "test_synth_hacker",            # cheap exploits of a task's checks (the hacker gate)
+    "test_judge_protocol",          # the rubric judge's nonce-bounded protocol
+    "test_sft_control_tokens",      # control-token text in trajectories and SFT rows
+    "test_proxy_token_ids_hostile",  # streamed token ids the model server returns
+    "test_proxy_call_ids",          # tool-call ids and results paired by the proxy
+    "test_openclaw_proxy_hostile",  # OpenClaw behind the recording proxy
+    "test_openclaw_forwarder",      # the socket into one sandbox
+    "test_rollout_bounds",          # limits an agent could stretch
+    "test_untrusted_import",        # hostile task folders and Parquet files
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in ATTACK_MODULES:
+            item.add_marker(pytest.mark.attack)
+
 
 def _clean_signal_state() -> None:
     """Tests start from a clean signal state whatever launched them: `nohup … &` or a CI runner may hand
