@@ -248,7 +248,7 @@ def main() -> None:
     sft_stats = {k: v for k, v in res.stats.items() if k != "config"}
     if not res.rows:
         raise SystemExit(f"no SFT rows survived cleaning: {res.stats}")
-    save_hf_dataset(res.rows, data_dir, res.stats)
+    save_hf_dataset(res.rows, data_dir, res.stats, tokenizer=tok)
     walls["sft_dataset"] = time.time() - t
     log(f"SFT set: {len(res.rows)} rows, tokens_mean {sft_stats.get('tokens_mean')}, "
         f"rejected {sft_stats.get('rejected')}")

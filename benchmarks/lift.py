@@ -346,7 +346,7 @@ def main(argv=None) -> int:
         res.stats["rejected"]["contaminated"] = len(train_tasks) - len(clean)
         if not res.rows:
             raise SystemExit(f"no SFT rows: rejected {res.stats['rejected']}")
-        save_hf_dataset(res.rows, ds_dir, stats=res.stats)
+        save_hf_dataset(res.rows, ds_dir, stats=res.stats, tokenizer=str(base_dir))
     sft_stats = json.loads((ds_dir / "clawgym_stats.json").read_text())
     _log(f"SFT set: {sft_stats['rows']} rows, {sft_stats['tokens_total']} tokens, rejected {sft_stats['rejected']}")
     if a.stop_after == "sft_set":

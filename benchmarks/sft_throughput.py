@@ -60,7 +60,7 @@ def make_data(out: Path, n_rows: int, base: str, max_tokens: int) -> dict:
     res = build_sft_dataset(rows, tasks, [], SFTCleanConfig(tokenizer=base, max_tokens=max(max_tokens, 16384)))
     if not res.rows:
         raise SystemExit(f"no SFT rows survived cleaning: {res.stats}")
-    save_hf_dataset(res.rows, out, res.stats)
+    save_hf_dataset(res.rows, out, res.stats, tokenizer=base)
     return res.stats
 
 

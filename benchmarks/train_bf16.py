@@ -53,7 +53,7 @@ def make_data(out: Path, n_rows: int, base: str, max_length: int) -> dict:
     if not res.rows:
         raise SystemExit(f"no SFT rows survived cleaning: {res.stats}")
     keep = res.rows[:n_rows]
-    save_hf_dataset(keep, out, res.stats)
+    save_hf_dataset(keep, out, res.stats, tokenizer=base)
     toks = [r.get("n_tokens") or 0 for r in keep]
     return {"rows": len(keep), "tokens_mean": round(sum(toks) / max(1, len(toks)), 1), "tokens_max": max(toks)}
 

@@ -140,7 +140,10 @@ def sft_dataset(context: dg.AssetExecutionContext, config: SftConfig, lake: Lake
                          contamination_scope=config.contamination_scope)
     res = build_sft_dataset(rows, [t for t in tasks if t.split == "train"], bench, cfg)
     lake.write(Table.SFT, res.rows)
-    hf_dir = save_hf_dataset(res.rows, lake.path("datasets", "sft"), stats=res.stats) if res.rows else None
+    # with the base model's tokenizer: the rows carry input_ids + assistant_masks (control text in the content as
+    # ordinary pieces, whatever trainer reads the folder); a row that cannot be encoded exactly is not exported
+    hf_dir = save_hf_dataset(res.rows, lake.path("datasets", "sft"), stats=res.stats,
+                             tokenizer=cfg.tokenizer) if res.rows else None
     stats = {k: v for k, v in res.stats.items() if k != "config"}
     return dg.MaterializeResult(metadata={
         "n_rows": len(res.rows),

@@ -259,3 +259,111 @@ def test_grpo_prompt_and_tool_result_append_are_plain_text(tok, tok_dir, tmp_pat
     # the environment's methods render as the agent's own schemas (clawgym.train.grpo: one tool surface)
     assert gtok.decode(ids) == tok.apply_chat_template(prompt, tools=TOOL_SCHEMAS, add_generation_prompt=True,
                                                        tokenize=False)
+
+
+# ---- the exported folder, read by an outside trainer ------------------------------------------------------------
+def _trl_trained(base: str, ds, tmp_path):
+    """[(input_ids, labels)] TRL's SFTTrainer will train on for `ds` (a load_from_disk dataset as an outside trainer
+    reads it), with the base model's own tokenizer and assistant_only_loss."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    args = SFTConfig(output_dir=str(tmp_path / "trl"), assistant_only_loss=True, max_steps=1, max_length=16384,
+                     report_to=[], use_cpu=True, disable_tqdm=True, dataset_num_proc=None)
+    tr = SFTTrainer(model=AutoModelForCausalLM.from_pretrained(base), args=args, train_dataset=ds,
+                    processing_class=AutoTokenizer.from_pretrained(base))
+    out = []
+    for i in range(len(tr.train_dataset)):
+        batch = tr.data_collator([tr.train_dataset[i]])
+        out.append((batch["input_ids"][0].tolist(), batch["labels"][0].tolist()))
+    return out
+
+
+def test_exported_folder_is_safe_for_an_outside_trainer(tok, tmp_path):
+    """(e) the SFT export with the base model's tokenizer: TRL's SFTTrainer reading the folder (load_from_disk,
+    assistant_only_loss) trains on the exported input_ids, so a file the agent read holding
+    `<|im_start|>assistant…<|im_end|>` and the model's own literal control strings add no control ids: exactly the
+    template's, and the labels only on the assistant's tokens."""
+    import datasets
+
+    from clawgym.train.base_model import prepare_base_model
+    from clawgym.trajectories.sft import save_hf_dataset
+
+    base = str(prepare_base_model())
+    tool_row = _sft_row(tok, _conv(tool_text=FILE_TEXT)).rows[0]
+    text_row = {**_sft_row(tok, _conv(assistant_text=FAKE_TURN)).rows[0], "sample_id": "text-row"}
+    stats = {"rows": 2}
+    d = save_hf_dataset([tool_row, text_row], tmp_path / "hf", stats=stats, tokenizer=base)
+    assert json.loads((d / "clawgym_stats.json").read_text())["export_dropped"] == {} == stats["export_dropped"]
+    ds = datasets.load_from_disk(str(d))
+    assert {"input_ids", "assistant_masks", "messages", "tools"} <= set(ds.column_names)
+    # the exported ids are what clawgym's own trainer trains on (one rule: tokenize_row)
+    mine, _ = _trained(tok, [tool_row, text_row])
+    assert [(r["input_ids"], r["assistant_masks"]) for r in ds.to_list()] == mine
+
+    im_start, im_end = tok.convert_tokens_to_ids("<|im_start|>"), tok.convert_tokens_to_ids("<|im_end|>")
+    ctl = _ctl(tok)
+    # the chat template's own control ids for the conversation without the control text
+    clean = tok.apply_chat_template(_conv(), tools=TOOLS, tokenize=True, return_dict=True,
+                                    return_assistant_tokens_mask=True)
+    want = (list(clean["input_ids"]).count(im_start), list(clean["input_ids"]).count(im_end))
+    clean_trained = [i for i, k in zip(clean["input_ids"], clean["assistant_masks"]) if k]
+    assert want == (5, 5)
+
+    (ids, labels), (tids, tlabels) = _trl_trained(base, ds, tmp_path)
+    # the tool-result row: the template's control ids only, the file's text as ordinary pieces, never in the loss
+    assert (ids.count(im_start), ids.count(im_end)) == want
+    assert len([i for i in ids if i in ctl]) == len([i for i in clean["input_ids"] if i in ctl])
+    pieces = tok.encode(FILE_TEXT, add_special_tokens=False, split_special_tokens=True)
+    start = next(i for i in range(len(ids)) if ids[i:i + len(pieces)] == pieces)
+    assert all(lab == -100 for lab in labels[start:start + len(pieces)])
+    # the loss covers the assistant's tokens, exactly those of the same conversation with a harmless file
+    assert [i for i, lab in zip(ids, labels) if lab != -100] == clean_trained
+    # the model's own literal control strings: text pieces inside the loss, one <|im_end|> per assistant turn
+    assert (tids.count(im_start), tids.count(im_end)) == want
+    assert [i for i, lab in zip(tids, tlabels) if lab != -100 and i in ctl] == [im_end, im_end]
+    fake = tok.encode(FAKE_TURN, add_special_tokens=False, split_special_tokens=True)
+    fstart = next(i for i in range(len(tids)) if tids[i:i + len(fake)] == fake)
+    assert all(lab != -100 for lab in tlabels[fstart:fstart + len(fake)])
+
+    # the hazard the ids remove: the same folder without them (the export as it was), TRL renders the text itself
+    # and the file's text becomes a fake assistant turn of control ids
+    (raw, _), _ = _trl_trained(base, ds.select_columns(["messages", "tools"]), tmp_path)
+    assert raw.count(im_start) > want[0] and raw.count(im_end) > want[1]
+
+
+def test_export_leaves_out_rows_that_cannot_be_encoded_exactly(tok, tmp_path, monkeypatch):
+    """(f) a row the per-row rule cannot encode exactly (ControlTextError) is not in the exported folder, and the
+    stats count it; the other rows carry the ids clawgym's trainer uses."""
+    import datasets
+
+    import clawgym.trajectories.sft as sft
+
+    rows = [_sft_row(tok, _conv(tool_text=FILE_TEXT)).rows[0],
+            {**_sft_row(tok, _conv()).rows[0], "sample_id": "bad-row"},
+            {**_sft_row(tok, _conv(assistant_text="Let me read it.")).rows[0], "sample_id": "third"}]
+    real = sft.tokenize_row
+
+    def flaky(row, t):  # the second row's conversation (the trainer's rows carry messages + tools only)
+        if row["messages"] == rows[1]["messages"]:
+            raise sft.ControlTextError("the tokenizer matches an added token inside text encoded as text")
+        return real(row, t)
+
+    monkeypatch.setattr(sft, "tokenize_row", flaky)
+    stats = {"rows": 3}
+    d = sft.save_hf_dataset(rows, tmp_path / "hf", stats=stats, tokenizer=tok)
+    ds = datasets.load_from_disk(str(d))
+    assert ds["sample_id"] == [rows[0]["sample_id"], "third"]
+    assert stats["export_dropped"] == {"control_text_in_content": 1} and stats["export_rows"] == 2
+    saved = json.loads((d / "clawgym_stats.json").read_text())
+    assert saved["export_dropped"] == {"control_text_in_content": 1} and saved["rows"] == 3
+    mine, _ = _trained(tok, [rows[0], rows[2]])
+    assert [(r["input_ids"], r["assistant_masks"]) for r in ds.to_list()] == mine
+    # clawgym's own trainer goes through the same function: the same row is dropped there
+    from clawgym.train.sft import token_exact_dataset
+
+    _, tstats = token_exact_dataset(sft.to_hf_dataset(rows).select_columns(["messages", "tools"]), tok)
+    assert tstats["dropped"] == {"control_text_in_content": 1}
+    # without a tokenizer the export is as before: no id columns, every row
+    plain = sft.to_hf_dataset(rows)
+    assert "input_ids" not in plain.column_names and len(plain) == 3

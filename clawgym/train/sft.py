@@ -109,7 +109,8 @@ def token_exact_dataset(ds, tok):
     """`ds` (messages, tools) as TRL's pre-tokenized form when any row carries the sampled tokens of its rollout
     or content with control-token text.
 
-    Returns ``(dataset, stats)``. Rows whose assistant messages all carry their sampled tokens
+    Returns ``(dataset, stats)``. Each row is tokenized by clawgym.trajectories.sft.tokenize_row (the rule the
+    SFT export's `input_ids` columns follow too): rows whose assistant messages all carry their sampled tokens
     (clawgym.trajectories.sft.token_exact_row) become exactly those tokens, the loss mask on exactly the sampled
     ones (a server context that turned control text of a tool result / user turn into control ids is re-encoded:
     ``stats["contexts_fixed"]``); the others are rendered by the chat template (the call TRL makes itself:
@@ -124,9 +125,7 @@ def token_exact_dataset(ds, tok):
 
     from datasets import Dataset
 
-    from clawgym.trajectories.sft import (
-        CONTROL_TEXT, TOKENS_KEY, ControlTextError, control_text_count, encode_chat, token_exact_row,
-    )
+    from clawgym.trajectories.sft import CONTROL_TEXT, TOKENS_KEY, ControlTextError, control_text_count, tokenize_row
 
     rows = ds.to_list()
     has_tokens = any(isinstance(m, dict) and TOKENS_KEY in m for r in rows for m in r["messages"])
@@ -139,19 +138,14 @@ def token_exact_dataset(ds, tok):
     fixed = 0
     out = []
     for r in rows:
-        res = token_exact_row(r["messages"], tok, r.get("tools"))
-        if isinstance(res, str):
-            msgs = [{k: v for k, v in m.items() if k != TOKENS_KEY} for m in r["messages"]]
-            try:
-                enc = encode_chat(tok, msgs, r.get("tools"), assistant_mask=True)
-            except ControlTextError:
-                dropped[CONTROL_TEXT] += 1
-                continue
-            reasons[res] += 1
-            ids, mask = enc["input_ids"], enc["assistant_masks"]
-        else:
-            ids, mask, n_fixed = res
-            fixed += n_fixed
+        try:  # the one per-row rule (the SFT export's input_ids / assistant_masks are the same call)
+            ids, mask, reason, n_fixed = tokenize_row(r, tok)
+        except ControlTextError:
+            dropped[CONTROL_TEXT] += 1
+            continue
+        if reason is not None:
+            reasons[reason] += 1
+        fixed += n_fixed
         out.append({"input_ids": ids, "assistant_masks": mask})
     n_re = sum(reasons.values())
     stats = {"token_exact": len(out) - n_re, "retokenized": n_re, "retokenize_reasons": dict(reasons),

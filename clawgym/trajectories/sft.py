@@ -14,7 +14,9 @@ repeat), so retried infra attempts stay history.
 
 Each kept row carries `messages` (OpenAI/HF format: assistant `tool_calls` with dict arguments, `tool`
 results) and `tools` (JSON schemas), ready for TRL's SFTTrainer. Export: `write_sft_parquet` (the lake's
-`sft` table) and `save_hf_dataset` (a folder `datasets.load_from_disk` reads). `check_sft_rows` is the
+`sft` table) and `save_hf_dataset` (a folder `datasets.load_from_disk` reads; with a tokenizer every row also
+carries `input_ids` + `assistant_masks` from `tokenize_row`, the per-row rule clawgym's trainer uses, and a row
+that cannot be encoded exactly is left out and counted in ``stats["export_dropped"]``). `check_sft_rows` is the
 blocking Great Expectations gate: assistant turns non-empty, tools present, token counts ≤ max length.
 
 Control tokens: a row's only control ids are those the chat template placed or the model
@@ -614,21 +616,91 @@ def write_sft_parquet(rows: list[dict], root: str | os.PathLike | None = None) -
     return write_table(Table.SFT, rows, root=root)
 
 
-def to_hf_dataset(rows: list[dict]):
-    """A `datasets.Dataset` of the rows (messages, tools, sample_id, task_id, category, n_tokens)."""
+def tokenize_row(row: dict, tok) -> tuple[list[int], list[int], str | None, int]:
+    """The tokens a row trains on: ``(input_ids, assistant_masks, retokenize_reason, n_contexts_fixed)``.
+
+    The one rule every consumer of SFT rows uses (clawgym.train.sft.token_exact_dataset, the export's
+    `input_ids` / `assistant_masks` columns): a row whose assistant messages all carry their sampled tokens is
+    exactly those tokens (`token_exact_row`: the mask 1 on the sampled ids, a server context that turned control
+    text into control ids re-encoded; `retokenize_reason` None); any other row is rendered by the chat template
+    with the tools (`encode_chat` with the assistant mask: control text in the content as ordinary pieces), and
+    `retokenize_reason` says why it was not token-exact (``no_tokens``, ``drift``, ``prompt_mismatch`` …).
+    Raises `ControlTextError` (reason ``control_text_in_content``) when the row cannot be encoded exactly."""
+    messages, tools = row["messages"], row.get("tools")
+    res = token_exact_row(messages, tok, tools)
+    if not isinstance(res, str):
+        ids, mask, fixed = res
+        return list(ids), list(mask), None, fixed
+    msgs = [{k: v for k, v in m.items() if k != TOKENS_KEY} for m in messages]
+    enc = encode_chat(tok, msgs, tools, assistant_mask=True)  # ControlTextError: not exact, the caller drops it
+    return list(enc["input_ids"]), list(enc["assistant_masks"]), res, 0
+
+
+_GENERATION_RE = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+def _export_tokenizer(tok):
+    """A tokenizer object as is, a path / HF id loaded with `load_tokenizer`; its chat template must mark the
+    assistant's tokens (``{% generation %}``), else the exported mask would be empty."""
+    if isinstance(tok, (str, os.PathLike)):
+        tok = load_tokenizer(str(tok))
+    if not _GENERATION_RE.search(tok.chat_template or ""):
+        raise ValueError("the export tokenizer's chat template has no {% generation %} markers: the assistant "
+                         "tokens cannot be masked (clawgym.trajectories.chat_encoding.apply_tool_chat_template)")
+    return tok
+
+
+def tokenized_rows(rows: list[dict], tok) -> tuple[list[dict], Counter]:
+    """The rows with `input_ids` and `assistant_masks` (`tokenize_row`), and the count of those left out by
+    reason (``control_text_in_content``: a row that cannot be encoded exactly is never exported)."""
+    out: list[dict] = []
+    dropped: Counter = Counter()
+    for r in rows:
+        try:
+            ids, mask, _reason, _fixed = tokenize_row(r, tok)
+        except ControlTextError:
+            dropped[CONTROL_TEXT] += 1
+            continue
+        out.append({**r, "input_ids": [int(i) for i in ids], "assistant_masks": [int(bool(k)) for k in mask]})
+    return out, dropped
+
+
+def to_hf_dataset(rows: list[dict], tok=None, stats: dict | None = None):
+    """A `datasets.Dataset` of the rows (messages, tools, sample_id, task_id, category, n_tokens).
+
+    With a tokenizer `tok` (object, or a folder / HF id: `load_tokenizer`) every row also carries `input_ids` and
+    `assistant_masks` (`tokenize_row`: what clawgym's own trainer trains on), so a trainer that finds them (TRL's
+    SFTTrainer: a dataset with `input_ids` is used as tokenized, the labels built from `assistant_masks`) never
+    renders the conversation itself and turns control-token text of the content into control ids. A row that
+    cannot be encoded exactly is left out; with `stats`, ``stats["export_dropped"]`` counts them by reason and
+    ``stats["export_rows"]`` is the number exported."""
     from datasets import Dataset, Features, Json, List, Value
 
-    feats = Features({"messages": List(Json()), "tools": List(Json()), "sample_id": Value("string"),
-                      "task_id": Value("string"), "category": Value("string"), "n_tokens": Value("int64")})
+    cols = {"messages": List(Json()), "tools": List(Json()), "sample_id": Value("string"),
+            "task_id": Value("string"), "category": Value("string"), "n_tokens": Value("int64")}
+    if tok is not None:
+        rows, dropped = tokenized_rows(rows, _export_tokenizer(tok))
+        cols.update({"input_ids": List(Value("int32")), "assistant_masks": List(Value("int8"))})
+        if stats is not None:
+            stats["export_dropped"] = dict(dropped)
+            stats["export_rows"] = len(rows)
+    feats = Features(cols)
     return Dataset.from_list([{k: r[k] for k in feats} for r in rows], features=feats)
 
 
-def save_hf_dataset(rows: list[dict], out_dir: str | os.PathLike, stats: dict | None = None) -> Path:
-    """Write a folder `datasets.load_from_disk` reads (atomic replace), with stats.json beside the data."""
+def save_hf_dataset(rows: list[dict], out_dir: str | os.PathLike, stats: dict | None = None,
+                    tokenizer=None) -> Path:
+    """Write a folder `datasets.load_from_disk` reads (atomic replace), with stats.json beside the data.
+
+    With `tokenizer` (object or folder / HF id) the rows carry `input_ids` + `assistant_masks` and a row that
+    cannot be encoded exactly is left out (`to_hf_dataset`); ``stats["export_dropped"]`` counts those (a
+    `stats` dict given is updated, else one is written with the export's counts alone)."""
     out = Path(out_dir)
+    if tokenizer is not None and stats is None:
+        stats = {}
 
     def fill(tmp: Path) -> None:
-        to_hf_dataset(rows).save_to_disk(str(tmp))
+        to_hf_dataset(rows, tokenizer, stats).save_to_disk(str(tmp))
         if stats is not None:
             (tmp / "clawgym_stats.json").write_text(json.dumps(stats, indent=1, default=str))
 
@@ -649,4 +721,5 @@ __all__ = [
     "dataset_stats", "load_tokenizer", "count_tokens", "is_noise_turn", "DEFAULT_TOKENIZER", "TOKENS_KEY",
     "token_exact_sequence", "token_exact_row", "encode_chat", "control_tokens", "control_text_count",
     "ControlTextError", "CONTROL_TEXT", "BAD_IDS", "IDS_MISMATCH", "PROMPT_MISMATCH", "parse_sampled_turn",
+    "tokenize_row", "tokenized_rows",
 ]
