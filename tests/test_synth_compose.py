@@ -3,6 +3,8 @@ split, the per-task composed program, per-part credit, and the gates (oracle 1.0
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from clawgym.synth import compose
@@ -32,12 +34,14 @@ def test_names_round_trip_and_bad_names_say_which_part():
         compose.parse("ops_csv_join_dedupe_gsum_tojson")  # transforms not in canonical order
     with pytest.raises(KeyError, match="not a valid composition"):
         compose.parse("ops_csv_dedupe_select_tojson")  # a records result no filter shaped
+    with pytest.raises(KeyError, match="not a valid composition"):
+        compose.parse("ops_csv_feq_rename_gsum_tojson")  # a rename a mapping result would not show
     with pytest.raises(KeyError, match="unknown task family"):
         get_family("no_such_family")
 
 
 def test_a_task_is_deterministic_and_its_program_follows_seed_order_and_parameters():
-    name = "ops_csv_feq_rename_gsum_tojson"
+    name = "ops_csv_feq_rename_select_tojson"
     a, b = get_family(name).generate(3), get_family(name).generate(3)
     assert a.model_dump() == b.model_dump()
     cmds = {get_family(name).generate(s).program_reference[0].arguments["command"] for s in range(12)}
@@ -90,7 +94,7 @@ def test_half_right_scores_between_zero_and_one_and_each_part_is_its_own(factory
     no_filter = "\n".join(ln for ln in prog.splitlines() if " >= " not in ln)
     s, parts = _score(task, no_filter, factory)
     assert 0.0 < s < 1.0, parts
-    assert parts["values"] < 1.0 and parts["keys"] > 0.0
+    assert 0.0 < parts["values"] < 1.0
     # nothing written: 0
     assert _score(task, None, factory)[0] == 0.0
 
@@ -99,10 +103,13 @@ def test_records_result_credits_columns_ids_values_and_order(factory):
     task = get_family("ops_csv_fmin_rename_topk_tojson").generate(2)
     prog = _program(task)
     assert _score(task, prog, factory)[0] == 1.0
-    # the top-k in ascending order: every record right, the order wrong (a support part)
-    wrong_order = prog.replace("key=lambda r: -float(", "key=lambda r: float(")
+    # the right top k, written lowest first: every record right, the order wrong (a support part)
+    import re
+
+    wrong_order = re.sub(r"^(rows = sorted\(.*\n)", r"\1rows = rows[::-1]\n", prog, count=1, flags=re.M)
+    assert wrong_order != prog
     s, parts = _score(task, wrong_order, factory)
-    assert parts["fields"] == 1.0 and parts["order"] == 0.0 and 0.0 < s < 1.0, parts
+    assert parts["ids"] == 1.0 and parts["values"] == 1.0 and parts["order"] == 0.0 and 0.0 < s < 1.0, parts
 
 
 def test_every_composition_passes_the_gates_with_reference_and_program(factory):
@@ -135,3 +142,115 @@ def test_synthesis_keeps_composed_families_apart_and_records_the_program():
         assert t.split == ("bench" if t.family in held[:2] else "train")
     for t, back in zip(res.tasks, table_to_tasks(tasks_to_table(res.tasks))):
         assert back.program_reference == t.program_reference and back.source["composition"]
+
+
+# ---- what the instruction and the fixed vocabulary give away earns nothing -------------------------------------
+def _host_score(task, outputs: dict[str, str], tmp_path) -> float:
+    """The task's grade() on the host over its workspace plus `outputs` (the real grade code, no sandbox)."""
+    import uuid
+
+    ws = tmp_path / f"ws-{uuid.uuid4().hex}"
+    for f in task.files:
+        (ws / f.path).parent.mkdir(parents=True, exist_ok=True)
+        (ws / f.path).write_bytes(f.content)
+    for p, c in outputs.items():
+        (ws / p).parent.mkdir(parents=True, exist_ok=True)
+        (ws / p).write_text(c)
+    ns: dict = {}
+    exec(compile(task.verifier.code, "<grade>", "exec"), ns)  # noqa: S102 - our own generated grade code
+    res = ns["grade"]([], str(ws))
+    return sum(float(v) for v in res.values()) / len(res)
+
+
+def _vocabulary(dom) -> list[str]:
+    words = {v for vals in dom.cats.values() for v in vals} | set(dom.lookup[3])
+    return sorted(words)
+
+
+def _guesses(task) -> list[dict[str, str]]:
+    """Answers made from the instruction and the domain vocabulary alone: every possible key with a constant
+    value, the asked columns over junk rows or over every vocabulary word, the instruction echoed as data."""
+    import re
+
+    out = task.source["outputs"][0]
+    text = task.instruction
+    dom = next(d for d in compose.DOMAINS if f" {d.noun} " in text)
+    vocab = _vocabulary(dom)
+    cols = re.search(r"with the columns ([\w, ]+?)(?:, one row| sorted|\.)", text)
+    fields = re.search(r"(?:with the fields|Keep only the fields) ([\w, ]+?)\.", text)
+    guesses = []
+    if fields or (cols and "one row per" not in text):
+        names = [x.strip() for x in (fields or cols).group(1).split(",")]
+        junk = [{n: (f"{dom.id_prefix}-{10000 + i}" if n == dom.id_field else w) for n in names}
+                for i, w in enumerate(vocab)]
+        rows = [junk[:1], junk]
+        for rs in rows:
+            if out.endswith(".json"):
+                guesses.append({out: json.dumps(rs)})
+            else:
+                guesses.append({out: ",".join(names) + "\n" + "".join(",".join(r[n] for n in names) + "\n"
+                                                                     for r in rs)})
+    else:
+        for c in (0, 1, 2, 3, 4):
+            m = {w: c for w in vocab}
+            if out.endswith(".json"):
+                guesses.append({out: json.dumps(m)})
+            else:
+                head = cols.group(1).split(", ")
+                guesses.append({out: ",".join(head) + "\n" + "".join(f"{w},{c}\n" for w in vocab)})
+    return guesses
+
+
+def test_the_instruction_and_the_vocabulary_alone_earn_nothing(tmp_path):
+    names = [c.name for c in compose.all_compositions()][::7]
+    hacked = []
+    for n in names:
+        for seed in (1, 2):
+            t = get_family(n).generate(seed)
+            for g in _guesses(t):
+                s = _host_score(t, g, tmp_path)
+                if s > 0:
+                    hacked.append((t.task_id, round(s, 3), str(g)[:120]))
+    assert not hacked, hacked[:5]
+
+
+def _host_run_score(task, program: str, tmp_path) -> float:
+    """Run `program` in a copy of the task's workspace on the host (our own generated program), then grade."""
+    import subprocess
+    import sys
+
+    import uuid
+
+    ws = tmp_path / f"run-{uuid.uuid4().hex}"  # a fresh copy each time: no output of an earlier run is left
+    for f in task.files:
+        (ws / f.path).parent.mkdir(parents=True, exist_ok=True)
+        (ws / f.path).write_bytes(f.content)
+    subprocess.run([sys.executable, "-c", program], cwd=ws, capture_output=True, timeout=60)
+    ns: dict = {}
+    exec(compile(task.verifier.code, "<grade>", "exec"), ns)  # noqa: S102 - our own generated grade code
+    res = ns["grade"]([], str(ws))
+    return sum(float(v) for v in res.values()) / len(res)
+
+
+def test_every_step_shows_a_program_without_one_loses(tmp_path):
+    """Leave one transform out of the teacher's program: the result is wrong somewhere, so it scores below 1 (a
+    step whose absence nothing shows would be a step no check verifies: the generator redraws such seeds)."""
+    import re
+
+    cut = {"dedupe": r"^seen, kept = set\(\), \[\]\n(?:.*\n){4}rows = kept\n",
+           "filter_eq": r"^rows = \[r for r in rows if str\(.*\n", "filter_min": r"^rows = \[r for r in rows if float\(.*\n",
+           "rename": r"^for r in rows:\n    r\[\"\w+\"\] = r\.pop\(.*\n",
+           "derive": r"^for r in rows:\n    r\[\"\w+\"\] = round\(float.*\n"}
+    checked = 0
+    for c in compose.all_compositions()[::5]:
+        for op in c.transforms:
+            if op not in cut:
+                continue
+            t = get_family(c.name).generate(checked % 4)
+            prog = _program(t)
+            assert _host_run_score(t, prog, tmp_path) == 1.0, t.task_id
+            without = re.sub(cut[op], "", prog, count=1, flags=re.M)
+            assert without != prog, (t.task_id, op)
+            assert _host_run_score(t, without, tmp_path) < 1.0, (t.task_id, op)
+            checked += 1
+    assert checked > 50

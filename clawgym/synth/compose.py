@@ -28,6 +28,7 @@ the program), so the recorded program differs with the composition, the paramete
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
 import json
@@ -106,6 +107,7 @@ class State:
     comp: "Composition | None" = None
     # fields a transform made or renamed: the result uses each of them, so every step shows in the deliverable
     touched: list[str] = field(default_factory=list)
+    dupe_ids: set = field(default_factory=set)  # ids of the records the file repeats
 
     def fields(self, *kinds: str) -> list[str]:
         return [f for f, k in self.schema.items() if k in kinds]
@@ -113,10 +115,13 @@ class State:
 
 @dataclass(frozen=True)
 class Step:
-    """One step of a composed task: the instruction's sentence and the program's snippet."""
+    """One step of a composed task: the instruction's sentence, the program's snippet, and (transforms and
+    reduces) `apply(state)`, the step with its parameters as data, which the generator replays to check that
+    leaving the step out changes the result."""
 
     sentence: str
     code: str
+    apply: Callable[["State"], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -236,15 +241,19 @@ def _read_log(ctx: Ctx, st: State) -> Step:
 @operation("dedupe", "transform", "dedupe", ("dedupe",))
 def _dedupe(ctx: Ctx, st: State) -> Step:
     idf = st.fields("id")[0]
-    seen, kept = set(), []
-    for r in st.rows:
-        if r[idf] not in seen:
-            seen.add(r[idf])
-            kept.append(r)
-    st.rows = kept
+
+    def apply(s: State) -> None:
+        seen, kept = set(), []
+        for r in s.rows:
+            if r[idf] not in seen:
+                seen.add(r[idf])
+                kept.append(r)
+        s.rows = kept
+
+    apply(st)
     return Step(f"Drop duplicate records with the same {idf}, keeping the first one.",
                 f"seen, kept = set(), []\nfor r in rows:\n    if r[{_q(idf)}] not in seen:\n"
-                f"        seen.add(r[{_q(idf)}])\n        kept.append(r)\nrows = kept")
+                f"        seen.add(r[{_q(idf)}])\n        kept.append(r)\nrows = kept", apply)
 
 
 @operation("filter_eq", "transform", "feq", ("filter",))
@@ -259,9 +268,13 @@ def _filter_eq(ctx: Ctx, st: State) -> Step:
                     for v, n in sorted(counts.items())]
     best = min(c[0] for c in choices)
     _, f, v = ctx.rng.choice([c for c in choices if c[0] == best])
-    st.rows = [r for r in st.rows if str(r[f]) == v]
+
+    def apply(s: State) -> None:
+        s.rows = [r for r in s.rows if str(r[f]) == v]
+
+    apply(st)
     return Step(f"Keep only the records whose {f} is {v}.",
-                f"rows = [r for r in rows if str(r[{_q(f)}]) == {_q(v)}]")
+                f"rows = [r for r in rows if str(r[{_q(f)}]) == {_q(v)}]", apply)
 
 
 @operation("filter_min", "transform", "fmin", ("filter",))
@@ -274,30 +287,29 @@ def _filter_min(ctx: Ctx, st: State) -> Step:
         i = ctx.rng.randint(max(1, len(vals) // 3), max(1, (2 * len(vals)) // 3))
         lo, hi = vals[i - 1], vals[i]
         t = _num((lo + hi) / 2) if hi - lo >= 0.02 else hi
-    st.rows = [r for r in st.rows if float(r[f]) >= t]
+
+    def apply(s: State) -> None:
+        s.rows = [r for r in s.rows if float(r[f]) >= t]
+
+    apply(st)
     return Step(f"Keep only the records with a {f} of at least {t:g}.",
-                f"rows = [r for r in rows if float(r[{_q(f)}]) >= {t:g}]")
+                f"rows = [r for r in rows if float(r[{_q(f)}]) >= {t:g}]", apply)
 
 
 @operation("rename", "transform", "rename", ("transform",))
 def _rename(ctx: Ctx, st: State) -> Step:
-    # which kind of field: one the reduce can show beside the other transform's field (a count shows one
-    # grouping field; a sum one grouping and one summed field)
-    comp, kinds = st.comp, ("cat", "num")
-    if comp is not None and comp.reduce == "group_count":
-        kinds = ("cat",)
-    elif comp is not None and comp.reduce == "group_sum" and "join" in comp.transforms:
-        kinds = ("num",)
-    elif comp is not None and comp.reduce == "group_sum" and "derive" in comp.transforms:
-        kinds = ("cat",)
-    cands = [f for f in st.fields(*kinds) if f in st.dom.renames and st.dom.renames[f] not in st.schema]
+    cands = [f for f in st.fields("cat", "num") if f in st.dom.renames and st.dom.renames[f] not in st.schema]
     a = ctx.rng.choice(cands)
     b = st.dom.renames[a]
-    for r in st.rows:
-        r[b] = r.pop(a)
-    st.schema = {(b if f == a else f): k for f, k in st.schema.items()}
-    st.touched = [b if f == a else f for f in st.touched] + [b]
-    return Step(f"Rename the field {a} to {b}.", f"for r in rows:\n    r[{_q(b)}] = r.pop({_q(a)})")
+
+    def apply(s: State) -> None:
+        for r in s.rows:
+            r[b] = r.pop(a)
+        s.schema = {(b if f == a else f): k for f, k in s.schema.items()}
+        s.touched = [b if f == a else f for f in s.touched] + [b]
+
+    apply(st)
+    return Step(f"Rename the field {a} to {b}.", f"for r in rows:\n    r[{_q(b)}] = r.pop({_q(a)})", apply)
 
 
 @operation("join", "transform", "join", ("join",), "csv")
@@ -309,25 +321,37 @@ def _join(ctx: Ctx, st: State) -> Step:
     keys = sorted({str(v) for v in st.dom.cats[key]})
     table = dict(zip(keys, ctx.rng.sample(list(values), len(keys))))
     ctx.csv(path, [key, attr], [[k, table[k]] for k in keys])
-    for r in st.rows:
-        r[attr] = table.get(str(r[field_]), "")
-    st.schema[attr] = "attr"
-    st.touched.append(attr)
+
+    def apply(s: State) -> None:
+        for r in s.rows:
+            r[attr] = table.get(str(r[field_]), "")
+        s.schema[attr] = "attr"
+        s.touched.append(attr)
+
+    apply(st)
     return Step(f"Join {path}: match each record's {field_} to its {key} column and add its {attr} field.",
                 f"lookup = {{x[{_q(key)}]: x[{_q(attr)}] for x in csv.DictReader(open({_q(path)}))}}\n"
-                f"for r in rows:\n    r[{_q(attr)}] = lookup.get(str(r[{_q(field_)}]), \"\")")
+                f"for r in rows:\n    r[{_q(attr)}] = lookup.get(str(r[{_q(field_)}]), \"\")", apply)
 
 
 @operation("derive", "transform", "derive", ("compute",))
 def _derive(ctx: Ctx, st: State) -> Step:
     a, b = st.fields("num")[:2]
     new = st.dom.derived
-    for r in st.rows:
-        r[new] = _num(float(r[a]) * float(r[b]))
-    st.schema[new] = "num"
-    st.touched.append(new)
+
+    def apply(s: State) -> None:
+        for r in s.rows:
+            if round(float(r[a]) * float(r[b]) * 1000) % 10 == 5:
+                # an exact half cent: round-half-even and round-half-up disagree, so the answer would depend on
+                # how an honest program rounds
+                raise _Retry("half")
+            r[new] = _num(float(r[a]) * float(r[b]))
+        s.schema[new] = "num"
+        s.touched.append(new)
+
+    apply(st)
     return Step(f"Add a field {new} = {a} * {b}, rounded to 2 decimals.",
-                f"for r in rows:\n    r[{_q(new)}] = round(float(r[{_q(a)}]) * float(r[{_q(b)}]), 2)")
+                f"for r in rows:\n    r[{_q(new)}] = round(float(r[{_q(a)}]) * float(r[{_q(b)}]), 2)", apply)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -352,24 +376,32 @@ def _group_field(ctx: Ctx, st: State) -> str:
 @operation("group_sum", "reduce", "gsum", ("aggregate",))
 def _group_sum(ctx: Ctx, st: State) -> Step:
     g, n = _group_field(ctx, st), _prefer(ctx, st, st.fields("num"))
-    out: dict[str, float] = {}
-    for r in st.rows:
-        out[str(r[g])] = _num(out.get(str(r[g]), 0) + float(r[n]))
-    st.result, st.result_kind, st.result_fields = out, "mapping", (g, f"total_{n}")
+
+    def apply(s: State) -> None:
+        out: dict[str, float] = {}
+        for r in s.rows:
+            out[str(r[g])] = _num(out.get(str(r[g]), 0) + float(r[n]))
+        s.result, s.result_kind, s.result_fields = out, "mapping", (g, f"total_{n}")
+
+    apply(st)
     return Step(f"Total the {n} per {g}.",
                 f"out = {{}}\nfor r in rows:\n    out[str(r[{_q(g)}])] = round(out.get(str(r[{_q(g)}]), 0) + "
-                f"float(r[{_q(n)}]), 2)")
+                f"float(r[{_q(n)}]), 2)", apply)
 
 
 @operation("group_count", "reduce", "gcount", ("count", "aggregate"))
 def _group_count(ctx: Ctx, st: State) -> Step:
     g = _group_field(ctx, st)
-    out: dict[str, int] = {}
-    for r in st.rows:
-        out[str(r[g])] = out.get(str(r[g]), 0) + 1
-    st.result, st.result_kind, st.result_fields = out, "mapping", (g, "count")
+
+    def apply(s: State) -> None:
+        out: dict[str, int] = {}
+        for r in s.rows:
+            out[str(r[g])] = out.get(str(r[g]), 0) + 1
+        s.result, s.result_kind, s.result_fields = out, "mapping", (g, "count")
+
+    apply(st)
     return Step(f"Count the records per {g}.",
-                f"out = {{}}\nfor r in rows:\n    out[str(r[{_q(g)}])] = out.get(str(r[{_q(g)}]), 0) + 1")
+                f"out = {{}}\nfor r in rows:\n    out[str(r[{_q(g)}])] = out.get(str(r[{_q(g)}]), 0) + 1", apply)
 
 
 def _pick_fields(ctx: Ctx, st: State, must: list[str]) -> list[str]:
@@ -384,22 +416,33 @@ def _top_k(ctx: Ctx, st: State) -> Step:
     n = _prefer(ctx, st, st.fields("num"))
     k = ctx.rng.randint(2, max(2, min(4, len(st.rows) - 1)))
     fields = _pick_fields(ctx, st, [n, *st.touched])
-    st.rows = sorted(st.rows, key=lambda r: -float(r[n]))[:k]
-    st.result = [{f: r[f] for f in fields} for r in st.rows]
-    st.result_kind, st.result_fields, st.ordered = "records", tuple(fields), True
+    top = sorted((float(r[n]) for r in st.rows), reverse=True)[:k + 1]
+    if len(set(top)) < len(top):  # a tie inside the top k or at its cut: the asked records would be ambiguous
+        raise _Retry("tie")
+
+    def apply(s: State) -> None:
+        s.rows = sorted(s.rows, key=lambda r: -float(r[n]))[:k]
+        s.result = [{f: r[f] for f in fields} for r in s.rows]
+        s.result_kind, s.result_fields, s.ordered = "records", tuple(fields), True
+
+    apply(st)
     return Step(f"Sort the records by {n}, highest first, and keep the top {k}, with the fields "
                 f"{', '.join(fields)}.",
                 f"rows = sorted(rows, key=lambda r: -float(r[{_q(n)}]))[:{k}]\n"
-                f"out = [{{k: r[k] for k in {json.dumps(fields)}}} for r in rows]")
+                f"out = [{{k: r[k] for k in {json.dumps(fields)}}} for r in rows]", apply)
 
 
 @operation("select", "reduce", "select", ("extract",))
 def _select(ctx: Ctx, st: State) -> Step:
     fields = _pick_fields(ctx, st, list(st.touched))
-    st.result = [{f: r[f] for f in fields} for r in st.rows]
-    st.result_kind, st.result_fields = "records", tuple(fields)
+
+    def apply(s: State) -> None:
+        s.result = [{f: r[f] for f in fields} for r in s.rows]
+        s.result_kind, s.result_fields = "records", tuple(fields)
+
+    apply(st)
     return Step(f"Keep only the fields {', '.join(fields)}.",
-                f"out = [{{k: r[k] for k in {json.dumps(fields)}}} for r in rows]")
+                f"out = [{{k: r[k] for k in {json.dumps(fields)}}} for r in rows]", apply)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -412,10 +455,39 @@ def _out_stem(ctx: Ctx, st: State) -> str:
                            f"{st.dom.noun}_summary", "result"])
 
 
+# What earns credit is only what needs the data: the asked keys, columns and field names are in the instruction
+# (and in the domain's fixed vocabulary), so they earn nothing alone; they gate the parts that need the data.
+_MAP_SCORE = """
+def _map_score(got, exp, total=None):
+    # each expected key with its right value is a part; a key the answer adds is a wrong part
+    if not isinstance(got, dict) or not got:
+        return 0.0
+    if total is not None:  # counts: small numbers a guess can hit, so they count only when they add up
+        vals = [to_num(v) for v in got.values()]
+        if any(v is None for v in vals) or not abs(sum(vals) - total) <= 1e-9:  # NaN adds up to nothing
+            return 0.0
+    good = sum(1 for k, v in exp.items() if k in got and close(got[k], v, 0.0101))
+    return frac(good, len(exp) + sum(1 for k in got if k not in exp))
+"""
+
+_RECORDS = """
+def _fields_ok(rows, fields):
+    return isinstance(rows, list) and len(rows) > 0 and all(
+        isinstance(r, dict) and set(r) == set(fields) for r in rows)
+
+
+def _unique(rows, idf):
+    # a record written twice is a wrong part (a skipped dedupe)
+    ids = [norm(r.get(idf)) for r in rows]
+    return frac(len(set(ids)), len(ids))
+"""
+
+
 def _grade_mapping(ctx: Ctx, st: State, load: str) -> None:
     ctx.expect("map", st.result)
-    ctx.check("keys", f"set_score(list(({load}).keys()), list(E['map']))")
-    ctx.check("values", f"frac(sum(1 for k, v in E['map'].items() if close(({load}).get(k), v)), len(E['map']))")
+    ctx.grade.helper(_MAP_SCORE)
+    total = f"{sum(st.result.values())}" if st.result_kind == "mapping" and st.result_fields[1] == "count" else "None"
+    ctx.check("values", f"_map_score({load}, E['map'], {total})")
 
 
 def _grade_records(ctx: Ctx, st: State, load: str) -> None:
@@ -423,14 +495,12 @@ def _grade_records(ctx: Ctx, st: State, load: str) -> None:
     ctx.expect("rows", st.result)
     ctx.expect("fields", list(st.result_fields))
     ctx.expect("ids", [str(r[idf]) for r in st.result])
+    ctx.grade.helper(_RECORDS)
+    # the columns asked for, exactly, gate every part (a copied input has every column: it earns none)
     ok = f"_fields_ok({load}, E['fields'])"
-    ctx.grade.helper("def _fields_ok(rows, fields):\n"
-                     "    return isinstance(rows, list) and len(rows) > 0 and "
-                     "all(isinstance(r, dict) and set(r) == set(fields) for r in rows)")
-    # the columns asked for, exactly (a copied input has every column, so it earns none of the parts below)
-    ctx.check("fields", ok)
-    ctx.check("ids", f"{ok} and set_score([norm(r[{idf!r}]) for r in {load}], [norm(i) for i in E['ids']])")
-    ctx.check("values", f"{ok} and rows_score({load}, E['rows'], {idf!r}, E['fields'])")
+    ctx.check("ids", f"{ok} and set_score([norm(r[{idf!r}]) for r in {load}], [norm(i) for i in E['ids']]) * "
+                     f"_unique({load}, {idf!r})")
+    ctx.check("values", f"{ok} and rows_score({load}, E['rows'], {idf!r}, E['fields']) * _unique({load}, {idf!r})")
     if st.ordered:
         ctx.check("order", f"[norm(r[{idf!r}]) for r in {load}] == [norm(i) for i in E['ids']]", support=True)
 
@@ -458,7 +528,9 @@ def _write_csv(ctx: Ctx, st: State) -> Step:
     if st.result_kind == "mapping":
         ctx.grade.helper("def _csv_map(rows, head):\n"
                          "    if not rows or list(rows[0]) != head:\n        raise ValueError('columns')\n"
-                         "    return {r[head[0]]: r[head[1]] for r in rows}")
+                         "    out = {r[head[0]]: r[head[1]] for r in rows}\n"
+                         "    if len(out) != len(rows):\n        raise ValueError('a key written twice')\n"
+                         "    return out")
         _grade_mapping(ctx, st, f"_csv_map(C({path!r}), {head!r})")
         body = [[k, st.result[k]] for k in sorted(st.result)]
         sentence = (f"Write the result to {path} with the columns {', '.join(head)}, one row per {head[0]} "
@@ -510,8 +582,11 @@ def valid(c: Composition) -> bool:
         return False
     if c.reduce == "select" and not {"filter_eq", "filter_min"} & set(c.transforms):
         return False
-    # a count shows one grouping field: a derived number, or a joined field beside a renamed one, would not show
-    if c.reduce == "group_count" and ("derive" in c.transforms or {"join", "rename"} <= set(c.transforms)):
+    # a mapping result shows no field name, so a rename before it changes nothing; a count shows no number, so a
+    # derived one would not show either
+    if c.reduce in ("group_sum", "group_count") and "rename" in c.transforms:
+        return False
+    if c.reduce == "group_count" and "derive" in c.transforms:
         return False
     return True
 
@@ -586,50 +661,98 @@ def parse(name: str) -> Composition:
 def _records(ctx: Ctx, dom: Domain, dupes: bool) -> State:
     rng = ctx.rng
     n = rng.randint(9, 14)
+    # ids from a space no guess covers (an answer naming every possible id earns nothing), numbers distinct in
+    # cents (a sort has no ties)
+    ids = rng.sample(range(10000, 100000), n)
+    nums = {f: rng.sample(range(int(lo * 100), int(hi * 100)), n) for f, (lo, hi) in dom.nums.items()}
     rows = []
     for i in range(n):
-        r: dict[str, Any] = {dom.id_field: f"{dom.id_prefix}-{101 + i * rng.randint(1, 3) + i}"}
+        r: dict[str, Any] = {dom.id_field: f"{dom.id_prefix}-{ids[i]}"}
         for f, vals in dom.cats.items():
             # every value of a categorical field appears at least twice (a filter keeps some and drops some)
             r[f] = vals[i % len(vals)] if i < 2 * len(vals) else rng.choice(vals)
-        for f, (lo, hi) in dom.nums.items():
-            r[f] = _num(rng.uniform(lo, hi) + i * 0.003)  # distinct values: a sort has no ties
+        for f in dom.nums:
+            r[f] = nums[f][i] / 100
         rows.append(r)
-    ids = [r[dom.id_field] for r in rows]
-    if len(set(ids)) != len(ids):
-        for i, r in enumerate(rows):
-            r[dom.id_field] = f"{dom.id_prefix}-{101 + i}"
     rng.shuffle(rows)
-    if dupes:  # a record repeated, as exports do
-        for r in rng.sample(rows, 2):
+    st = State(dom, rows, {dom.id_field: "id", **{f: "cat" for f in dom.cats}, **{f: "num" for f in dom.nums}}, rng)
+    if dupes:  # records repeated, as exports do
+        for r in rng.sample(rows, 3):
             rows.insert(rng.randint(0, len(rows)), dict(r))
-    schema = {dom.id_field: "id", **{f: "cat" for f in dom.cats}, **{f: "num" for f in dom.nums}}
-    return State(dom, rows, schema, rng)
+            st.dupe_ids.add(r[dom.id_field])
+    return st
+
+
+class _Retry(Exception):
+    """This seed's draw would leave a step without effect or an answer ambiguous: draw again."""
+
+
+def _reset(ctx: Ctx, attempt: int) -> None:
+    """A fresh context for another draw of the same task (deterministic in family, seed and attempt)."""
+    fresh = Ctx(ctx.family, ctx.seed, ctx.persona)
+    ctx.__dict__.update(fresh.__dict__)
+    if attempt:
+        ctx.rng = random.Random(f"{ctx.family.name}:{ctx.seed}:draw{attempt}")
+
+
+def _build_once(ctx: Ctx, comp: Composition) -> None:
+    dom = ctx.rng.choice(DOMAINS)
+    st = _records(ctx, dom, "dedupe" in comp.transforms)
+    st.comp = comp
+    transforms = list(comp.transforms)
+    ctx.rng.shuffle(transforms)  # the order is the seed's: a program is not one fixed sequence
+    # any order works: a join matches its key field under its current name, a filter names current fields
+    order = [comp.read, *transforms, comp.reduce, comp.write]
+    steps = [OPS[order[0]].plan(ctx, st)]
+    start = (copy.deepcopy(st.rows), dict(st.schema))
+    steps += [OPS[name].plan(ctx, st) for name in order[1:-1]]
+    for i in range(1, len(order) - 2):  # each transform (steps[1:] are the transforms and the reduce)
+        if _same_without(st, start, steps[1:], i - 1):
+            raise _Retry(f"{order[i]} shows nowhere")  # every step must change what the deliverable holds
+    steps.append(OPS[order[-1]].plan(ctx, st))
+    lead = ctx.rng.choice([f"Process the {dom.noun} records for me:",
+                           f"Please prepare this from the {dom.noun} data:",
+                           f"I need a quick {dom.noun} report. Steps:"])
+    ctx.ask(lead + "\n" + "\n".join(f"{i}. {s.sentence}" for i, s in enumerate(steps, 1)))
+    # the inputs stay as they were: a support check (credited only beside a right part of the result)
+    ctx.expect("_input_digests", {p: hashlib.sha256(f.content).hexdigest()
+                                  for p, f in sorted(ctx.files.items()) if p.startswith("input/")})
+    ctx.check("inputs_untouched", "all(unchanged(ws, p, d) for p, d in E['_input_digests'].items())",
+              support=True)
+    ctx.distractors(1)
+    ctx.program = "import csv, json, os\n" + "\n".join(s.code for s in steps) + "\n"
+    ctx.source_extra = {"composition": order, "split": "heldout_composition" if heldout_composition(
+        ctx.family.name) else "train_composition"}
+
+
+def _same_without(st: State, start: tuple, steps: list[Step], skip: int) -> bool:
+    """Whether the transforms and the reduce in `steps`, replayed from `start` without step `skip`, give the
+    result `st` holds (that step would then be one no check can see). A replay that fails (a field the skipped
+    step made is missing) is a different result; one that meets an ambiguous value counts as the same."""
+    s = State(st.dom, copy.deepcopy(start[0]), dict(start[1]), st.rng, comp=st.comp)
+    try:
+        for i, step in enumerate(steps):
+            if i != skip and step.apply is not None:
+                step.apply(s)
+    except _Retry:  # the replay met an ambiguous value (a half cent another path keeps): draw again to be sure
+        return True
+    except Exception:
+        return False
+    return s.result == st.result and s.result_fields == st.result_fields
+
+
+DRAWS = 40  # draws of one seed before the generator gives up (a step without effect is rare: a few percent)
 
 
 def _build(comp: Composition) -> Callable[[Ctx], None]:
     def build(ctx: Ctx) -> None:
-        dom = ctx.rng.choice(DOMAINS)
-        st = _records(ctx, dom, "dedupe" in comp.transforms)
-        st.comp = comp
-        transforms = list(comp.transforms)
-        ctx.rng.shuffle(transforms)  # the order is the seed's: a program is not one fixed sequence
-        # any order works: a join matches its key field under its current name, a filter names current fields
-        order = [comp.read, *transforms, comp.reduce, comp.write]
-        steps = [OPS[name].plan(ctx, st) for name in order]
-        lead = ctx.rng.choice([f"Process the {dom.noun} records for me:",
-                               f"Please prepare this from the {dom.noun} data:",
-                               f"I need a quick {dom.noun} report. Steps:"])
-        ctx.ask(lead + "\n" + "\n".join(f"{i}. {s.sentence}" for i, s in enumerate(steps, 1)))
-        # the inputs stay as they were: a support check (credited only beside a right part of the result)
-        ctx.expect("_input_digests", {p: hashlib.sha256(f.content).hexdigest()
-                                      for p, f in sorted(ctx.files.items()) if p.startswith("input/")})
-        ctx.check("inputs_untouched", "all(unchanged(ws, p, d) for p, d in E['_input_digests'].items())",
-                  support=True)
-        ctx.distractors(1)
-        ctx.program = "import csv, json, os\n" + "\n".join(s.code for s in steps) + "\n"
-        ctx.source_extra = {"composition": order, "split": "heldout_composition" if heldout_composition(
-            ctx.family.name) else "train_composition"}
+        for attempt in range(DRAWS):
+            _reset(ctx, attempt)
+            try:
+                return _build_once(ctx, comp)
+            except _Retry:
+                continue
+        raise ValueError(f"{comp.name} seed {ctx.seed}: no draw in {DRAWS} where every step shows")
     return build
 
 
