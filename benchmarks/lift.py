@@ -76,16 +76,33 @@ def make_tasks(families: list[str], seeds: range):
     return [get_family(f).generate(s) for s in seeds for f in families]
 
 
-def composed_suites(a) -> tuple[list, dict[str, list]]:
+def composed_suites(a, work: Path) -> tuple[list, dict[str, list]]:
     """The composed curriculum: training tasks from training compositions (seeds [0, --train-seeds)), and three
-    bench suites: new seeds of other training compositions, held-out compositions (new compositions of the
-    same operations; clawgym.synth.compose's split, made before and without any training) and held-out
-    hand-written families. The held-out names are read here for the bench only; training sees train_c."""
+    bench suites: new seeds of training compositions, held-out compositions (new compositions of the same
+    operations; clawgym.synth.compose's split, made before and without any training) and held-out hand-written
+    families. The held-out names are read here for the bench only; training sees train_c. The training
+    compositions are recorded in <work>/train_compositions.json at the first run and read back on a resumed one
+    (the held-in suite must be compositions the checkpoint trained on, whatever the composer's code is now)."""
+    from clawgym.synth.compose import parse
     from clawgym.synth.compose import sample_compositions as pick
     from clawgym.synth.compose import split_compositions
 
     train_names, held_names = split_compositions()
-    train_c = pick(train_names, a.train_compositions, "train")
+    rec = work / "train_compositions.json"
+    if rec.exists():
+        trained = json.loads(rec.read_text())
+    else:
+        trained = pick(train_names, a.train_compositions, "train")
+        rec.write_text(json.dumps(trained, indent=1))
+
+    def buildable(n: str) -> bool:
+        try:
+            parse(n)
+            return True
+        except KeyError:
+            return False
+
+    train_c = [n for n in trained if buildable(n)]  # a composition the composer no longer makes is not benched
     # held-in: training compositions the student trained on, at seeds it never saw
     heldin_c = pick(train_c, a.bench_compositions, "heldin")
     held_c = pick(held_names, a.bench_compositions, "heldout")
@@ -293,7 +310,7 @@ def main(argv=None) -> int:
     if a.train_seeds is None:
         a.train_seeds = 1 if a.curriculum == "composed" else 4
     if a.curriculum == "composed":
-        train_tasks, suites = composed_suites(a)
+        train_tasks, suites = composed_suites(a, work)
         train_f = sorted({t.family for t in train_tasks})
         held_f = sorted({t.family for k in suites if k != "new_seeds" for t in suites[k]})
     else:

@@ -24,7 +24,7 @@ TEACHER = "program"
 # measured on the 2-core box (docs/figures.md, the section "the demo teaches"), seconds per stage; the header's
 # estimate and each stage's "expected" come from here
 EXPECTED_S = {"synthesis": 90, "bench_tasks": 10, "trajectories": 40, "bench oracle + noop": 60, "base_model": 10,
-              "sft_dataset": 30, "checkpoints (SFT)": 420, "bench smollm2-base": 240, "bench sft-demo": 150,
+              "sft_dataset": 30, "checkpoints (SFT)": 480, "bench smollm2-base": 240, "bench sft-demo": 150,
               "leaderboard": 10}
 
 

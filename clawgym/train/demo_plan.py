@@ -47,7 +47,7 @@ class DemoPlan:
     bench_new_seeds: int = 3  # seeds 1000.. of every family on the bench
     # trl.SFTConfig fields of the demo checkpoint (full fine-tuning of the embedded SmolLM2-135M)
     sft: dict[str, Any] = field(default_factory=lambda: {
-        "max_steps": 30, "num_train_epochs": 100.0, "learning_rate": 2e-4, "lr_scheduler_type": "cosine",
+        "max_steps": 45, "num_train_epochs": 100.0, "learning_rate": 2e-4, "lr_scheduler_type": "cosine",
         "warmup_steps": 2, "save_steps": 10_000, "logging_steps": 1})
     # bench limits (the same for every model): a program of ≈ 300 tokens fits one completion
     max_turns: int = 3
