@@ -1,28 +1,43 @@
-"""Does training on synthesized trajectories lift the agent? Base vs SFT, paired, on new seeds of the training
-families and on held-out families.
+"""Does training on synthesized trajectories lift the agent, and does it transfer? Base vs SFT (vs SFT+GRPO),
+paired, on new seeds of trained tasks, on held-out compositions of the shared operations and on held-out families.
 
-    python benchmarks/lift.py --work data/lift                       # CPU defaults: ≈ 70 min on 2 cores, resumable
-    python benchmarks/lift.py --work data/lift-gpu --gpu --train-seeds 40 --bench-seeds 20 --max-steps 600 \
-        --per-device-train-batch-size 4 --gradient-accumulation-steps 4 --max-length 8192 --workers 16
+    python benchmarks/lift.py --work data/lift                      # CPU: composed curriculum, ≈ 75 min on 2 cores
+    python benchmarks/lift.py --work data/lift --grpo-steps 20      # + the GRPO arm from the SFT checkpoint
+    python benchmarks/lift.py --work data/lift-fam --curriculum families   # the hand-written families only
+
+Curricula (--curriculum):
+  composed   (default) tasks composed from shared atomic operations (clawgym.synth.compose): --train-compositions
+             training compositions (seed 0 each; the composer's split, a rule on names fixed before training);
+             bench suites: `new_seeds` (--bench-compositions trained compositions at seed 1000),
+             `heldout_compositions` (--bench-compositions held-out compositions: new combinations of seen
+             operations) and `heldout_families` (hand-written families no composition is, seeds 1000..)
+  families   the hand-written procedural families split by category (the first --families-per-category train,
+             the next held out); bench `new_seeds` and `heldout`
 
 Stages, each resumable (a stage's output in --work is reused; a killed run picks up where it stopped, bench
-rollouts task by task):
-  1. tasks      procedural families split by category: per category the first --families-per-category families
-                train, the next ones are held out; train tasks = seeds [0, --train-seeds), bench = seeds
-                [1000, 1000 + --bench-seeds) of the training families ("new seeds") and of the held-out families
+rollouts task by task; the training compositions are recorded in <work>/train_compositions.json):
+  1. tasks      as the curriculum says
   2. oracle     teacher rollouts of the train tasks in sandboxes (real verifier scores). --teacher program (default):
-                the `program` policy replaying each task's program_reference (one exec of the family's program
-                solution, clawgym.synth.solutions, recorded with the task) and a short answer, so a student
-                learns *how* to solve the family; --teacher reference: the family's reference calls (they write
-                answers the generator computed, which a small student can copy but not compute)
-  3. sft set    build_sft_dataset (score filter, decontamination against both bench suites)
+                the `program` policy replaying each task's program_reference (one exec of its program: the family's
+                program solution, or the program composed with the task) and a short answer; --teacher reference:
+                the reference calls (they write answers the generator computed)
+  3. sft set    build_sft_dataset (score filter, decontamination against every bench suite)
   4. sft        run_sft: full fine-tuning (or --lora) of the embedded SmolLM2, TRL's SFTTrainer, loss curve
   5. bench      base and SFT checkpoint served by ModelServer, builtin agent loop, greedy, same sandboxes
+  5b. grpo      (--grpo-steps N > 0) GRPO from the SFT checkpoint (clawgym.train.grpo: the verifier's score, per-part
+                credit included, in a clean room) on new seeds of training compositions, then its bench
   6. report     paired bootstrap 95% CIs of the delta (clawgym.bench.stats.compare) overall / per category /
-                per family, how rollouts ended (token cap = finish_reason length), loss curve -> report.json/.md
+                per family, per-part credit means, how rollouts ended (token cap = finish_reason length), loss and
+                reward curves -> report.json/.md
 
---gpu: bf16, no CPU kernels in the server, bigger batches come from the flags above. Everything the run did is in
-<work>/report.json (with the exact command line).
+GPU recipe (not run: the lent H200 has no sandbox engine under gVisor, neither TRL nor vLLM, and its 64 MiB carry
+limit is below the 135M base model's 270 MB): on a GPU box with this project's environment and a bigger base model
+in a local folder (--base-model, e.g. a 1.5B instruct model in HF format with a tool-calling chat template):
+    python benchmarks/lift.py --work data/lift-gpu --gpu --base-model /models/instruct-1.5b --train-compositions 433 --bench-compositions 60 \
+        --max-steps 900 --num-train-epochs 2 --per-device-train-batch-size 4 --gradient-accumulation-steps 2 \
+        --max-length 8192 --workers 16 --grpo-steps 200 --grpo-num-generations 8 --grpo-learning-rate 1e-6
+with vLLM serving the rollouts once the `local` endpoint runs on vLLM. --gpu: bf16, no CPU kernels in the server.
+Everything the run did is in <work>/report.json (with the exact command line).
 """
 
 from __future__ import annotations
@@ -286,6 +301,7 @@ def main(argv=None) -> int:
     ap.add_argument("--per-device-train-batch-size", type=int, default=1)
     ap.add_argument("--gradient-accumulation-steps", type=int, default=1)
     ap.add_argument("--max-length", type=int, default=4096)
+    ap.add_argument("--base-model", default="", help="an HF model folder (default: the embedded SmolLM2-135M)")
     ap.add_argument("--lora", action="store_true")
     ap.add_argument("--packing", action="store_true", help="TRL SFTConfig packing (padding-free, bfd)")
     ap.add_argument("--gpu", action="store_true", help="bf16 training, no CPU kernels in the server")
@@ -325,7 +341,7 @@ def main(argv=None) -> int:
         return 0
     factory = get_factory(a.backend)
     models = [m.strip() for m in a.bench_models.split(",") if m.strip()]
-    base_dir = prepare_base_model()
+    base_dir = Path(a.base_model) if a.base_model else prepare_base_model()
     limits = Limits(max_turns=a.max_turns, max_completion_tokens=a.max_completion_tokens, max_wall_s=a.max_wall_s)
     server = {"device": "cuda" if a.gpu else "cpu", "startup_timeout_s": 600}
     if "sft" not in models:  # the base model's rollouts only (they need no teacher, no SFT)
