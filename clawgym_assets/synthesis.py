@@ -220,7 +220,8 @@ def synthetic_tasks(context: dg.AssetExecutionContext, config: SyntheticTasksCon
                                families=config.families, workers=config.workers,
                                heldout_per_category=config.heldout_per_category,
                                heldout_families=config.heldout_families, bench_new_seeds=config.bench_new_seeds,
-                               new_seed_families=config.new_seed_families, dedupe_threshold=config.dedupe_threshold, gates=config.gates, embed=embed, llm=plan,
+                               new_seed_families=config.new_seed_families,
+                               dedupe_threshold=config.dedupe_threshold, gates=config.gates, embed=embed, llm=plan,
                                gate_cache_dir=str(lake.path("cache", "gates")))
     tasks, res = run.tasks, run.result
     lake.write(Table.TASKS, [task_row(t, TaskSource.SYNTHETIC.value) for t in tasks], {"source": TaskSource.SYNTHETIC})

@@ -19,7 +19,8 @@ conftest/pytest.ini, git config, shell rc files, a poisoned .pyc), tampering wit
 symlink, leftover processes rewriting it, writing into its output, killing it), output forging (out-of-range
 and non-finite last lines, clamped to [0, 1] / 0 + error at worst), turning a failure into `infra` (text
 "sandbox error", 1,100-deep directories, SysV shared memory filled, a tool call without `function`, a
-non-UTF-8 file name, the workspace folder deleted or replaced by a link or a file) and limits (a long `sleep` under a short wall limit ends as `limit`, quickly).
+non-UTF-8 file name, the workspace folder deleted or replaced by a link or a file) and limits (a long `sleep`
+under a short wall limit ends as `limit`, quickly).
 Tests are expected to fail where a defence is still missing: the failure message shows what leaked.
 """
 

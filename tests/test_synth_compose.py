@@ -238,7 +238,8 @@ def test_every_step_shows_a_program_without_one_loses(tmp_path):
     import re
 
     cut = {"dedupe": r"^seen, kept = set\(\), \[\]\n(?:.*\n){4}rows = kept\n",
-           "filter_eq": r"^rows = \[r for r in rows if str\(.*\n", "filter_min": r"^rows = \[r for r in rows if float\(.*\n",
+           "filter_eq": r"^rows = \[r for r in rows if str\(.*\n",
+           "filter_min": r"^rows = \[r for r in rows if float\(.*\n",
            "rename": r"^for r in rows:\n    r\[\"\w+\"\] = r\.pop\(.*\n",
            "derive": r"^for r in rows:\n    r\[\"\w+\"\] = round\(float.*\n"}
     checked = 0

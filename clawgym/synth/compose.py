@@ -741,8 +741,9 @@ def _same_without(st: State, start: tuple, steps: list[Step], skip: int) -> bool
     return s.result == st.result and s.result_fields == st.result_fields
 
 
-DRAWS = 400  # draws of one seed before giving up (a draw is < 1 ms; the hardest compositions, a derived number
-# behind a filter on one of its factors and sorted by it, need ~15 on average: a filter that keeps the top k is invisible)
+# draws of one seed before giving up (a draw is < 1 ms; the hardest compositions, a derived number behind a filter
+# on one of its factors and sorted by it, need ~15 on average: a filter that keeps the top k is invisible)
+DRAWS = 400
 
 
 def _build(comp: Composition) -> Callable[[Ctx], None]:
@@ -773,5 +774,6 @@ def composed_family(name: str) -> Family:
 
 
 __all__ = ["OPS", "KINDS", "DOMAINS", "Operation", "Step", "State", "Composition", "operation", "all_compositions",
-           "heldout_composition", "split_compositions", "sample_compositions", "is_composed", "parse", "composed_family", "PREFIX",
+           "heldout_composition", "split_compositions", "sample_compositions", "is_composed", "parse",
+           "composed_family", "PREFIX",
            "HELDOUT_SHARE"]
