@@ -35,7 +35,8 @@ limit is below the 135M base model's 270 MB): on a GPU box with this project's e
 in a local folder (--base-model, e.g. a 1.5B instruct model in HF format with a tool-calling chat template):
     python benchmarks/lift.py --work data/lift-gpu --gpu --base-model /models/instruct-1.5b \
         --train-compositions 433 --bench-compositions 60 --max-steps 900 --num-train-epochs 2 \
-        --per-device-train-batch-size 4 --gradient-accumulation-steps 2 --max-length 8192 --workers 16 --grpo-steps 200 --grpo-num-generations 8 --grpo-learning-rate 1e-6
+        --per-device-train-batch-size 4 --gradient-accumulation-steps 2 --max-length 8192 \
+        --workers 16 --grpo-steps 200 --grpo-num-generations 8 --grpo-learning-rate 1e-6
 with vLLM serving the rollouts once the `local` endpoint runs on vLLM. --gpu: bf16, no CPU kernels in the server.
 Everything the run did is in <work>/report.json (with the exact command line).
 """
