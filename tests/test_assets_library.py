@@ -1,4 +1,4 @@
-"""What the thin assets call, without Dagster (issue 26): the resumable shard runner, the one rollout settings
+"""What the thin assets call, without Dagster: the resumable shard runner, the one rollout settings
 object, the workspaces writer on the one atomic-folder helper, bench scoring per suite, and `rejected_tasks`
 written per writer (each asset replaces only its own partition; readers see the union)."""
 

@@ -32,7 +32,7 @@ def test_materialize_verifiers_then_bench_by_partition(tmp_path):
     home.mkdir()
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
     suite = tmp_path / "suite"  # three real fixture tasks, copied to a temp dir (never into the repo; a linked
-    suite.mkdir()               # task folder is refused by the importers, issue 22)
+    suite.mkdir()               # task folder is refused by the importers)
     for name in sorted(p.name for p in SAMPLE.iterdir() if p.is_dir())[:3]:
         shutil.copytree(SAMPLE / name, suite / name)
     data = tmp_path / "data"

@@ -118,7 +118,7 @@ def test_imported_tasks_get_the_hacker_gate(graph):
     assert set(rows) == imported and all(v["passed"] for v in rows.values())
     flagged = {k: json.loads(v["issues_json"]) for k, v in rows.items() if "hackable" in (v["issues_json"] or "")}
     assert flagged  # ClawGym's existence-style checks give exploits partial credit (docs/figures.md)
-    for tid, issues in flagged.items():  # the bar is the untouched score (issue 21): flagged = scores above it
+    for tid, issues in flagged.items():  # the bar is the untouched score: flagged = scores above it
         for i in issues:
             assert float(i.rsplit("(", 1)[1].rstrip(")")) + 0.005 > (rows[tid]["noop_score"] or 0.0), i  # 2 decimals
     assert imported.isdisjoint(lk.read_rows("rejected_tasks", root=root) and

@@ -1,4 +1,4 @@
-"""Harbor interop (issue 23): our tasks as Harbor task folders and back, Harbor tasks in our graph.
+"""Harbor interop: our tasks as Harbor task folders and back, Harbor tasks in our graph.
 
 - procedural bench tasks (4 code-only tasks per category, 24) -> Harbor folders -> imported back: our `oracle`
   scores 1.0 and `noop` equals verify_noop of the original, on bwrap;

@@ -1,6 +1,6 @@
-"""Issue 22, the host side: `clawgym sql` sees the lake and nothing else, what clawgym writes under the data root
+"""Host exposure: `clawgym sql` sees the lake and nothing else, what clawgym writes under the data root
 is owner-only (group-readable with the shared-group setting), and the local servers answer only bearers of
-their per-process token (NOTES "Host exposure (issue 22)")."""
+their per-process token (docs/NOTES.md "Host exposure")."""
 
 import os
 import stat

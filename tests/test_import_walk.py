@@ -1,4 +1,4 @@
-"""No import circle in the package (issue 24): every module of clawgym, clawgym_assets and clawgym_resources
+"""No import circle in the package: every module of clawgym, clawgym_assets and clawgym_resources
 imports on its own in a fresh interpreter (no clawgym module loaded before it), and all of them import in sorted
 and in reversed order. A circle shows as an ImportError ("partially initialized module", "cannot import name")
 from the entry points that meet it first.

@@ -1,4 +1,4 @@
-"""The judge protocol is ours (issue 21 items 4 and 5), against a real local OpenAI-compatible judge server
+"""The judge protocol is ours, against a real local OpenAI-compatible judge server
 (tests/test_verify_judge.py::FakeOpenAI) and, end to end, a scripted hostile agent (tests/hostile_endpoint.py)
 through run_rollout on the local sandbox backend:
 

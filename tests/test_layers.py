@@ -1,4 +1,4 @@
-"""The library's layers (issue 26; docs/ARCHITECTURE.md "Layers"), read from the source with `ast`, no import.
+"""The library's layers (docs/ARCHITECTURE.md "Layers"), read from the source with `ast`, no import.
 
 - Every import arrow inside clawgym/ goes from a room to itself or to a room of a LOWER layer; rooms of one layer
   are peers and never import each other. The order is written once, in `LAYERS` (the packages) and `INNER` (the
@@ -53,7 +53,7 @@ INNER: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 
 # (importing module, imported room) -> why the arrow goes the wrong way (docs/NOTES.md "Layer order").
-KNOWN_BREAKS: dict[tuple[str, str], str] = {}  # none left (session 13 moved the six arrows listed before)
+KNOWN_BREAKS: dict[tuple[str, str], str] = {}  # none left: a wrong-way arrow is moved, not listed
 
 # programs shipped as text: they import the standard library and, of clawgym, only STDLIB_MODULES
 SHIPPED_DIRS = ("clawgym/sandbox/guest", "clawgym/tasks/harbor_side")

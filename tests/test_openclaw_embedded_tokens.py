@@ -1,6 +1,6 @@
 """The real OpenClaw (openclaw@2026.9.6) with the embedded model (SmolLM2-135M, a context window of 8,192 tokens)
 behind the recording proxy: the trajectory carries the sampled token ids of every assistant turn and its SFT row
-is token-exact, nothing re-tokenized (issue 25).
+is token-exact, nothing re-tokenized.
 
 OpenClaw's full prompt is ~9,200 tokens, over the model's whole window; told the model's real window
 (clawgym.agent.openclaw.model_context_window), OpenClaw runs with the lean config (no bootstrap files, no skills,

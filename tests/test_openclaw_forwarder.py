@@ -1,4 +1,4 @@
-"""The OpenClaw runtime's in-sandbox forwarder is ours, not the agent's (issue 21 item 7).
+"""The OpenClaw runtime's in-sandbox forwarder is ours, not the agent's.
 
 A scripted hostile agent, through the real `run_openclaw` launch (a stand-in OpenClaw: a small python program
 in place of node that speaks the same OpenAI protocol to the configured provider and runs `exec` tool calls

@@ -118,7 +118,7 @@ def test_a_call_without_a_string_id_pairs_with_no_unnamed_result():
     assert all(m["role"] != "tool" for m in out["messages"])
 
 
-# -- ids that collide after `_cid` (issue 25, hostile review): a result that could name two calls pairs with none
+# -- ids that collide after `_cid` (found by a hostile review): a result that could name two calls pairs with none
 LONG_KIMI = "functions.mcp__filesystem__read_text_file:{}"  # a long MCP tool name: over 40 characters
 
 

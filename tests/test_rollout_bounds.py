@@ -1,4 +1,4 @@
-"""Bounded records (issue 21 item 9): nothing the model sends may make a stored rollout unbounded.
+"""Bounded records: nothing the model sends may make a stored rollout unbounded.
 
 A scripted hostile endpoint (tests/hostile_endpoint.py, a real local OpenAI-compatible server; huge bodies are
 streamed by it in pieces so that only the client's memory grows) plays, through the real ``run_rollout`` on

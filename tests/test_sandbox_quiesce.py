@@ -431,7 +431,7 @@ def _state_path(sb) -> str:
 def test_reset_clears_acls_and_xattrs_the_agent_set(sfactory):
     """A reset keeps HOME, /tmp and (re-made) the workspace path: the agent's default ACL on them would make every
     entry of the next task's sandbox mode 0500 (its files unwritable: a later rollout scores 0), and xattrs carry data
-    to the next user. The reset strips them (found by a hostile review of session 10)."""
+    to the next user. The reset strips them (found by a hostile review)."""
     from clawgym.sandbox import get_factory
 
     backend = "docker" if type(sfactory).__name__.startswith("Docker") else "bwrap"

@@ -1,4 +1,4 @@
-"""Training data carries only what happened (issue 21 item 6): chat-template control strings in the model's own
+"""Training data carries only what happened: chat-template control strings in the model's own
 text, in a file the agent read (a tool result) or in a task instruction are trained on as ordinary text pieces,
 never as the control ids the template places. Real SmolLM2 tokenizer (the embedded model's)."""
 

@@ -1,4 +1,4 @@
-"""The production-shaped stack end to end (issue 15): `scripts/stack.sh up` (Postgres storage, daemon, webserver,
+"""The production-shaped stack end to end: `scripts/stack.sh up` (Postgres storage, daemon, webserver,
 QueuedRunCoordinator, DockerRunLauncher + the offline-built project image), runs submitted through the webserver's
 GraphQL API and the daemon's run queue, executed in launched containers that start their sandboxes as sibling
 containers; a killed run container resumes without redoing finished rollouts; `stack.sh down` leaves nothing.

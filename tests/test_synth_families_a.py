@@ -134,7 +134,7 @@ def test_registry_rejects_duplicates():
 
 
 def test_disk_usage_report_files_have_the_sizes_the_answer_assumes():
-    """Regression (issue 24): the written files are exactly the bytes the expected answer counts, so the answer is
+    """Regression: the written files are exactly the bytes the expected answer counts, so the answer is
     derivable from the workspace (3-letter folders used to get files shorter than their expected size)."""
     from clawgym.synth.families.base import Ctx
 
@@ -153,7 +153,7 @@ def test_disk_usage_report_files_have_the_sizes_the_answer_assumes():
 
 
 def test_task_board_report_rows_are_owners_the_export_shows():
-    """Regression (issue 24): one row per owner that appears in the board export; a team member who owns no task is
+    """Regression: one row per owner that appears in the board export; a team member who owns no task is
     nowhere in the workspace, so expecting their 0/0/0 row made ~7% of seeds unsolvable."""
     import json
 

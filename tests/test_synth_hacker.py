@@ -100,7 +100,7 @@ def test_bad_mode():
         validate_many([], None, hacker="maybe")
 
 
-# --- the bar is the task's untouched score (session 9) ------------------------------------------------------
+# --- the bar is the task's untouched score ------------------------------------------------------------------
 
 
 def _regions_task():

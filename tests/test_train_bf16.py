@@ -1,4 +1,4 @@
-"""bf16 training (issue 24): on where the hardware computes in bfloat16 (AVX512-BF16 / AMX on CPU), TRL's own
+"""bf16 training: on where the hardware computes in bfloat16 (AVX512-BF16 / AMX on CPU), TRL's own
 `bf16` field overrides it; bf16 weights train with optimi's Kahan-summed AdamW and learn like float32; the
 assistant-only loss masks survive TRL's padding-free and packed batches, and packed rows do not see each other."""
 

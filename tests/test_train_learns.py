@@ -106,7 +106,7 @@ def test_trained_model_reproduces_the_trajectory_through_the_server(trained, mon
         # one raw request: the first turn ends by itself with a tool call
         from clawgym.agent.servers import server_token
 
-        r = httpx.post(ep.base_url + "/chat/completions", timeout=120,  # the server's bearer token (issue 22)
+        r = httpx.post(ep.base_url + "/chat/completions", timeout=120,  # the server's bearer token
                        headers={"Authorization": f"Bearer {server_token()}"}, json={
             "model": ep.model, "messages": msgs[:2], "tools": tools, "max_tokens": 200, "temperature": 0,
             "return_token_ids": True, "logprobs": True}).json()

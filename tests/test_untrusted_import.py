@@ -1,4 +1,4 @@
-"""Issue 22: imported tasks, names and keys are untrusted input. One test per attack found on the old code
+"""Imported tasks, names and keys are untrusted input. One test per attack found on the old code
 (each of them failed there); everything in temp dirs. A "host" file is a file outside the imported folder
 standing in for /etc/shadow, ~/.aws/credentials, the project's own files...
 
@@ -485,7 +485,7 @@ def test_existing_ids_still_pass():
         assert rep.ok and len(rep.tasks) == 37, rep.summary()
 
 
-# ---- the session-9 hostile review of the importers (each failed on the code before its fix) -----------------
+# ---- what a hostile review of the importers found (each failed on the code before its fix) ------------------
 def test_review_bundle_tasks_symlink_is_not_followed(tmp_path):
     from clawgym.tasks import import_any
 

@@ -246,7 +246,7 @@ def test_replaced_workspace_path_fails_closed_not_infra(iso_factory):
     assert res.score == 0.0 and any("could not be made safe" in e for e in res.errors), res.errors
 
 
-# ---- session 9: parsed pytest configuration, the shipped protected-module list, the workspace export ---------
+# ---- parsed pytest configuration, the shipped protected-module list, the workspace export --------------------
 @pytest.mark.parametrize("text", [
     'tool.pytest.ini_options.addopts = "--co"\n',
     '[tool]\npytest.ini_options.addopts = "--co"\n',

@@ -185,7 +185,7 @@ def test_hybrid_offline_proxies_and_missing_file():
     by = {x["name"]: x for x in r.rule_scores}
     assert by["clarity"]["score"] == 1.0
     # memo declares no proxy: unjudged offline whatever the workspace holds (its file is missing here) -- the
-    # class depends on the task and the judge, never on what the agent wrote (issue 21)
+    # class depends on the task and the judge, never on what the agent wrote
     assert by["memo"]["unjudged"] and by["memo"]["score"] is None and r.unjudged_rules == ["memo"]
     assert r.rubric_score == 1.0
     assert r.code_score == pytest.approx(3.5 / 4)
