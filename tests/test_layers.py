@@ -1,8 +1,8 @@
 """The library's layers (docs/ARCHITECTURE.md "Layers"), read from the source with `ast`, no import.
 
-- Every import arrow inside clawgym/ goes from a room to itself or to a room of a LOWER layer; rooms of one layer
+- Every import arrow inside clawgym/ goes from a unit to itself or to a unit of a LOWER layer; units of one layer
   are peers and never import each other. The order is written once, in `LAYERS` (the packages) and `INNER` (the
-  rooms inside a package), as the code obeys it today; the arrows that break it are listed in `KNOWN_BREAKS` with
+  units inside a package), as the code obeys it today; the arrows that break it are listed in `KNOWN_BREAKS` with
   the reason, and the test fails on a new wrong-way arrow and on a listed one that is gone (shrink the list).
   Function-local imports and `if TYPE_CHECKING:` imports count: a lazy import is still an arrow.
 - Programs shipped as text (into a sandbox, a Harbor container, a grade() body) import the standard library only,
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LIB = ROOT / "clawgym"
 
 # ---------------------------------------------------------------------------------------------------------------
-# the order, lowest layer first. A room is a dotted prefix; a module belongs to the longest room that prefixes it
+# the order, lowest layer first. A unit is a dotted prefix; a module belongs to the longest unit that prefixes it
 # ("clawgym" itself is only the package's __init__: its constants).
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("clawgym", "clawgym.fsatomic", "clawgym.quality"),  # core: constants, the atomic-folder helper, data quality
@@ -41,18 +41,18 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("clawgym.cli",),                                     # the entry point `clawgym` (and `clawgym export harbor`)
 )
 
-# inside a package: arrows between its rooms (both ends inside it) follow this order
+# inside a package: arrows between its units (both ends inside it) follow this order
 INNER: dict[str, tuple[tuple[str, ...], ...]] = {
     "clawgym.sandbox": (
         ("clawgym.sandbox.host.export",),                    # the export data (stdlib only) the protocol returns
         ("clawgym.sandbox.base", "clawgym.sandbox.guest"),   # the protocol; guest programs (files, path constants)
         ("clawgym.sandbox.host",),                           # host-side access shared by the backends
         ("clawgym.sandbox",),                                # registry, pool, local backend, spawner, images, bench
-        ("clawgym.sandbox.docker", "clawgym.sandbox.bwrap"),  # one room per backend, found by name (registry)
+        ("clawgym.sandbox.docker", "clawgym.sandbox.bwrap"),  # one unit per backend, found by name (registry)
     ),
 }
 
-# (importing module, imported room) -> why the arrow goes the wrong way (docs/NOTES.md "Layer order").
+# (importing module, imported unit) -> why the arrow goes the wrong way (docs/NOTES.md "Layer order").
 KNOWN_BREAKS: dict[tuple[str, str], str] = {}  # none left: a wrong-way arrow is moved, not listed
 
 # programs shipped as text: they import the standard library and, of clawgym, only STDLIB_MODULES
@@ -111,13 +111,13 @@ def imports(mod: str, path: str, source: str, known: set[str]) -> list[tuple[str
     return out
 
 
-def _rooms(layers) -> dict[str, int]:
-    return {room: i for i, layer in enumerate(layers) for room in layer}
+def _units(layers) -> dict[str, int]:
+    return {unit: i for i, layer in enumerate(layers) for unit in layer}
 
 
-def room_of(mod: str, rooms) -> str | None:
+def unit_of(mod: str, units) -> str | None:
     best = None
-    for r in rooms:
+    for r in units:
         if mod == r or (r != "clawgym" and mod.startswith(r + ".")):
             if best is None or len(r) > len(best):
                 best = r
@@ -132,33 +132,33 @@ def is_shipped(mod: str, path: str) -> bool:
 
 
 def layer_arrows(sources: dict[str, tuple[str, str]]) -> dict[tuple[str, str], list[str]]:
-    """Every wrong-way arrow: {(importing module, imported room): ["path:line -> module", ...]}."""
+    """Every wrong-way arrow: {(importing module, imported unit): ["path:line -> module", ...]}."""
     known = set(sources)
-    top = _rooms(LAYERS)
+    top = _units(LAYERS)
     bad: dict[tuple[str, str], list[str]] = {}
     for mod, (path, src) in sources.items():
         if is_shipped(mod, path):
             continue  # its imports are checked by test_shipped_programs_import_only_the_stdlib
-        src_room = room_of(mod, top)
-        assert src_room is not None, f"{path}: module {mod} is in no room of LAYERS (add its package)"
+        src_unit = unit_of(mod, top)
+        assert src_unit is not None, f"{path}: module {mod} is in no unit of LAYERS (add its package)"
         for target, line in imports(mod, path, src, known):
             if not (target == "clawgym" or target.startswith("clawgym.")):
                 continue
-            dst_room = room_of(target, top)
-            assert dst_room is not None, f"{path}:{line}: {target} is in no room of LAYERS"
-            if dst_room == src_room:
-                inner = INNER.get(src_room)
+            dst_unit = unit_of(target, top)
+            assert dst_unit is not None, f"{path}:{line}: {target} is in no unit of LAYERS"
+            if dst_unit == src_unit:
+                inner = INNER.get(src_unit)
                 if inner is None:
                     continue
-                irooms = _rooms(inner)
-                a, b = room_of(mod, irooms), room_of(target, irooms)
-                if a == b or irooms[b] < irooms[a]:
+                iunits = _units(inner)
+                a, b = unit_of(mod, iunits), unit_of(target, iunits)
+                if a == b or iunits[b] < iunits[a]:
                     continue
                 key = (mod, b)
-            elif top[dst_room] < top[src_room]:
+            elif top[dst_unit] < top[src_unit]:
                 continue
             else:
-                key = (mod, dst_room)
+                key = (mod, dst_unit)
             bad.setdefault(key, []).append(f"{path}:{line} -> {target}")
     return bad
 
@@ -166,17 +166,17 @@ def layer_arrows(sources: dict[str, tuple[str, str]]) -> dict[tuple[str, str], l
 def test_every_module_is_in_a_room():
     sources = library_sources()
     assert len(sources) > 150
-    top = _rooms(LAYERS)
+    top = _units(LAYERS)
     for mod, (path, _) in sources.items():
-        assert room_of(mod, top), f"{path}: {mod} is in no room of LAYERS"
+        assert unit_of(mod, top), f"{path}: {mod} is in no unit of LAYERS"
     for pkg, inner in INNER.items():
-        rooms = _rooms(inner)
+        units = _units(inner)
         for mod, (path, _) in sources.items():
             if mod == pkg or mod.startswith(pkg + "."):
-                assert room_of(mod, rooms), f"{path}: {mod} is in no room of INNER[{pkg!r}]"
-    # every room names a real package or module
-    for room in [*top, *(r for inner in INNER.values() for r in _rooms(inner))]:
-        assert room in sources, f"room {room} is no module of clawgym/"
+                assert unit_of(mod, units), f"{path}: {mod} is in no unit of INNER[{pkg!r}]"
+    # every unit names a real package or module
+    for unit in [*top, *(r for inner in INNER.values() for r in _units(inner))]:
+        assert unit in sources, f"unit {unit} is no module of clawgym/"
 
 
 def test_no_import_goes_up_a_layer():
@@ -190,8 +190,8 @@ def test_no_import_goes_up_a_layer():
 
 
 def test_a_wrong_way_import_is_caught():
-    """The check fails on an added arrow: a lazy import of the agent from the tasks package, a backend room
-    imported by the host room, a peer importing a peer."""
+    """The check fails on an added arrow: a lazy import of the agent from the tasks package, a backend unit
+    imported by the host unit, a peer importing a peer."""
     sources = dict(library_sources())
     probes = {
         "clawgym.tasks._probe": "def f():\n    from clawgym.agent.rollout import run_rollout\n",

@@ -2,7 +2,7 @@
 
     execd.py   the exec server (docker: bound read-only at /opt/clawgym/execd.py; bwrap: pid 1 at
                /run/clawgym/execd.py); its host half is clawgym.sandbox.host.execd_client
-    verify/    the verifier's room (clawgym.verify.guard writes them in): the allow-list import guard
+    verify/    the clean room's files (clawgym.verify.guard writes them in): the allow-list import guard
                (sitecustomize.py, its data protected_modules.txt made by clawgym.verify.protected) and the grade
                driver (grade_driver.py). Files, not a package: nothing on the host imports them.
     synth/     the synthesis gates' drivers (clawgym.synth.gates): a package, importable and tested on the host;

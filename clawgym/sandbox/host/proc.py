@@ -23,10 +23,10 @@ log = logging.getLogger(__name__)
 
 def cap_append(buf: bytearray, data, max_output: int) -> bool:
     """Append to `buf` what fits under `max_output` bytes; -> True when something was dropped."""
-    room = max_output - len(buf)
-    if room > 0:
-        buf += data[:room]
-    return len(data) > room
+    space = max_output - len(buf)
+    if space > 0:
+        buf += data[:space]
+    return len(data) > space
 
 
 def flood_limit(max_output: int) -> int:
