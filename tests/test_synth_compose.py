@@ -255,3 +255,13 @@ def test_every_step_shows_a_program_without_one_loses(tmp_path):
             assert _host_run_score(t, without, tmp_path) < 1.0, (t.task_id, op)
             checked += 1
     assert checked > 50
+
+
+def test_without_named_held_out_families_compositions_split_by_the_composer_rule():
+    from clawgym.synth.pipeline import synthesize
+
+    train, held = compose.split_compositions()
+    fams = ["backup_retention", "glossary_rename", *train[:4], *held[:3]]
+    res = synthesize(len(fams), families=fams, validate=False)
+    split = {t.family: t.split for t in res.tasks}
+    assert all(split[f] == "train" for f in train[:4]) and all(split[f] == "bench" for f in held[:3])

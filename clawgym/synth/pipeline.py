@@ -257,7 +257,14 @@ def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] |
         held = set(heldout_families)
         split_tasks = [t.model_copy(update={"split": "bench" if t.family in held else "train"}) for t in proc]
     else:
-        split_tasks = split_by_family(proc, held_out_per_category=held_out_per_category, seed=seed)
+        # a composed family's split is the composer's rule on its name, never a draw: the hand-written families
+        # are drawn per category, the compositions follow clawgym.synth.compose.heldout_composition
+        from clawgym.synth.compose import heldout_composition, is_composed
+
+        comp = [t.model_copy(update={"split": "bench" if heldout_composition(t.family or "") else "train"})
+                for t in proc if is_composed(t.family)]
+        split_tasks = split_by_family([t for t in proc if not is_composed(t.family)],
+                                      held_out_per_category=held_out_per_category, seed=seed) + comp
     split = {t.task_id: t.model_copy(update={"split": "bench"}) if t.task_id in new_ids else t for t in split_tasks}
     final = [split.get(t.task_id) or t.model_copy(update={"split": "train"}) for t in kept]
     timings["split_s"] = time.perf_counter() - t3
