@@ -261,22 +261,31 @@ def harbor_rewards(dataset: Path, agent: str, jobs: Path, n_concurrent: int = 4)
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 def test_real_harbor_oracle_and_nop(tmp_path, bwrap_factory):
-    """The real Harbor on the local docker engine: the procedural bench tasks (4 code-only per category, 24;
-    CLAWGYM_HARBOR_PER_CATEGORY to change) exported, `-a oracle` -> every task 1.0; `-a nop` on them and on the
-    ClawGym fixture tasks (no solutions: nop only; CLAWGYM_HARBOR_FIXTURES=N for the first N) -> what our
-    verifier gives the untouched workspace. Rewards from Harbor's own result files == verify_task's."""
+    """The real Harbor on the local docker engine: procedural bench tasks (code-only, one per category: 6;
+    CLAWGYM_HARBOR_PER_CATEGORY=4 for 24) exported, `-a oracle` -> every task 1.0; `-a nop` on them and on
+    ClawGym fixture tasks (no solutions: nop only; by default a representative few: the first 4 that score 0
+    untouched and up to 4 that score above 0 (the sample has 3); CLAWGYM_HARBOR_FIXTURES=all for the 37, =N for the first N) ->
+    what our verifier gives the untouched workspace. Rewards from Harbor's own result files == verify_task's.
+    CLAWGYM_HARBOR_FULL=1 runs everything (24 + 37): a Harbor trial costs ≈ 8 s here, the whole set ≈ 12 min."""
     _harbor_bin()
     from clawgym.verify.runtime import verify_noop
 
-    tasks = procedural_tasks(int(os.environ.get("CLAWGYM_HARBOR_PER_CATEGORY", "4")))
+    full = os.environ.get("CLAWGYM_HARBOR_FULL") == "1"
+    tasks = procedural_tasks(int(os.environ.get("CLAWGYM_HARBOR_PER_CATEGORY", "4" if full else "1")))
     export_harbor_dataset(tasks, tmp_path / "ds")
     oracle = harbor_rewards(tmp_path / "ds", "oracle", tmp_path / "jobs-oracle")
     assert oracle == {t.task_id: 1.0 for t in tasks}
     fixture = []
     if CLAWGYM_SAMPLE.is_dir():
         fixture = import_any(CLAWGYM_SAMPLE).tasks
-        n = os.environ.get("CLAWGYM_HARBOR_FIXTURES")
-        fixture = fixture[: int(n)] if n else fixture
+        n = os.environ.get("CLAWGYM_HARBOR_FIXTURES", "all" if full else "")
+        if n and n != "all":
+            fixture = fixture[: int(n)]
+        elif not n:
+            noop = json.loads((FIX / "clawgym_train_sample_noop_scores.json").read_text())
+            zero = [t for t in fixture if noop[t.task_id] == 0.0][:4]
+            above = [t for t in fixture if noop[t.task_id] > 0.0][:4]
+            fixture = zero + above
         export_harbor_dataset(fixture, tmp_path / "ds")  # the same folder: nop over both kinds
     nop = harbor_rewards(tmp_path / "ds", "nop", tmp_path / "jobs-nop")
     ours = {t.task_id: verify_noop(t, bwrap_factory).score for t in tasks + fixture}
