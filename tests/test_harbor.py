@@ -265,7 +265,8 @@ def test_real_harbor_oracle_and_nop(tmp_path, bwrap_factory):
     CLAWGYM_HARBOR_PER_CATEGORY=4 for 24) exported, `-a oracle` -> every task 1.0; `-a nop` on them and on
     ClawGym fixture tasks (no solutions: nop only; by default a representative few: the first 4 that score 0
     untouched and up to 4 that score above 0 (the sample has 3); CLAWGYM_HARBOR_FIXTURES=all for the 37, =N for
-    the first N) -> what our verifier gives the untouched workspace. Rewards from Harbor's own result files == verify_task's.
+    the first N) -> what our verifier gives the untouched workspace. Rewards from Harbor's own result files ==
+    verify_task's.
     CLAWGYM_HARBOR_FULL=1 runs everything (24 + 37): a Harbor trial costs ≈ 8 s here, the whole set ≈ 12 min."""
     _harbor_bin()
     from clawgym.verify.runtime import verify_noop
