@@ -1,7 +1,7 @@
 """Does training on synthesized trajectories lift the agent, and does it transfer? Base vs SFT (vs SFT+GRPO),
 paired, on new seeds of trained tasks, on held-out compositions of the shared operations and on held-out families.
 
-    python benchmarks/lift.py --work data/lift                      # CPU: composed curriculum, ≈ 75 min on 2 cores
+    python benchmarks/lift.py --work data/lift                      # CPU: composed curriculum, ≈ 61 min on 2 cores
     python benchmarks/lift.py --work data/lift --grpo-steps 20      # + the GRPO arm from the SFT checkpoint
     python benchmarks/lift.py --work data/lift-fam --curriculum families   # the hand-written families only
 
@@ -281,7 +281,7 @@ def main(argv=None) -> int:
     ap.add_argument("--curriculum", choices=["composed", "families"], default="composed",
                     help="composed: tasks composed from shared operations (clawgym.synth.compose), benched on new "
                          "seeds, held-out compositions and held-out families; families: the hand-written families")
-    ap.add_argument("--train-compositions", type=int, default=240)
+    ap.add_argument("--train-compositions", type=int, default=300)
     ap.add_argument("--bench-compositions", type=int, default=30)
     ap.add_argument("--families-per-category", type=int, default=1)
     ap.add_argument("--heldout-per-category", type=int, default=1)
@@ -296,9 +296,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-completion-tokens", type=int, default=768)
     ap.add_argument("--max-wall-s", type=float, default=900.0)
     # trl.SFTConfig fields
-    ap.add_argument("--max-steps", type=int, default=160)
+    ap.add_argument("--max-steps", type=int, default=None, help="default: 300 (composed: one epoch), 160 (families)")
     ap.add_argument("--learning-rate", type=float, default=2e-4)
-    ap.add_argument("--num-train-epochs", type=float, default=20.0)
+    ap.add_argument("--num-train-epochs", type=float, default=None, help="default: 1 (composed), 20 (families)")
     ap.add_argument("--per-device-train-batch-size", type=int, default=1)
     ap.add_argument("--gradient-accumulation-steps", type=int, default=1)
     ap.add_argument("--max-length", type=int, default=4096)
@@ -324,8 +324,13 @@ def main(argv=None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     # 1. tasks
+    composed = a.curriculum == "composed"
     if a.train_seeds is None:
-        a.train_seeds = 1 if a.curriculum == "composed" else 4
+        a.train_seeds = 1 if composed else 4
+    if a.max_steps is None:
+        a.max_steps = 300 if composed else 160
+    if a.num_train_epochs is None:
+        a.num_train_epochs = 1.0 if composed else 20.0
     if a.curriculum == "composed":
         train_tasks, suites = composed_suites(a, work)
         train_f = sorted({t.family for t in train_tasks})
