@@ -265,3 +265,100 @@ def test_without_named_held_out_families_compositions_split_by_the_composer_rule
     res = synthesize(len(fams), families=fams, validate=False)
     split = {t.family: t.split for t in res.tasks}
     assert all(split[f] == "train" for f in train[:4]) and all(split[f] == "bench" for f in held[:3])
+
+
+def _input_records(task) -> list[dict]:
+    """The records of the task's main input file, parsed as any reader would (the attacker's cheap read)."""
+    import csv
+    import io
+
+    import yaml
+
+    f = next(f for f in task.files if f.path.startswith("input/") and f.path.rsplit("/", 1)[-1].split(".")[0]
+             not in {d.lookup[0] for d in compose.DOMAINS})
+    text = f.content.decode()
+    ext = f.path.rsplit(".", 1)[-1]
+    if ext == "csv":
+        return list(csv.DictReader(io.StringIO(text)))
+    if ext == "json":
+        return json.loads(text)
+    if ext == "jsonl":
+        return [json.loads(x) for x in text.splitlines() if x.strip()]
+    if ext == "yaml":
+        return yaml.safe_load(text)
+    return [dict(kv.split("=", 1) for kv in ln.split()[2:]) for ln in text.splitlines()
+            if ln.split()[1:2] == ["record"]]
+
+
+def _write(out: str, rows_or_map, head: list[str] | None = None) -> dict[str, str]:
+    if out.endswith(".json"):
+        return {out: json.dumps(rows_or_map)}
+    if isinstance(rows_or_map, dict):
+        return {out: ",".join(head) + "\n" + "".join(f"{k},{v}\n" for k, v in rows_or_map.items())}
+    return {out: ",".join(head) + "\n" + "".join(",".join(str(r.get(h, "")) for h in head) + "\n"
+                                                for r in rows_or_map)}
+
+
+def test_shallow_answers_that_read_the_file_but_skip_the_steps_earn_nothing(tmp_path):
+    """Counts split evenly over the vocabulary (the total taken from the file: its records, or its distinct ids),
+    and every input id listed with the asked columns (blank, or the raw values): an answer that reads the file but
+    does none of the filtering, grouping or joining scores 0."""
+    import re
+
+    hacked = []
+    for c in compose.all_compositions()[::3]:
+        t = get_family(c.name).generate(1)
+        out, text = t.source["outputs"][0], t.instruction
+        recs = _input_records(t)
+        idf = next(d.id_field for d in compose.DOMAINS if d.id_field in recs[0])
+        uniq = list({str(r[idf]): r for r in recs}.values())
+        fields = re.search(r"(?:with the fields|Keep only the fields) ([\w, ]+?)\.", text)
+        cols = re.search(r"with the columns ([\w, ]+?)(?:, one row| sorted|\.)", text)
+        guesses = []
+        if c.reduce in ("top_k", "select"):
+            names = [x.strip() for x in (fields or cols).group(1).split(",")]
+            guesses += [_write(out, [{n: (r[idf] if n == idf else "") for n in names} for r in uniq], names),
+                        _write(out, [{n: r.get(n, "") for n in names} for r in uniq], names)]
+        else:
+            dom = next(d for d in compose.DOMAINS if d.id_field == idf)
+            vocab = sorted({v for vals in dom.cats.values() for v in vals} | set(dom.lookup[3]))
+            head = [x.strip() for x in cols.group(1).split(",")] if cols else None
+            for total in (len(recs), len(uniq)):
+                per = total // len(vocab)
+                guesses.append(_write(out, {w: per for w in vocab}, head))
+                group = re.search(r"per (\w+)\.", text).group(1)
+                keys = sorted({str(r[group]) for r in uniq if group in r}) or vocab
+                guesses.append(_write(out, {k: round(total / len(keys)) for k in keys}, head))
+        for g in guesses:
+            s = _host_score(t, g, tmp_path)
+            if s > 0:
+                hacked.append((t.task_id, round(s, 3)))
+    assert not hacked, hacked[:8]
+
+
+def test_a_skipped_join_or_derive_loses_its_own_part_and_unrounded_products_are_wrong(tmp_path):
+    import re
+
+    for name in ("ops_csv_join_topk_tojson", "ops_json_derive_feq_select_tocsv"):
+        t = get_family(name).generate(0)
+        prog = _program(t)
+        assert _host_run_score(t, prog, tmp_path) == 1.0
+        ns: dict = {}
+        exec(compile(t.verifier.code, "<grade>", "exec"), ns)  # noqa: S102 - our own generated grade code
+        field_parts = [k for k in ns["grade"]([], "/nonexistent") if k.startswith("field_")]
+        assert field_parts, name  # the joined / derived column is a part of its own
+        # the step's column written blank: its part and the records' values are lost
+        blank = re.sub(r"^(\s+r\[\"(\w+)\"\] = ).*$", r'\1""', prog, count=1, flags=re.M)
+        assert blank != prog
+        assert _host_run_score(t, blank, tmp_path) <= 1.0 - 2 / (len(field_parts) + 4)
+    t = get_family("ops_json_derive_feq_select_tocsv").generate(0)
+    unrounded = re.sub(r"round\((float\(r\[.*?\]\) \* float\(r\[.*?\]\)), 2\)", r"\1", _program(t), count=1)
+    assert unrounded != _program(t) and _host_run_score(t, unrounded, tmp_path) < 1.0
+
+
+def test_a_mapping_csv_in_another_order_than_asked_loses_the_order_part(tmp_path):
+    t = get_family("ops_csv_feq_gsum_tocsv").generate(0)
+    prog = _program(t)
+    assert _host_run_score(t, prog, tmp_path) == 1.0
+    reverse = prog.replace("for k in sorted(out):", "for k in sorted(out, reverse=True):")
+    assert reverse != prog and 0.0 < _host_run_score(t, reverse, tmp_path) < 1.0

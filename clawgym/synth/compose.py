@@ -108,6 +108,8 @@ class State:
     # fields a transform made or renamed: the result uses each of them, so every step shows in the deliverable
     touched: list[str] = field(default_factory=list)
     dupe_ids: set = field(default_factory=set)  # ids of the records the file repeats
+    input_ids: set = field(default_factory=set)  # every id in the input file
+    main_checks: list = field(default_factory=list)  # the grade expressions of the result's parts
 
     def fields(self, *kinds: str) -> list[str]:
         return [f for f, k in self.schema.items() if k in kinds]
@@ -384,6 +386,8 @@ def _group_sum(ctx: Ctx, st: State) -> Step:
         s.result, s.result_kind, s.result_fields = out, "mapping", (g, f"total_{n}")
 
     apply(st)
+    if any(float(v).is_integer() for v in st.result.values()):  # a whole number is one a guess of 1, 2, 3 can hit
+        raise _Retry("whole")
     return Step(f"Total the {n} per {g}.",
                 f"out = {{}}\nfor r in rows:\n    out[str(r[{_q(g)}])] = round(out.get(str(r[{_q(g)}]), 0) + "
                 f"float(r[{_q(n)}]), 2)", apply)
@@ -455,22 +459,35 @@ def _out_stem(ctx: Ctx, st: State) -> str:
                            f"{st.dom.noun}_summary", "result"])
 
 
-# What earns credit is only what needs the data: the asked keys, columns and field names are in the instruction
-# (and in the domain's fixed vocabulary), so they earn nothing alone; they gate the parts that need the data.
-_MAP_SCORE = """
-def _map_score(got, exp, total=None):
-    # each expected key with its right value is a part; a key the answer adds is a wrong part
+# What earns credit is only what needs the data. The asked keys, columns and field names are in the instruction
+# (and in the domain's fixed vocabulary), so they earn nothing alone: they gate the parts that need the data. A part
+# an answer can reach without doing its step (every input id listed, counts split evenly) scores only above what
+# that shallow answer gets (`_above`). Numbers match to a tenth of a cent: every honest value is a whole number of
+# cents, so an unrounded product is wrong where the instruction says to round.
+_PARTS = """
+TOL = 0.001
+
+
+def _above(x, base):
+    # the share of the way from what a shallow answer gets (base) to a full answer
+    x = float(x or 0.0)
+    return (1.0 if x >= 1.0 else 0.0) if base >= 1.0 else max(0.0, (x - base) / (1.0 - base))
+
+
+def _map_score(got, exp, exact=False):
+    # each expected key with its right value is a part; a key the answer adds is a wrong part. Keys are compared
+    # as words (case and spaces aside); `exact`: all or nothing (counts: small numbers a guess can hit)
     if not isinstance(got, dict) or not got:
         return 0.0
-    if total is not None:  # counts: small numbers a guess can hit, so they count only when they add up
-        vals = [to_num(v) for v in got.values()]
-        if any(v is None for v in vals) or not abs(sum(vals) - total) <= 1e-9:  # NaN adds up to nothing
-            return 0.0
-    good = sum(1 for k, v in exp.items() if k in got and close(got[k], v, 0.0101))
-    return frac(good, len(exp) + sum(1 for k in got if k not in exp))
-"""
+    g = {norm(k): v for k, v in got.items()}
+    if len(g) != len(got):
+        return 0.0
+    e = {norm(k): v for k, v in exp.items()}
+    good = sum(1 for k, v in e.items() if k in g and close(g[k], v, TOL))
+    s = frac(good, len(e) + sum(1 for k in g if k not in e))
+    return (1.0 if s >= 1.0 else 0.0) if exact else s
 
-_RECORDS = """
+
 def _fields_ok(rows, fields):
     return isinstance(rows, list) and len(rows) > 0 and all(
         isinstance(r, dict) and set(r) == set(fields) for r in rows)
@@ -485,9 +502,10 @@ def _unique(rows, idf):
 
 def _grade_mapping(ctx: Ctx, st: State, load: str) -> None:
     ctx.expect("map", st.result)
-    ctx.grade.helper(_MAP_SCORE)
-    total = f"{sum(st.result.values())}" if st.result_kind == "mapping" and st.result_fields[1] == "count" else "None"
-    ctx.check("values", f"_map_score({load}, E['map'], {total})")
+    ctx.grade.helper(_PARTS)
+    exact = st.result_fields[1] == "count"
+    st.main_checks.append(f"_map_score({load}, E['map'], {exact})")
+    ctx.check("values", st.main_checks[-1])
 
 
 def _grade_records(ctx: Ctx, st: State, load: str) -> None:
@@ -495,12 +513,21 @@ def _grade_records(ctx: Ctx, st: State, load: str) -> None:
     ctx.expect("rows", st.result)
     ctx.expect("fields", list(st.result_fields))
     ctx.expect("ids", [str(r[idf]) for r in st.result])
-    ctx.grade.helper(_RECORDS)
+    # an answer listing every input id once gets this share of the ids (and, with the raw values, of the values)
+    ctx.expect("base", len(st.result) / max(1, len(st.input_ids)))
+    ctx.grade.helper(_PARTS)
     # the columns asked for, exactly, gate every part (a copied input has every column: it earns none)
     ok = f"_fields_ok({load}, E['fields'])"
-    ctx.check("ids", f"{ok} and set_score([norm(r[{idf!r}]) for r in {load}], [norm(i) for i in E['ids']]) * "
-                     f"_unique({load}, {idf!r})")
-    ctx.check("values", f"{ok} and rows_score({load}, E['rows'], {idf!r}, E['fields']) * _unique({load}, {idf!r})")
+    uniq = f"_unique({load}, {idf!r})"
+    parts = {"ids": f"set_score([norm(r[{idf!r}]) for r in {load}], [norm(i) for i in E['ids']])",
+             "values": f"rows_score({load}, E['rows'], {idf!r}, E['fields'], TOL)"}
+    # a field a transform made (joined, derived, renamed) is a part of its own: skipping that step loses it
+    for f in st.touched:
+        if f in st.result_fields:
+            parts[f"field_{f}"] = f"rows_score({load}, E['rows'], {idf!r}, [{f!r}], TOL)"
+    for name, expr in parts.items():
+        st.main_checks.append(f"({ok} and _above({expr} * {uniq}, E['base']))")
+        ctx.check(name, st.main_checks[-1])
     if st.ordered:
         ctx.check("order", f"[norm(r[{idf!r}]) for r in {load}] == [norm(i) for i in E['ids']]", support=True)
 
@@ -532,6 +559,7 @@ def _write_csv(ctx: Ctx, st: State) -> Step:
                          "    if len(out) != len(rows):\n        raise ValueError('a key written twice')\n"
                          "    return out")
         _grade_mapping(ctx, st, f"_csv_map(C({path!r}), {head!r})")
+        ctx.check("order", f"[r[{head[0]!r}] for r in C({path!r})] == sorted(E['map'])", support=True)
         body = [[k, st.result[k]] for k in sorted(st.result)]
         sentence = (f"Write the result to {path} with the columns {', '.join(head)}, one row per {head[0]} "
                     f"sorted by {head[0]}.")
@@ -665,19 +693,25 @@ def _records(ctx: Ctx, dom: Domain, dupes: bool) -> State:
     # cents (a sort has no ties)
     ids = rng.sample(range(10000, 100000), n)
     nums = {f: rng.sample(range(int(lo * 100), int(hi * 100)), n) for f, (lo, hi) in dom.nums.items()}
+    # categorical values: each at least once, the rest drawn with uneven weights (counts a guess cannot split evenly)
+    cols = {}
+    for f, vals in dom.cats.items():
+        w = [rng.uniform(0.15, 1.0) ** 2 for _ in vals]
+        col = list(vals) + rng.choices(list(vals), weights=w, k=n - len(vals))
+        rng.shuffle(col)
+        cols[f] = col
     rows = []
     for i in range(n):
         r: dict[str, Any] = {dom.id_field: f"{dom.id_prefix}-{ids[i]}"}
-        for f, vals in dom.cats.items():
-            # every value of a categorical field appears at least twice (a filter keeps some and drops some)
-            r[f] = vals[i % len(vals)] if i < 2 * len(vals) else rng.choice(vals)
+        for f in dom.cats:
+            r[f] = cols[f][i]
         for f in dom.nums:
             r[f] = nums[f][i] / 100
         rows.append(r)
-    rng.shuffle(rows)
     st = State(dom, rows, {dom.id_field: "id", **{f: "cat" for f in dom.cats}, **{f: "num" for f in dom.nums}}, rng)
-    if dupes:  # records repeated, as exports do
-        for r in rng.sample(rows, 3):
+    st.input_ids = {r[dom.id_field] for r in rows}
+    if dupes:  # records repeated, as exports do: how many is the seed's (the file's length says nothing)
+        for r in rng.sample(rows, rng.randint(1, 4)):
             rows.insert(rng.randint(0, len(rows)), dict(r))
             st.dupe_ids.add(r[dom.id_field])
     return st
@@ -714,11 +748,12 @@ def _build_once(ctx: Ctx, comp: Composition) -> None:
                            f"Please prepare this from the {dom.noun} data:",
                            f"I need a quick {dom.noun} report. Steps:"])
     ctx.ask(lead + "\n" + "\n".join(f"{i}. {s.sentence}" for i, s in enumerate(steps, 1)))
-    # the inputs stay as they were: a support check (credited only beside a right part of the result)
+    # the inputs stay as they were: credited beside a complete result only (a partial answer earns its parts, not
+    # this one)
     ctx.expect("_input_digests", {p: hashlib.sha256(f.content).hexdigest()
                                   for p, f in sorted(ctx.files.items()) if p.startswith("input/")})
-    ctx.check("inputs_untouched", "all(unchanged(ws, p, d) for p, d in E['_input_digests'].items())",
-              support=True)
+    ctx.check("inputs_untouched", "all(unchanged(ws, p, d) for p, d in E['_input_digests'].items()) and "
+              + " and ".join(f"{c} >= 1.0" for c in st.main_checks))
     ctx.distractors(1)
     ctx.program = "import csv, json, os\n" + "\n".join(s.code for s in steps) + "\n"
     ctx.source_extra = {"composition": order, "split": "heldout_composition" if heldout_composition(
