@@ -24,7 +24,7 @@ TEACHER = "program"
 # measured on the 2-core box (docs/figures.md, the section "the demo teaches"), seconds per stage; the header's
 # estimate and each stage's "expected" come from here
 EXPECTED_S = {"synthesis": 90, "bench_tasks": 10, "trajectories": 40, "bench oracle + noop": 60, "base_model": 10,
-              "sft_dataset": 30, "checkpoints (SFT)": 480, "bench smollm2-base": 240, "bench sft-demo": 150,
+              "sft_dataset": 30, "checkpoints (SFT)": 300, "bench smollm2-base": 240, "bench sft-demo": 150,
               "leaderboard": 10}
 
 
@@ -49,8 +49,10 @@ def describe(plan: DemoPlan, models: bool = True) -> str:
              f"  synthesize tasks of {len(plan.train_families)} training families ({', '.join(plan.train_families)}) "
              f"and {len(plan.heldout_families)} held-out ({', '.join(plan.heldout_families)}); each task carries its "
              f"family's program solution",
-             f"  and {len(train_c)} training + {plan.heldout_compositions} held-out compositions of shared operations "
-             "(read / filter / join / aggregate / write), each task with its composed program",
+             (f"  and {len(train_c)} training + {plan.heldout_compositions} held-out compositions of shared operations "
+              "(read / filter / join / aggregate / write), each task with its composed program" if train_c else
+              f"  and {plan.heldout_compositions} held-out compositions of shared operations (read / filter / join / "
+              "aggregate / write) on the bench: the demo trains on none (their transfer: benchmarks/lift.py)"),
              "  the program teacher (one exec of that program) makes the SFT set"]
     if models:
         lines += [f"  {plan.sft['max_steps']} SFT steps of SmolLM2-135M (lr {plan.sft['learning_rate']}) -> sft-demo",
