@@ -4,7 +4,7 @@ the oracle trajectories the SFT set is built from. End to end, with the library 
     procedural tasks (clawgym.synth) -> split by held-out family (bench / train)
     -> oracle rollouts on train tasks (bwrap) -> trajectory statistics vs ClawGym's
     -> SFT set (clawgym.trajectories.sft) -> TRL SFT of the base model (clawgym.train.sft) -> data/checkpoints/<name>
-    -> base and SFT scored on the bench tasks, builtin runtime, `transformers serve` with continuous batching
+    -> base and SFT scored on the bench tasks, builtin runtime, the engine (vLLM)
     -> per-category 0-100 scores with bootstrap CIs, paired SFT-minus-base delta, tool-call parse rates.
 
     python benchmarks/bench_models.py [--bench-per-category 2] [--train-tasks 48] [--sft-steps 20]
@@ -114,7 +114,7 @@ def score_model(label: str, model_dir: str, bench, factory, limits, workers: int
 
     log(f"{label}: scoring {len(bench)} bench tasks with {model_dir} (workers={workers})")
     spec = PolicySpec(name=label, kind="local", model=str(model_dir),
-                      extra={"continuous_batching": True, "device": "cpu" if not _cuda() else "auto",
+                      extra={"device": "cpu" if not _cuda() else "auto",
                              "startup_timeout_s": 600.0, "extra_args": serve_args})
     t = time.time()
     ros = run_rollouts(bench, spec, factory, workers=workers,
@@ -185,14 +185,10 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=160, help="per completion")
     ap.add_argument("--max-wall-s", type=float, default=900.0, help="per rollout")
     ap.add_argument("--workers", type=int, default=12, help="concurrent bench rollouts")
-    ap.add_argument("--cb-num-blocks", type=int, default=768,
-                    help="KV-cache blocks of `transformers serve` (its default sizes the cache from free memory: "
-                         "it was OOM-killed on a shared 23 GB box); 0 = the server's default")
+    ap.add_argument("--serve-args", default="", help="extra engine (vLLM) flags, e.g. '--max-num-seqs 16'")
     ap.add_argument("--request-timeout-s", type=float, default=3600.0,
                     help="per chat request; the library default (300 s) made a CPU-starved server re-receive "
                          "every request up to 4 times")
-    ap.add_argument("--cb-block-size", type=int, default=32)
-    ap.add_argument("--cb-max-batch-tokens", type=int, default=1024)
     ap.add_argument("--base", default="data/models/smollm2-135m-instruct")
     ap.add_argument("--name", default="bench-sft")
     ap.add_argument("--out", default="data/bench_models/figures.json")
@@ -277,8 +273,7 @@ def main() -> None:
     sft_future = pool.submit(train_sft) if not a.serial else None
 
     # 4a. score the base model (while SFT trains)
-    serve_args = ([f"--cb-num-blocks={a.cb_num_blocks}", f"--cb-block-size={a.cb_block_size}",
-                   f"--cb-max-batch-tokens={a.cb_max_batch_tokens}"] if a.cb_num_blocks > 0 else [])
+    serve_args = a.serve_args.split()
     limits = Limits(max_turns=a.max_turns, max_completion_tokens=a.max_tokens, max_wall_s=a.max_wall_s,
                     max_total_tokens=400_000)
     both = None

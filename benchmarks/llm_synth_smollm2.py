@@ -4,7 +4,7 @@
                                            [--model-dir data/models/smollm2-135m-instruct] [--backend auto]
                                            [--unbounded]
 
-Starts the embedded model server (clawgym.serve.ModelServer, `transformers serve`), then runs the one
+Starts the embedded model server (clawgym.serve.ModelServer, vLLM), then runs the one
 synthesis pipeline (clawgym.synth.pipeline.synthesize, the code the `synthetic_tasks` asset runs) with `n` LLM
 candidates (a quarter skill-grounded) over the whole taxonomy, real gates in the sandbox backend, and prints the
 per-gate counts per route x category, the request/token stats and one rejection reason per gate. A 135M model

@@ -3,7 +3,7 @@
 1. oracle rollouts/s (builtin runtime, our own tasks) at pool sizes 1, 2, 4, 8 on each sandbox backend
    (goals: >= 10/s bwrap, >= 3/s docker);
 2. the local model server's aggregate decode tokens/s at 16 concurrent rollout-shaped requests over 1 stream
-   (`transformers serve --continuous-batching` through clawgym.serve.ModelServer; goal >= 6x);
+   (the engine, vLLM, through clawgym.serve.ModelServer; goal >= 6x);
 3. a DuckDB query (pass rate by category x policy) over 1M generated step rows (goal < 1 s; benchmarks/duckdb_steps.py).
 
     python benchmarks/rollout_throughput.py [--n 24] [--pools 1,2,4,8] [--backends bwrap,docker]
@@ -103,7 +103,7 @@ TOOLS = [{"type": "function", "function": {
 
 
 def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: list[str] | None = None,
-          plain: bool = False, stock_attention: bool = False, stock_linear: bool = False) -> None:
+          plain: bool = False) -> None:
     """Aggregate completion tokens/s: `streams` concurrent requests vs one stream at a time, same server."""
     import openai
 
@@ -113,11 +113,8 @@ def serve(model: str, streams: int, max_tokens: int, rounds: int, extra_args: li
         from clawgym.train.base_model import prepare_base_model
 
         prepare_base_model(model)
-    with ModelServer(model, continuous_batching=True, extra_args=extra_args,
-                     per_sequence_attention=not stock_attention, packed_linear=not stock_linear) as srv:
-        attn = "transformers' sdpa (block-diagonal)" if stock_attention else "per-sequence (clawgym cb_sdpa_attention)"
-        linear = "MKL F.linear (stock)" if stock_linear else "oneDNN pre-packed (clawgym packed_linear_forward)"
-        print(f"serve   command: {' '.join(srv.command()[-8:])}; CB attention: {attn}; linear: {linear}", flush=True)
+    with ModelServer(model, extra_args=extra_args) as srv:
+        print(f"serve   command: {' '.join(srv.command()[1:])}", flush=True)
         client = openai.OpenAI(base_url=srv.base_url, api_key=srv.token or "none", timeout=1800, max_retries=0)
 
         def one(i: int) -> int:
@@ -195,12 +192,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--plain", action="store_true", help="serve: short chat requests without tools")
     ap.add_argument("--serve-args", default="",
-                    help="extra `transformers serve` flags, e.g. '--cb-max-batch-tokens 4096' "
-                    "(any --cb-* flag replaces ModelServer's CPU defaults)")
-    ap.add_argument("--stock-attention", action="store_true", help="serve: transformers' own block-diagonal sdpa for "
-                    "continuous batching instead of ModelServer's per-sequence attention (for comparison)")
-    ap.add_argument("--stock-linear", action="store_true", help="serve: MKL's F.linear instead of ModelServer's "
-                    "pre-packed oneDNN linear layers (for comparison)")
+                    help="extra engine (vLLM) flags, e.g. '--max-num-seqs 32'")
     ap.add_argument("--duckdb", action="store_true", help="time the DuckDB query over 1M step rows")
     ap.add_argument("--all", action="store_true", help="rollouts + --serve + --duckdb")
     a = ap.parse_args()
@@ -208,8 +200,7 @@ def main() -> None:
     if a.backends:
         rollouts([b for b in a.backends.split(",") if b], pools, a.n, a.openclaw)
     if a.serve or a.all:
-        serve(a.model, a.streams, a.max_tokens, a.rounds, a.serve_args.split() or None, a.plain, a.stock_attention,
-              a.stock_linear)
+        serve(a.model, a.streams, a.max_tokens, a.rounds, a.serve_args.split() or None, a.plain)
     if a.duckdb or a.all:
         import subprocess
 

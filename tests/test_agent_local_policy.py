@@ -1,4 +1,4 @@
-"""The embedded model as a policy: kind="local" starts transformers serve (clawgym.serve.ModelServer)
+"""The embedded model as a policy: kind="local" starts the engine (vLLM, clawgym.serve.ModelServer)
 around the rollout, health-checks it and stops it. Needs the prepared base model folder."""
 
 import os
@@ -22,7 +22,7 @@ def test_local_model_policy_rollout():
 
         prepare_base_model(MODEL)
     spec = PolicySpec(name="smollm2-base", kind="local", model=str(MODEL),
-                      extra={"model_path": str(MODEL), "continuous_batching": False})
+                      extra={"model_path": str(MODEL)})
     f = get_factory("local")
     ro = run_rollout(demo_tasks()[1], spec, f,
                      settings=RolloutSettings(limits=Limits(max_turns=1, max_completion_tokens=16), attempts=1))

@@ -66,6 +66,10 @@ class FakeModelServer:
     def model_name(self) -> str:
         return self.model_dir
 
+    @property
+    def base_url(self) -> str:
+        return self._t.base_url
+
     def start(self) -> str:
         self.log.append(("start", self.model_dir))
         self._t = ServerThread(BearerAuth(make_app(self.replies), server_token())).start()

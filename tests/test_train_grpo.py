@@ -121,3 +121,28 @@ def test_grpo_tiny_cpu_run_rewards_from_verifier(tmp_path):
     assert {r["task_id"] for r in row["rewards"]} <= {"sum-0", "sum-1"}
     assert row["reward_curve"] and all(c["reward"] == pytest.approx(2 / 3) for c in row["reward_curve"])
     assert (tmp_path / "grpo" / "model.safetensors").exists()
+
+
+def test_vllm_server_mode_is_the_embedded_engine_where_trl_can_sync_weights(tmp_path):
+    """use_vllm + vllm_mode "server" without a server of the user's own: run_grpo serves the checkpoint itself (True
+    where CUDA is); on a machine without CUDA (TRL syncs weights over NCCL only) it is refused naming the field,
+    before any model loads; colocate, off, or the user's own server: not ours to start."""
+    from clawgym.train.config import TrainConfigError
+    from clawgym.train.grpo import GRPORunConfig, run_grpo, vllm_server_mode
+
+    server = {"use_vllm": True, "vllm_mode": "server"}
+    assert vllm_server_mode(server, cuda=True) is True
+    with pytest.raises(TrainConfigError, match="grpo_config: use_vllm with vllm_mode='server'.*CUDA"):
+        vllm_server_mode(server, cuda=False)
+    assert not vllm_server_mode({"use_vllm": False, "vllm_mode": "server"}, cuda=False)
+    assert not vllm_server_mode({"use_vllm": True, "vllm_mode": "colocate"}, cuda=True)
+    assert not vllm_server_mode({**server, "vllm_server_base_url": "http://gpu-box:8000"}, cuda=False)
+    assert not vllm_server_mode({**server, "vllm_server_host": "10.0.0.5"}, cuda=False)
+    import torch
+
+    if not torch.cuda.is_available():
+        out = tmp_path / "out"
+        with pytest.raises(TrainConfigError, match="needs a CUDA device"):
+            run_grpo(GRPORunConfig(base_model=str(tmp_path / "no-model"), output_dir=str(out), grpo_config=server),
+                     [], factory=None)
+        assert not out.exists()  # refused before anything was written or loaded

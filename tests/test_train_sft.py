@@ -59,7 +59,9 @@ def test_sft_then_resume_through_pipes_then_serve(setup):
     assert rec1.hyperparams["sft_config"]["learning_rate"] == 5e-3  # TRL's names in the record too
 
     # 2) the real `checkpoints` asset: TrainerResource (TRL's field names) -> Pipes subprocess -> the lake's
-    # registry row. Resumes from step 15 (same output folder, same rows from the lake's sft table) to 45.
+    # registry row. Resumes from step 15 (same output folder, same rows from the lake's sft table) to 90 (the tiny
+    # model writes the closing </tool_call> that the engine's parser needs only after ~90 steps; at 45 it writes
+    # <tool_call> again).
     from clawgym import lake as lk
     from clawgym.trajectories.sft import write_sft_parquet
     from clawgym_assets import training
@@ -73,7 +75,7 @@ def test_sft_then_resume_through_pipes_then_serve(setup):
     res = {"lake": lake, "pipes_subprocess_client": dg.PipesSubprocessClient(), "sandbox": SandboxResource(),
            "endpoints": ModelEndpointsResource(**nested, checkpoints_dir=str(setup["dir"]),
                                                base_model_dir=setup["base"]),
-           "trainer": TrainerResource(max_steps=45, learning_rate=5e-3, max_length=1024,
+           "trainer": TrainerResource(max_steps=90, learning_rate=5e-3, max_length=1024,
                                       sft_config={"save_steps": 15, "logging_steps": 5, "seed": 0})}
     assets = [training.checkpoints, dg.AssetSpec("sft_dataset"), dg.AssetSpec("base_model")]
     # instance_for_test kept open for the whole materialize: an ephemeral() instance created after other
@@ -88,16 +90,16 @@ def test_sft_then_resume_through_pipes_then_serve(setup):
         assert r.success
         assert inst.has_dynamic_partition("model", "ckpt-tiny")
     md = r.asset_materializations_for_node("checkpoints")[0].metadata
-    assert md["steps"].value == 45
+    assert md["steps"].value == 90
     assert md["checkpoint"].value == "ckpt-tiny"  # the partition key names the checkpoint
     assert md["resumed_from"].value.endswith("checkpoint-15")
     assert md["tokens_per_s"].value > 0 and md["n_samples"].value == 1
     assert md["hyperparams"].value["sft_config"]["learning_rate"] == 5e-3
-    # the curve spans the whole run: steps 5..15 restored from the checkpoint, 20..45 from the resumed run
-    assert [p["step"] for p in md["loss_curve"].value["points"]] == list(range(5, 50, 5))
+    # the curve spans the whole run: steps 5..15 restored from the checkpoint, 20..90 from the resumed run
+    assert [p["step"] for p in md["loss_curve"].value["points"]] == list(range(5, 95, 5))
     row = read_registry_row(out)
     sft_files = sorted(p.name for p in (data / "lake" / "sft").glob("*.parquet"))
-    assert row["steps"] == 45 and row["data_version"] == ",".join(sft_files) and row["base"] == setup["base"]
+    assert row["steps"] == 90 and row["data_version"] == ",".join(sft_files) and row["base"] == setup["base"]
     assert (out / "loss.png").stat().st_size > 1000
     assert row["final_loss"] < 0.5, row["loss_curve"]
     # the lake's registry row: the same record (lake schema), parent and run id added by the asset
@@ -106,8 +108,8 @@ def test_sft_then_resume_through_pipes_then_serve(setup):
             == ("ckpt-tiny", str(out), "smollm2-base", 1))
     assert reg["run_id"] == r.run_id and reg["final_loss"] == pytest.approx(row["final_loss"])
     hp = json.loads(reg["hyperparams_json"])
-    assert hp["sft_config"]["max_steps"] == 45 and hp["sft_config"]["save_steps"] == 15 and hp["lora"] is False
-    assert [p["step"] for p in json.loads(reg["loss_curve_json"])] == list(range(5, 50, 5))
+    assert hp["sft_config"]["max_steps"] == 90 and hp["sft_config"]["save_steps"] == 15 and hp["lora"] is False
+    assert [p["step"] for p in json.loads(reg["loss_curve_json"])] == list(range(5, 95, 5))
 
     # 3) the checkpoint loads and serves; its answer is a parseable OpenAI tool call
     import openai
@@ -116,7 +118,7 @@ def test_sft_then_resume_through_pipes_then_serve(setup):
     from clawgym.serve import ModelServer
 
     AutoModelForCausalLM.from_pretrained(str(out))
-    srv = ModelServer(out, continuous_batching=False)
+    srv = ModelServer(out)
     with srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key=srv.token or "none")
         r = client.chat.completions.create(model=srv.model_name, messages=[{"role": "user", "content": PROMPT}],

@@ -1,20 +1,15 @@
-"""The embedded OpenAI-compatible model server: `transformers serve` with clawgym's patches.
+"""The embedded OpenAI-compatible model server: vLLM, in its own virtual environment, behind clawgym's launcher.
 
-- `launcher`: `ModelServer` (start / health / teardown of one server process per model folder) and the script
-  the server process runs (`python clawgym/serve/launcher.py [flags] serve MODEL ...`), which installs the
-  patches named by its flags before handing over to `transformers serve`;
-- one module per patch, each declaring the library release it targets and refusing another (`compat`):
-  `safe_tools` (badly written tool calls answered as text), `token_ids` (prompt / completion token ids and
-  log-probabilities, streamed or not), `structured` (response_format / tool_choice by constrained decoding),
-  `cb_attention` (per-sequence attention for continuous batching on CPU), `packed_linear` (oneDNN linear layers
-  with pre-packed weights on CPU), `context_limit` (a request over the model's context window answered 400 at once),
-  `served_prefix` (a re-sent conversation generated from the ids the server sampled, not a re-tokenization);
-  `patching` (what they share: replacing a library attribute by a wrapper, once, and putting the stock one back);
-  `auth` (the bearer token).
+- `launcher`: `ModelServer` (start / health / teardown of one engine process group per model folder; the engine's
+  venv, dtype, KV cache, compile cache and flags) and `engine_python` (where the engine's venv is);
+- `auth`: the bearer token of this process's local servers and the ASGI middleware that checks it, which the
+  engine process loads itself (`engine_ext/clawgym_engine_auth.py`);
+- `engines`: one engine per model in a process, shared and reference-counted (`hold`), startable ahead of need
+  (`warm`: a run starts its engine while it synthesizes and trains).
 
-This package imports no training code (TRL, datasets): the server process stays light.
+Nothing here imports vLLM or training code: the engine is spoken to over HTTP only.
 """
 
-from clawgym.serve.launcher import CPU_CB_ARGS, MALLOC_ENV, ModelServer, free_port
+from clawgym.serve.launcher import EngineNotInstalled, ModelServer, engine_python, free_port
 
-__all__ = ["CPU_CB_ARGS", "MALLOC_ENV", "ModelServer", "free_port"]
+__all__ = ["EngineNotInstalled", "ModelServer", "engine_python", "free_port"]

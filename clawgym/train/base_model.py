@@ -3,7 +3,7 @@ prepared once as an HF model folder with a tool-calling chat template.
 
 SmolLM2 speaks ChatML, so TRL's Qwen2.5 template fits it. We install TRL's *training* variant of that
 template (identical rendering, plus ``{% generation %}`` markers so ``assistant_only_loss`` trains only the
-assistant tokens) and TRL's response template (so ``tok.parse_response`` and ``transformers serve`` turn
+assistant tokens) and TRL's response template (so ``tok.parse_response`` and the engine's ``hermes`` tool parser turn
 ``<tool_call>{…}</tool_call>`` into OpenAI ``tool_calls``). Both are saved with the tokenizer, so they
 travel with every checkpoint trained from it.
 """
@@ -17,8 +17,8 @@ import os
 from pathlib import Path
 
 from clawgym.fsatomic import replace_dir
-# the tool-calling chat template is the rows' business (clawgym.trajectories.chat_encoding): re-exported here
-from clawgym.trajectories.chat_encoding import SMOL_IDENTITY, apply_tool_chat_template  # noqa: F401
+# the tool-calling chat template is the rows' business (clawgym.serve.chat_encoding): re-exported here
+from clawgym.serve.chat_encoding import SMOL_IDENTITY, apply_tool_chat_template  # noqa: F401
 
 DEFAULT_BASE_DIR = "data/models/smollm2-135m-instruct"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -101,7 +101,9 @@ def make_tiny_model(out_dir: str | os.PathLike, tokenizer_src: str | os.PathLike
         apply_tool_chat_template(tok)
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
-                      num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2,
+                      # heads of 32 dims: the smallest head vLLM's CPU attention serves
+                      num_hidden_layers=num_layers, num_attention_heads=max(1, hidden_size // 32),
+                      num_key_value_heads=1,
                       max_position_embeddings=4096, tie_word_embeddings=True,
                       bos_token_id=tok.bos_token_id, eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"),
                       pad_token_id=tok.pad_token_id)

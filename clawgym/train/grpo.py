@@ -18,6 +18,7 @@ GPU recipe (documented, not run in CI): see docs in this module's `GPU_RECIPE`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import threading
@@ -40,9 +41,11 @@ GRPO on one GPU (e.g. H100/H200), from an SFT checkpoint:
   GRPORunConfig(base_model="data/checkpoints/<sft>", output_dir="data/checkpoints/<sft>-grpo", score_workers=8,
                 grpo_config={"num_generations": 8, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 4,
                              "max_completion_length": 2048, "max_tool_calling_iterations": 16, "learning_rate": 1e-6,
-                             "beta": 0.0, "max_steps": 200, "bf16": True, "use_vllm": True, "vllm_mode": "colocate",
-                             "vllm_gpu_memory_utilization": 0.3})
+                             "beta": 0.0, "max_steps": 200, "bf16": True, "use_vllm": True, "vllm_mode": "server"})
   with a docker sandbox factory (clawgym.sandbox.get_factory("docker")) so 8 samples × batch run isolated;
+  vllm_mode "server": run_grpo starts the embedded engine (clawgym.serve, vLLM) on the checkpoint with vLLM's NCCL
+  weight transfer and TRL pushes the weights after each step (vllm_server_mode; the trainer's Python needs
+  `pip install "trl[vllm]"`); "colocate" runs vLLM inside the trainer instead (vllm_gpu_memory_utilization).
   score_workers ≥ batch size. ClawGym used 8 samples per prompt with the code verifier as reward.
 """
 
@@ -313,7 +316,7 @@ def grpo_tokenizer(base_model: str):
 
     tok = AutoTokenizer.from_pretrained(base_model, padding_side="left")
     if not (tok.chat_template and has_generation_markers(tok.chat_template)):
-        from clawgym.trajectories.chat_encoding import apply_tool_chat_template
+        from clawgym.serve.chat_encoding import apply_tool_chat_template
 
         apply_tool_chat_template(tok)
     return guard_control_text(tok)
@@ -324,6 +327,31 @@ def plot_rewards(curve: list[dict], path: Path, title: str = "GRPO reward") -> P
     from clawgym.train.sft import plot_curve
 
     return plot_curve(curve, "reward", path, title, "mean verifier reward")
+
+
+def vllm_server_mode(trl_fields: Mapping[str, Any], cuda: bool | None = None) -> bool:
+    """Whether this run samples through the embedded engine in TRL's server mode (``use_vllm`` with ``vllm_mode:
+    "server"`` and no ``vllm_server_base_url`` / ``vllm_server_host`` of the user's own): run_grpo then starts the
+    engine with vLLM's weight transfer and TRL pushes the weights into it after every step. TRL syncs them over NCCL
+    only (its VLLMClient refuses any other device), so on a machine without CUDA this is a TrainConfigError naming
+    the field; there TRL samples in-process, as with use_vllm off. The trainer's own Python needs vLLM importable
+    too (TRL's client imports vLLM's transfer code): ``pip install "trl[vllm]"`` beside the engine's venv."""
+    from clawgym.train.config import TrainConfigError
+
+    if not trl_fields.get("use_vllm") or trl_fields.get("vllm_mode", "colocate") != "server":
+        return False
+    if trl_fields.get("vllm_server_base_url") or trl_fields.get("vllm_server_host") not in (None, "0.0.0.0"):
+        return False  # the user's own server
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    if not cuda:
+        raise TrainConfigError(
+            "GRPORunConfig.grpo_config: use_vllm with vllm_mode='server' syncs the trained weights into the engine "
+            "over NCCL (TRL's VLLMClient), which needs a CUDA device; on a CPU leave use_vllm off (TRL samples "
+            "in-process)")
+    return True
 
 
 def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> CheckpointRecord:
@@ -340,10 +368,11 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> Che
     from clawgym.train.sft import last_trainer_checkpoint
 
     t0 = time.time()
+    trl_fields = cfg.trl_fields()
+    server_mode = vllm_server_mode(trl_fields)  # refused here, before anything loads, where it cannot sync weights
     out = Path(cfg.output_dir)
     work = out / "_trainer"
     work.mkdir(parents=True, exist_ok=True)
-    trl_fields = cfg.trl_fields()
     tok = grpo_tokenizer(cfg.base_model)  # control text in prompts / tool results: plain text tokens
     # bf16 (on where the hardware has it): bf16 weights for sampling and training, optimi's Kahan-summed AdamW
     dtype = weights_dtype(trl_fields)
@@ -359,15 +388,25 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> Che
             if on_log and logs:
                 on_log({"step": state.global_step, **logs})
 
-    args = GRPOConfig(output_dir=str(work), **trl_fields)
-    trainer = GRPOTrainer(model=model, reward_funcs=make_reward_func(cfg.score_workers, reward_log), args=args,
-                          train_dataset=task_prompts(tasks, cfg.system_prompt), processing_class=tok,
-                          environment_factory=envs, callbacks=[_Forward()])
-    # GRPOTrainer takes no optimizer_cls_and_kwargs argument; the Trainer reads the attribute in create_optimizer
-    trainer.optimizer_cls_and_kwargs = bf16_optimizer(trl_fields, dtype)
-    resume_from = last_trainer_checkpoint(work) if cfg.resume else None
-    result = trainer.train(resume_from_checkpoint=resume_from)
-    trainer.save_state()
+    with contextlib.ExitStack() as stack:
+        run_fields = dict(trl_fields)
+        engine = None
+        if server_mode:  # the embedded engine for the run, with vLLM's weight transfer (TRL syncs after each step)
+            from clawgym.serve import engines
+
+            engine = stack.enter_context(engines.hold(cfg.base_model, device="cuda", weight_transfer="nccl"))
+            run_fields["vllm_server_base_url"] = engine.credentials_url()  # TRL's client sends URL credentials
+        args = GRPOConfig(output_dir=str(work), **run_fields)
+        trainer = GRPOTrainer(model=model, reward_funcs=make_reward_func(cfg.score_workers, reward_log), args=args,
+                              train_dataset=task_prompts(tasks, cfg.system_prompt), processing_class=tok,
+                              environment_factory=envs, callbacks=[_Forward()])
+        if engine is not None:  # the client holds the URL now; the saved arguments keep it without the token
+            trainer.args.vllm_server_base_url = engine.root_url
+        # GRPOTrainer takes no optimizer_cls_and_kwargs argument; the Trainer reads the attribute in create_optimizer
+        trainer.optimizer_cls_and_kwargs = bf16_optimizer(trl_fields, dtype)
+        resume_from = last_trainer_checkpoint(work) if cfg.resume else None
+        result = trainer.train(resume_from_checkpoint=resume_from)
+        trainer.save_state()
     final = trainer.model
     final.generation_config.eos_token_id = eos  # serving stops at the end-of-turn token, as the base did
     final.save_pretrained(str(out))
@@ -394,4 +433,4 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> Che
 
 
 __all__ = ["GRPORunConfig", "SandboxEnv", "SandboxEnvFactory", "tool_method", "make_reward_func", "task_prompts",
-           "run_grpo", "plot_rewards", "GPU_RECIPE", "guard_control_text", "grpo_tokenizer"]
+           "run_grpo", "vllm_server_mode", "plot_rewards", "GPU_RECIPE", "guard_control_text", "grpo_tokenizer"]

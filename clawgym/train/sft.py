@@ -116,7 +116,9 @@ def token_exact_dataset(ds, tok):
     ``stats["contexts_fixed"]``); the others are rendered by the chat template (the call TRL makes itself:
     `apply_chat_template` with the tools and ``return_assistant_tokens_mask``, through
     clawgym.trajectories.sft.encode_chat, which encodes control text in the content as ordinary pieces):
-    re-tokenized, counted in ``stats["retokenized"]`` with the reason. ``stats["control_text_rows"]``: rows whose
+    re-tokenized, counted in ``stats["retokenized"]`` with the reason (a row without any token record, or ending on
+    a tool result); a row whose token record disagrees with its messages (drift, prompt_mismatch, ids_mismatch …)
+    is dropped, counted in ``stats["dropped"]`` by reason. ``stats["control_text_rows"]``: rows whose
     content carried control text (only when any); rows that cannot be encoded exactly are dropped and counted in
     ``stats["dropped"]``. The dataset has ``input_ids`` + ``assistant_masks`` (TRL builds the labels from the
     mask). When no row carries tokens or control text, `ds` is returned unchanged and TRL tokenizes every row (all
@@ -140,8 +142,8 @@ def token_exact_dataset(ds, tok):
     for r in rows:
         try:  # the one per-row rule (the SFT export's input_ids / assistant_masks are the same call)
             ids, mask, reason, n_fixed = tokenize_row(r, tok)
-        except ControlTextError:
-            dropped[CONTROL_TEXT] += 1
+        except ControlTextError as e:  # TokenRecordMismatch too: a record that disagrees with its messages
+            dropped[getattr(e, "reason", CONTROL_TEXT)] += 1
             continue
         if reason is not None:
             reasons[reason] += 1
@@ -210,7 +212,7 @@ def run_sft(cfg: SFTRunConfig, on_log=None) -> CheckpointRecord:
 
     tok = AutoTokenizer.from_pretrained(cfg.base_model)
     if not (tok.chat_template and has_generation_markers(tok.chat_template)):
-        from clawgym.trajectories.chat_encoding import apply_tool_chat_template
+        from clawgym.serve.chat_encoding import apply_tool_chat_template
 
         apply_tool_chat_template(tok)
     if tok.pad_token is None:

@@ -1,8 +1,10 @@
 """Software Development families: fix a bug, add a function with tests, migrate a config, extend a Makefile,
 write a CLI, pin dependencies, write tests that kill mutants.
 
-Code is checked in-process inside grade() (module loaded from the workspace, test functions called directly,
-a tiny pytest shim when pytest is absent) so one grade() stays well under a second.
+The agent's code a check runs (its module, its tests, its scripts) runs in a child python per use (`PYRUN`'s
+`_agent_call`: the module loaded from its source, test functions called directly, a tiny pytest shim when pytest is
+absent), never in the grader's process: the child returns one JSON value of a fixed shape, and the values the check
+compares it with stay with the grader.
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from clawgym.synth.families.base import Ctx, family, json_text, people
 CAT = "software_development"
 
 # ----------------------------------------------------------------------------------------------
-# in-process python runner: used at generation time AND embedded in grade() code
+# running the agent's code for a check: in a child python, never in the grader's process
 # ----------------------------------------------------------------------------------------------
 
-PYRUN = r'''
+# What runs the agent's code: loads a module from its source, calls functions, runs test functions. The host's own
+# generation-time self checks run it in-process (trusted code); a check runs it as the body of a child process.
+_SHIM = r"""
 def _shim_pytest():
     import sys as _s, types as _t
     try:
@@ -54,7 +58,9 @@ def _shim_pytest():
 
 def builtins_abs(x):
     return x if x >= 0 else -x
+"""
 
+AGENT_CORE = _SHIM + r"""
 def _load_module(name, src):
     import sys as _s, types as _t
     for k in [k for k in _s.modules if k == name or k.startswith(name + ".")]:
@@ -65,37 +71,228 @@ def _load_module(name, src):
     _s.modules[name] = m
     return m
 
-def _run_tests(mod_name, mod_src, test_src):
-    """(n_tests, n_failed) running every test_* function of test_src against mod_src."""
+def _test_results(mod_name, mod_src, test_src):
+    # [[name, passed], ...] for every test_* function of test_src run against mod_src
     import inspect as _i, tempfile as _tf, pathlib as _pl
     _shim_pytest()
     _load_module(mod_name, mod_src)
     ns = {"__name__": "test_module"}
     exec(compile(test_src, "test_module.py", "exec"), ns)
-    tests = [(k, v) for k, v in ns.items() if k.startswith("test") and callable(v)]
-    failed = 0
-    for k, fn in tests:
+    out = []
+    for k, fn in [(k, v) for k, v in ns.items() if k.startswith("test") and callable(v)]:
         try:
             params = list(_i.signature(fn).parameters)
             kw = {p: _pl.Path(_tf.mkdtemp()) for p in params if p in ("tmp_path", "tmpdir")}
             if len(kw) != len(params):
                 raise TypeError("unsupported fixture")
             fn(**kw)
+            out.append([k, True])
         except BaseException:
-            failed += 1
-    return len(tests), failed
+            out.append([k, False])
+    return out
+
+def _call_all(name, src, fn, arg_lists):
+    # [[returned, value], ...]: fn(*args) for each args of the module loaded from src (value as JSON data)
+    import json as _j
+    m = _load_module(name, src)
+    out = []
+    for args in arg_lists:
+        try:
+            out.append([True, _j.loads(_j.dumps(getattr(m, fn)(*args)))])
+        except BaseException:
+            out.append([False, None])
+    return out
+
+def _call_warned(name, src, fn, args):
+    # [returned, value, warned]: one call, and whether it emitted a DeprecationWarning
+    import json as _j, warnings as _w
+    m = _load_module(name, src)
+    with _w.catch_warnings(record=True) as rec:
+        _w.simplefilter("always")
+        got = _j.loads(_j.dumps(getattr(m, fn)(*args)))
+    return [True, got, any(issubclass(x.category, DeprecationWarning) for x in rec)]
+
+def _call_one(name, src, fn, args_repr, kwargs_repr):
+    # {"value": repr(fn(*args, **kwargs))} or {"raised": exception name, "message": ...}
+    import ast as _a
+    m = _load_module(name, src)
+    try:
+        return {"value": repr(getattr(m, fn)(*_a.literal_eval(args_repr), **_a.literal_eval(kwargs_repr)))}
+    except BaseException as e:
+        return {"raised": type(e).__name__, "message": str(e)[:300]}
+
+def _run_script_fn(name, src, script_name, script_src, fn):
+    # the value of fn() of a script that imports the module loaded from src (as JSON data)
+    import json as _j
+    _load_module(name, src)
+    ns = {"__name__": script_name}
+    exec(compile(script_src, script_name + ".py", "exec"), ns)
+    return _j.loads(_j.dumps(ns[fn]()))
+"""
+
+# The child's main: a job on stdin, one marked JSON line on stdout. What the agent's code prints goes to stderr;
+# nothing of the grader (its nonce, its result descriptor, the expected values) is in this process.
+_AGENT_MAIN = r"""
+def _agent_main():
+    import json as _j, os as _o, sys as _s
+    job = _j.loads(_s.stdin.read())
+    out = _o.fdopen(_o.dup(1), "w", encoding="utf-8")
+    _o.dup2(2, 1)
+    _s.stdout = _s.stderr
+    ops = {"tests": _test_results, "calls": _call_all, "warned": _call_warned, "script": _run_script_fn,
+           "call": _call_one}
+    try:
+        res = ops[job["op"]](*job["args"])
+    except BaseException:
+        res = None
+    out.write("\n__CLAWGYM_AGENT_CALL__" + _j.dumps(res) + "\n")
+    out.flush()
+    _o._exit(0)
+
+_agent_main()
+"""
+
+# The grader's side (embedded in grade() code): each use of the agent's code is a child python whose only output
+# is its exit and one JSON line, read as data with a fixed shape; what the check compares it with never leaves
+# this process. The clean room seals the workspace before grade() runs, so the child cannot change what a later
+# check reads either.
+_GRADER_SIDE = r'''
+def _agent_call(op, *args, timeout=60):
+    """The JSON value a child python returns for op(*args), or None (crashed, timed out, no or bad result)."""
+    import json as _j, os as _o, shutil as _sh, signal as _sg, subprocess as _sp, sys as _s, tempfile as _tf
+    d = _tf.mkdtemp(prefix="clawgym-agent-")
+    try:
+        p = _sp.Popen([_s.executable, "-P", "-c", _AGENT_CHILD], stdin=_sp.PIPE, stdout=_sp.PIPE,
+                      stderr=_sp.DEVNULL, cwd=d, close_fds=True, start_new_session=True)
+        try:
+            raw, _ = p.communicate(_j.dumps({"op": op, "args": list(args)}).encode("utf-8", "surrogateescape"),
+                                   timeout=timeout)
+        except _sp.TimeoutExpired:
+            raw = b""
+        finally:
+            try:
+                _o.killpg(p.pid, _sg.SIGKILL)  # whatever the agent's code left running in its group
+            except OSError:
+                pass
+            p.wait()
+    finally:
+        _sh.rmtree(d, ignore_errors=True)
+    mark = "__CLAWGYM_AGENT_CALL__"
+    lines = [ln for ln in raw.decode("utf-8", "replace").splitlines() if ln.startswith(mark)]
+    if p.returncode != 0 or len(lines) != 1:
+        return None
+    try:
+        return _j.loads(lines[0][len(mark):])
+    except ValueError:
+        return None
+
+def _test_names(test_src):
+    import ast as _ast
+    try:
+        tree = _ast.parse(test_src)
+    except SyntaxError:
+        return None
+    return [n.name for n in tree.body if isinstance(n, (_ast.FunctionDef, _ast.AsyncFunctionDef))
+            and n.name.startswith("test")]
+
+def _run_tests(mod_name, mod_src, test_src):
+    """(n_tests, n_failed) running every test_* function of test_src against mod_src in a child python. Every test
+    function the source defines at top level must be reported, each once; otherwise all count as failed."""
+    res = _agent_call("tests", mod_name, mod_src, test_src)
+    names = _test_names(test_src) or []
+    ok = (isinstance(res, list) and all(isinstance(r, list) and len(r) == 2 and isinstance(r[0], str)
+                                        and isinstance(r[1], bool) for r in res))
+    if ok:
+        seen = [r[0] for r in res]
+        ok = len(set(seen)) == len(seen) and set(names) <= set(seen)
+    if not ok:
+        n = max(len(names), 1)
+        return n, n
+    return len(res), sum(1 for r in res if not r[1])
+
+def _stand_in(name, src):
+    """A module for the grader's own test code: each function of the agent's module `src` it calls runs in a child
+    python, and only values cross (Python literals: repr there, ast.literal_eval here; a builtin exception raised
+    again by name)."""
+    import ast as _a, builtins as _b, types as _t
+    m = _t.ModuleType(name)
+
+    def __getattr__(attr):
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+
+        def call(*args, **kwargs):
+            r = _agent_call("call", name, src, attr, repr(list(args)), repr(dict(kwargs)))
+            if not isinstance(r, dict):
+                raise RuntimeError("the agent's code gave no result")
+            if "raised" in r:
+                exc = getattr(_b, str(r["raised"]), None)
+                if not (isinstance(exc, type) and issubclass(exc, Exception)):
+                    exc = RuntimeError
+                raise exc(str(r.get("message", ""))[:300])
+            v = r.get("value")
+            if not isinstance(v, str) or len(v) > 1 << 20:
+                raise TypeError("the agent's code returned no value")
+            try:
+                return _a.literal_eval(v)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                raise TypeError("the agent's code returned a value that is not a Python literal") from None
+        call.__name__ = attr
+        return call
+
+    m.__getattr__ = __getattr__
+    return m
+
+def _run_task_tests(mod_name, mod_src, test_src):
+    """(n_tests, n_failed) of the task's own tests (trusted: test_src from the check, never the workspace), run in
+    the grader against a stand-in of the agent's module: the verdicts are the grader's, only values cross."""
+    import inspect as _i, pathlib as _pl, sys as _s, tempfile as _tf
+    _shim_pytest()
+    saved = _s.modules.get(mod_name)
+    _s.modules[mod_name] = _stand_in(mod_name, mod_src)
+    try:
+        ns = {"__name__": "test_module"}
+        exec(compile(test_src, "test_module.py", "exec"), ns)
+        tests = [(k, v) for k, v in ns.items() if k.startswith("test") and callable(v)]
+        failed = 0
+        for _, fn in tests:
+            try:
+                params = list(_i.signature(fn).parameters)
+                kw = {p: _pl.Path(_tf.mkdtemp()) for p in params if p in ("tmp_path", "tmpdir")}
+                if len(kw) != len(params):
+                    raise TypeError("unsupported fixture")
+                fn(**kw)
+            except Exception:
+                failed += 1
+        return len(tests), failed
+    finally:
+        if saved is None:
+            _s.modules.pop(mod_name, None)
+        else:
+            _s.modules[mod_name] = saved
+
+def _calls(name, src, fn, arg_lists):
+    """[[returned, value], ...] of fn(*args) per args, run in a child python; None when it gave no such list."""
+    res = _agent_call("calls", name, src, fn, arg_lists)
+    if not (isinstance(res, list) and len(res) == len(arg_lists) and all(
+            isinstance(r, list) and len(r) == 2 and isinstance(r[0], bool) for r in res)):
+        return None
+    return res
 '''
 
+PYRUN = "_AGENT_CHILD = " + repr(AGENT_CORE + _AGENT_MAIN) + "\n" + _SHIM + _GRADER_SIDE
+
 _rt: dict = {}
-exec(compile(PYRUN, "pyrun", "exec"), _rt)
+exec(compile(AGENT_CORE, "agent_core", "exec"), _rt)
 
 
 def run_tests(mod_name: str, mod_src: str, test_src: str) -> tuple[int, int]:
-    """(n_tests, n_failed) running test_src's test_* functions against mod_src in this process;
-    sys.modules is restored afterwards."""
+    """(n_tests, n_failed) running test_src's test_* functions against mod_src in this process (trusted code: the
+    generation-time self check); sys.modules is restored afterwards."""
     saved = {k: v for k, v in sys.modules.items() if k == mod_name or k == "pytest"}
     try:
-        return _rt["_run_tests"](mod_name, mod_src, test_src)
+        res = _rt["_test_results"](mod_name, mod_src, test_src)
+        return len(res), sum(1 for _, ok in res if not ok)
     finally:
         sys.modules.pop(mod_name, None)
         sys.modules.update(saved)
@@ -118,21 +315,16 @@ def _call_cases(mod_name: str, mod_src: str, fn: str, cases: list) -> list[bool]
         sys.modules.update(saved)
 
 
-_CASES_HELPER = '''
+_CASES_HELPER = """
 def _cases_ok(ws, rel, name, fn, cases):
     src = read_text(ws, rel)
     if not src:
         return []
-    m = _load_module(name, src)
-    out = []
-    for args, want in cases:
-        try:
-            got = getattr(m, fn)(*args)
-            out.append(_json.loads(_json.dumps(got)) == want)
-        except BaseException:
-            out.append(False)
-    return out
-'''
+    got = _calls(name, src, fn, [args for args, _ in cases])
+    if got is None:
+        return [False] * len(cases)
+    return [bool(r[0]) and r[1] == want for r, (_, want) in zip(got, cases)]
+"""
 
 
 def _add_runtime(ctx: Ctx) -> None:
@@ -382,10 +574,12 @@ def fix_failing_test(ctx: Ctx) -> None:
     ctx.expect("nfail", fails_before)
     ctx.expect("line", line)
     ctx.expect("tests_digest", __import__("hashlib").sha256(b["tests"].encode()).hexdigest())
+    ctx.expect("tests_src", b["tests"])
     _add_runtime(ctx)
     trel = f"tests/test_{mod}.py"
     ctx.check("bug_fixed", f"all(_cases_ok(ws, {mod + '.py'!r}, {mod!r}, E['fn'], E['cases']) or [False])")
-    ctx.check("suite_passes", f"_run_tests({mod!r}, T({mod + '.py'!r}), T({trel!r})) == (E['ntests'], 0) and "
+    # the task's own tests (digest-checked in the workspace) run in the grader: the agent's module cannot claim them
+    ctx.check("suite_passes", f"_run_task_tests({mod!r}, T({mod + '.py'!r}), E['tests_src']) == (E['ntests'], 0) and "
                               f"unchanged(ws, {trel!r}, E['tests_digest'])")
     ctx.check("report_function", f"J({rep!r})['function'] == E['fn'] and to_num(J({rep!r})['line']) == E['line']")
     ctx.check("report_failing", f"list_equal(J({rep!r})['failing_tests'], E['failing'])")
@@ -690,17 +884,11 @@ def rename_with_alias(ctx: Ctx) -> None:
     _add_runtime(ctx)
     ctx.grade.helper(
         "def _alias_warns(ws, mod, old, case):\n"
-        "    import warnings as _w\n"
-        "    m = _load_module(mod, read_text(ws, mod + '.py'))\n"
-        "    with _w.catch_warnings(record=True) as rec:\n"
-        "        _w.simplefilter('always')\n"
-        "        got = getattr(m, old)(*case[0])\n"
-        "    return got == case[1] and any(issubclass(x.category, DeprecationWarning) for x in rec)\n"
+        "    r = _agent_call('warned', mod, read_text(ws, mod + '.py') or '', old, case[0])\n"
+        "    return isinstance(r, list) and len(r) == 3 and r[0] is True and r[1] == case[1] and r[2] is True\n"
         "def _report_runs(ws, mod):\n"
-        "    _load_module(mod, read_text(ws, mod + '.py'))\n"
-        "    ns = {}\n"
-        "    exec(compile(read_text(ws, 'report.py'), 'report.py', 'exec'), ns)\n"
-        "    return _json.loads(_json.dumps(ns['summary']()))\n"
+        "    return _agent_call('script', mod, read_text(ws, mod + '.py') or '', 'report',\n"
+        "                       read_text(ws, 'report.py') or '', 'summary')\n"
         "def _old_calls(ws, mod, old, files):\n"
         "    return sum(len(_re.findall(r'\\b' + mod + r'\\.' + old + r'\\(', read_text(ws, f) or '')) for f in files)\n")
     mp = mod + ".py"

@@ -1,4 +1,5 @@
-"""Chat encoding that knows who placed a control token (split out of clawgym.trajectories.sft).
+"""Chat encoding that knows who placed a control token, shared by the engine-side id splice (clawgym.agent.tito)
+and the SFT rows (clawgym.trajectories.sft).
 
 A row's only control ids are those the chat template placed or the model emitted as control ids. `encode_chat`
 renders and tokenizes a conversation so that content carrying a control-token string (``<|im_end|>`` in the
@@ -51,8 +52,8 @@ def _control_re(tok) -> re.Pattern:
 def _count_control(obj: Any, rx: re.Pattern) -> int:
     if isinstance(obj, str):
         return sum(1 for _ in rx.finditer(obj))
-    if isinstance(obj, dict):
-        return sum(_count_control(v, rx) for k, v in obj.items() if k != TOKENS_KEY)
+    if isinstance(obj, dict):  # keys too: a template renders a tool schema's property names, arguments' keys
+        return sum(_count_control(k, rx) + _count_control(v, rx) for k, v in obj.items() if k != TOKENS_KEY)
     if isinstance(obj, (list, tuple)):
         return sum(_count_control(v, rx) for v in obj)
     return 0
@@ -62,7 +63,7 @@ def _mangle(obj: Any, rx: re.Pattern) -> Any:
     if isinstance(obj, str):
         return rx.sub(lambda m: _MANGLE * len(m.group()), obj)
     if isinstance(obj, dict):
-        return {k: _mangle(v, rx) for k, v in obj.items()}
+        return {_mangle(k, rx): _mangle(v, rx) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_mangle(v, rx) for v in obj]
     return obj
@@ -176,5 +177,16 @@ def apply_tool_chat_template(tokenizer):
     return tokenizer
 
 
+def load_tokenizer(path: str):
+    """The HF tokenizer at `path`, given the tool-calling chat template when its own cannot render tool calls."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    if not tok.chat_template or "tool_call" not in tok.chat_template:
+        apply_tool_chat_template(tok)
+    return tok
+
+
 __all__ = ["CONTROL_TEXT", "ControlTextError", "control_tokens", "control_text_count", "encode_chat", "TOKENS_KEY",
-           "apply_tool_chat_template", "SMOL_IDENTITY"]
+           "apply_tool_chat_template", "SMOL_IDENTITY",
+           "load_tokenizer"]
