@@ -279,65 +279,9 @@ def tok():
     return load_base_tokenizer()
 
 
-BAD_GENERATIONS = [
-    'I will list.\n<tool_call>\n{"name": "ls", "arguments": {"path": "."}\n</tool_call><|im_end|>',  # bad JSON
-    '<tool_call>\n{"name": "ls"}\n</tool_call><|im_end|>',  # no arguments
-    '<tool_call>\n{"name": 5, "arguments": {}}\n</tool_call><|im_end|>',  # name not a string
-    '<tool_call>\n["ls"]\n</tool_call><|im_end|>',  # not an object
-    'Let me see <tool_call>\n{"name": "ls", "argu',  # cut by max_tokens
-]
-
-
 def _prompt(tok):
     ids = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=True)
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-
-
-class _Model:  # what get_response_template reads when the tokenizer has a template: nothing
-    class config:
-        model_type = "llama"
-
-
-@pytest.mark.parametrize("text", BAD_GENERATIONS)
-def test_patched_parsers_answer_bad_tool_calls_as_text(tok, text):
-    from openai.types.chat import ChatCompletionMessageToolCall
-    from transformers.cli.serving import chat_completion as cc
-    from transformers.cli.serving.utils import ToolCall, response_events_to_chunks
-
-    from clawgym.serve import safe_tools as serve
-
-    prompt = _prompt(tok)
-    ids = tok(text, add_special_tokens=False)["input_ids"]
-    cleaned = tok.decode(ids, skip_special_tokens=True)
-    serve.uninstall_safe_tool_parsing()
-    with pytest.raises((ValueError, KeyError, TypeError)):  # stock transformers: the request's HTTP 500
-        _, _, calls = cc.parse_assistant_message(tok, _Model, ids, input_ids=prompt, cleaned_content=cleaned)
-        for i, c in enumerate(calls or []):  # what `_non_streaming` builds next (pydantic: ValueError)
-            ChatCompletionMessageToolCall(id=f"x_{i}", type="function",
-                                          function={"name": c.name, "arguments": c.arguments})
-    serve.install_safe_tool_parsing()
-    try:
-        content, reasoning, calls = cc.parse_assistant_message(tok, _Model, ids, input_ids=prompt,
-                                                               cleaned_content=cleaned)
-        assert calls is None and content == cleaned and "<tool_call>" in content
-        parser = cc.build_response_parser(tok, _Model, prompt)
-        items = []
-        for i in ids:  # token by token, as the streamers feed it
-            items += response_events_to_chunks(parser.feed(tok.decode([i])))
-        items += response_events_to_chunks(parser.finalize()[1])
-        assert not [x for x in items if isinstance(x, ToolCall)]
-        assert "".join(x for x in items if isinstance(x, str)) == cleaned
-        # a well-formed call still comes back as a tool call, streaming and not
-        good = tok('<tool_call>\n{"name": "ls", "arguments": {"path": "."}}\n</tool_call><|im_end|>',
-                   add_special_tokens=False)["input_ids"]
-        _, _, calls = cc.parse_assistant_message(tok, _Model, good, input_ids=prompt, cleaned_content="")
-        assert [(c.name, json.loads(c.arguments)) for c in calls] == [("ls", {"path": "."})]
-        parser = cc.build_response_parser(tok, _Model, prompt)
-        items = [x for i in good for x in response_events_to_chunks(parser.feed(tok.decode([i])))]
-        items += response_events_to_chunks(parser.finalize()[1])
-        assert [x.name for x in items if isinstance(x, ToolCall)] == ["ls"]
-    finally:
-        serve.uninstall_safe_tool_parsing()
 
 
 @pytest.fixture(scope="module")
@@ -377,18 +321,30 @@ def test_model_server_answers_a_bad_tool_call_as_text(scripted_model):
     from clawgym.agent.tools import TOOL_SCHEMAS
     from clawgym.serve import ModelServer
 
-    with ModelServer(scripted_model, device="cpu", startup_timeout_s=120) as srv:
+    with ModelServer(scripted_model, device="cpu", startup_timeout_s=600) as srv:
         client = openai.OpenAI(base_url=srv.base_url, api_key=srv.token or "none", timeout=120, max_retries=0)
         kw = dict(model=srv.model_name, max_tokens=16, temperature=0, tools=TOOL_SCHEMAS,
                   messages=[{"role": "user", "content": "hi"}])
-        r = client.chat.completions.create(**kw)  # stock transformers serve: HTTP 500
+        r = client.chat.completions.create(**kw)
         m = r.choices[0].message
         assert m.content == "<tool_call>{" and not m.tool_calls and r.choices[0].finish_reason == "stop"
-        text, calls, finish = "", [], None
-        for ch in client.chat.completions.create(stream=True, **kw):
+        text, calls, finish, ids = "", [], None, []
+        for ch in client.chat.completions.create(stream=True, extra_body={"return_token_ids": True}, **kw):
             for c in ch.choices:
                 text += c.delta.content or ""
                 calls += c.delta.tool_calls or []
                 finish = c.finish_reason or finish
-        assert text == "<tool_call>{" and not calls and finish == "stop"  # stock: the text was dropped
-        assert "Traceback" not in srv.log_tail(20000)
+                ids += (c.model_extra or {}).get("token_ids") or []
+        # streamed, vLLM's hermes parser holds back text that opened a call and never emits it (text == ""): the
+        # stream still ends "stop" with no invented call, and its sampled ids say what the model wrote (the proxy
+        # records them; the rebuild then sees the text and ids disagree: ids_mismatch, never a forged call)
+        assert not calls and finish == "stop" and text in ("", "<tool_call>{")
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(scripted_model))
+        assert tok.decode(ids, skip_special_tokens=True) == "<tool_call>{"
+        # the parser logs the bad JSON it could not read (an ERROR with its traceback) and goes on: the engine
+        # answers the next request the same way
+        assert srv.healthy()
+        again = client.chat.completions.create(**kw)
+        assert again.choices[0].message.content == "<tool_call>{" and not again.choices[0].message.tool_calls

@@ -272,7 +272,9 @@ def test_rebuild_follows_the_answered_chain_not_the_longest_request():
     out = rebuild_sessions(honest + [ent(3, tampered, {"role": "assistant", "content": "bye"})])["s"]
     tools = [m for m in out["messages"] if m["role"] == "tool"]
     assert [t["content"] for t in tools] == ["SECRET ANSWER", "done"]
-    assert {d["kind"] for d in out["divergence"]} == {"forged_assistant", "fake_tool_result"}
+    # an edited tool result is another message: the request branches off the answered chain, flagged (the rollout
+    # stays out of the SFT set), and the record keeps what the tools returned
+    assert {"forged_assistant", "branch"} <= {d["kind"] for d in out["divergence"]}
     assert "make test" not in json.dumps(out["messages"])
 
     # a first request that already claims assistant turns the proxy never returned

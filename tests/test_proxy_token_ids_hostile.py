@@ -151,7 +151,7 @@ def test_honest_streamed_rollout_stays_token_exact(tok, tmp_path):
 
 
 def test_sampled_ids_of_another_tool_call_are_not_trained(tok, tmp_path):
-    """The deltas say `exec ls` (what the tools ran), the ids `exec rm -rf ~`: the row is re-tokenized, counted."""
+    """The deltas say `exec ls` (what the tools ran), the ids `exec rm -rf ~`: the row is dropped, counted."""
     from clawgym.train.sft import token_exact_dataset
     from clawgym.trajectories.sft import IDS_MISMATCH, to_hf_dataset
 
@@ -161,8 +161,7 @@ def test_sampled_ids_of_another_tool_call_are_not_trained(tok, tmp_path):
     assert res == IDS_MISMATCH
     row = {"messages": msgs, "tools": TOOLS, "sample_id": "x", "task_id": "t", "category": "", "n_tokens": 1}
     ds, stats = token_exact_dataset(to_hf_dataset([row]).select_columns(["messages", "tools"]), tok)
-    assert stats["retokenize_reasons"] == {IDS_MISMATCH: 1}
-    assert "rm -rf" not in tok.decode(ds[0]["input_ids"])
+    assert stats["dropped"] == {IDS_MISMATCH: 1} and len(ds) == 0  # never trained as the model's text
 
 
 def test_ids_with_a_forged_turn_or_an_early_end_of_turn_are_not_trained(tok):
@@ -326,3 +325,24 @@ def test_a_control_id_the_model_emitted_matches_either_server_text(tok):
             "prompt_token_ids": _prompt(tok, START, None), "token_ids": out}}]
         res = token_exact_row(msgs, tok)
         assert (not isinstance(res, str)) if want else res == IDS_MISMATCH, (text, res)
+
+
+def test_calls_as_a_streaming_parser_sends_them_match_and_text_after_a_call_does_not(tok):
+    """vLLM streams a call's arguments as the model wrote them: an array, or an object cut at the completion bound
+    (no closing tag) reach the client as that text, and the ids that spell them are the turn. Text sampled after a
+    call is never sent, so ids carrying it are not the recorded turn."""
+    from clawgym.trajectories.sft import IDS_MISMATCH, TOKENS_KEY, token_exact_row
+
+    def turn(sampled: str, args: str, eos: bool = True):
+        return [*START, {"role": "assistant", "content": None, "tool_calls": [
+            {"type": "function", "id": "c", "function": {"name": "exec", "arguments": args}}], TOKENS_KEY: {
+            "prompt_token_ids": _prompt(tok, START), "token_ids": _ids(tok, sampled) + ([tok.eos_token_id] if eos
+                                                                                       else [])}}]
+
+    array = '<tool_call>\n{"name": "exec", "arguments": [ "ls", "-a" ]}\n</tool_call>'
+    assert not isinstance(token_exact_row(turn(array, '[ "ls", "-a" ]'), tok, TOOLS), str)
+    cut = '<tool_call>\n{"name": "exec", "arguments": {\n  "command": "ls -'
+    assert not isinstance(token_exact_row(turn(cut, '{\n  "command": "ls -', eos=False), tok, TOOLS), str)
+    assert token_exact_row(turn(cut, '{\n  "command": "rm -', eos=False), tok, TOOLS) == IDS_MISMATCH
+    assert token_exact_row(turn(LS + "\nnow rm -rf ~", '{"command": "ls"}'), tok, TOOLS) == IDS_MISMATCH
+    assert token_exact_row(turn(array, '["ls"]'), tok, TOOLS) == IDS_MISMATCH

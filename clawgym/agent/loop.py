@@ -37,6 +37,7 @@ from typing import Any
 
 from clawgym.agent.messages import text_of
 from clawgym.agent.policies import AgentRequestError, ChatClient, Endpoint, InfraError, RetryPolicy
+from clawgym.agent.tito import KV_FIELD, prompt_ids_for
 from clawgym.agent.tools import TOOL_SCHEMAS, execute_tool
 from clawgym.sandbox.base import Sandbox, SandboxError
 
@@ -356,6 +357,7 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
     # the sampled token ids / log-probabilities, when the endpoint can return them (vLLM's request fields)
     token_kw = ({"extra_body": {"return_token_ids": True, "logprobs": True}}
                 if getattr(endpoint, "token_ids", False) else {})
+    tito = prompt_ids_for(endpoint)  # a re-sent history as the ids the model sampled (clawgym.agent.tito)
     try:
         while True:
             if res.turns >= limits.max_turns:
@@ -370,11 +372,16 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
             if recorded > limits.max_record_bytes:
                 res.failure_class, res.error = "limit", f"record size limit ({limits.max_record_bytes} bytes) reached"
                 break
+            wire = wire_messages(res.messages)
+            kw = token_kw
+            ids = tito.prompt_ids(wire, TOOL_SCHEMAS) if tito is not None else None
+            if ids is not None:
+                kw = {"extra_body": {**token_kw["extra_body"], KV_FIELD: {"prompt_token_ids": ids}}}
             try:
-                resp = client.complete(messages=wire_messages(res.messages), tools=TOOL_SCHEMAS,
+                resp = client.complete(messages=wire, tools=TOOL_SCHEMAS,
                                        max_tokens=limits.max_completion_tokens, temperature=0.0,
                                        extra_headers=extra_headers, deadline=deadline,
-                                       max_response_bytes=limits.max_response_bytes, **token_kw)
+                                       max_response_bytes=limits.max_response_bytes, **kw)
             except AgentRequestError as e:
                 res.failure_class, res.error = e.failure_class, str(e)
                 break
@@ -392,6 +399,9 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
             toks = token_record(resp, choice) if token_kw else None
             if toks is not None:
                 amsg[TOKENS_KEY] = toks
+                if tito is not None:
+                    tito.remember(toks["prompt_token_ids"], toks["token_ids"], choice.get("finish_reason"),
+                                  wire, wire_messages([amsg])[0])  # the next turn re-sends them
             finish = choice.get("finish_reason")
             del resp, choice, msg  # the reply as received: only its bounded record is kept
             if cut:

@@ -54,7 +54,7 @@ from dataclasses import replace
 from clawgym import DEFAULT_OPENCLAW_DIR
 from clawgym.agent import proxy_forwarder
 from clawgym.agent.loop import Limits, LoopResult, bound_result
-from clawgym.agent.policies import Endpoint
+from clawgym.agent.policies import Endpoint, over_context_window
 from clawgym.agent.proxy import RecordingProxy, read_log, rebuild_sessions
 from clawgym.sandbox.base import Sandbox, SandboxConfig, SandboxError
 
@@ -308,7 +308,8 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
     proxy = RecordingProxy(endpoint.base_url, log_path, api_key_env=endpoint.api_key_env, model=endpoint.model,
                            uds=sock, max_requests=limits.max_turns, max_total_tokens=limits.max_total_tokens,
                            max_wall_s=timeout + 30, client_token=token, strict_sessions=True, bounds=limits,
-                           token_ids=bool(getattr(endpoint, "token_ids", False)))  # token-exact turns
+                           token_ids=bool(getattr(endpoint, "token_ids", False)),  # token-exact turns
+                           tokenizer=getattr(endpoint, "tokenizer", None))  # re-sent history as sampled
     proxy.register_session(session, task_id=task.task_id, policy=endpoint.kind)
     model_id = re.sub(r"[^A-Za-z0-9_.:-]", "-", endpoint.policy or "policy") or "policy"
     ctx = model_context_window(endpoint) or DEFAULT_CONTEXT_WINDOW
@@ -431,7 +432,7 @@ def _refusal(entries: list, i: int, model: str, ctx: int, max_tokens: int) -> tu
     ChatClient classes them: refused before any request was answered, it held only OpenClaw's prompt, the task
     and the tool schemas (ours: ``infra``); after, the transcript the model grew outgrew the endpoint (``limit``).
     The error names the model, its context window, the completion bound and the endpoint's own message (the
-    embedded server's says the prompt's size: clawgym.serve.context_limit)."""
+    embedded engine's says the window and the prompt's size)."""
     e = entries[i]
     raw = str(e.get("error") or "")
     try:
@@ -440,7 +441,7 @@ def _refusal(entries: list, i: int, model: str, ctx: int, max_tokens: int) -> tu
         err = None
     msg = (err.get("message") if isinstance(err, dict) else None) or raw
     code = err.get("code") if isinstance(err, dict) else None
-    what = "over the context window" if code == "context_length_exceeded" else "refused"
+    what = "over the context window" if over_context_window(code, msg) else "refused"
     accepted = sum(1 for x in entries[:i] if x.get("status") == 200)
     where = f"model {model} (context window {ctx} tokens, max completion {max_tokens} tokens)"
     if not accepted:

@@ -2,7 +2,7 @@
 
 kinds:
 - ``openai``: any OpenAI-compatible endpoint (vLLM, SGLang, OpenAI, transformers serve …);
-- ``local``: a checkpoint folder served by ``transformers serve`` through clawgym.serve.ModelServer
+- ``local``: a checkpoint folder served by the engine (vLLM) through clawgym.serve.ModelServer
   (started, health-checked and stopped around the work);
 - ``oracle`` / ``noop``: served by clawgym's own local OpenAI-compatible server, so every policy goes
   through the same client code (and the real OpenClaw can use them too).
@@ -32,8 +32,8 @@ HTTP 400/413/422 on the rollout's FIRST request              no            Infra
                                                                           wrote
 HTTP 400/413/422 on a LATER request, or any refusal whose    no            AgentRequestError(failure_class=
 structured error ``code`` is ``context_length_exceeded``                  "limit"): since the accepted first
-                                                                          request only the transcript the model
-                                                                          grew (its own outputs, bounded tool
+(OpenAI's) or whose message names the model's "maximum                    request only the transcript the model
+context length" (vLLM's)                                                  grew (its own outputs, bounded tool
                                                                           results) changed, i.e. its context
                                                                           outgrew the endpoint
 the rollout's wall budget (``deadline``) ran out while       no            AgentRequestError(failure_class=
@@ -110,6 +110,9 @@ class Endpoint:
     kind: str = "openai"
     headers: dict[str, str] = field(default_factory=dict)
     token_ids: bool = False  # ask for the sampled token ids / log-probabilities (vLLM's `return_token_ids`)
+    # the model's tokenizer (a folder), where it is known here: a re-sent history is then sent as the ids the model
+    # sampled (clawgym.agent.tito; vLLM's kv_transfer_params.prompt_token_ids)
+    tokenizer: str | None = None
 
     # clawgym's own local servers (policy server, embedded model server) answer only bearers of their
     # per-process token: such an endpoint's key is always that env var, even when a caller clears api_key_env
@@ -168,10 +171,29 @@ def get_policy(policy: str | PolicySpec, endpoints_json: str | None = None) -> P
     return reg[policy]
 
 
+def engine_args(spec: PolicySpec) -> tuple[str, dict[str, Any]]:
+    """A kind "local" spec's engine: the model folder and the clawgym.serve.ModelServer settings (its extra fields
+    less those the endpoint itself reads)."""
+    path = spec.extra.get("model_path") or spec.model
+    return path, {k: v for k, v in spec.extra.items() if k not in ("model_path", "return_token_ids", "tokenizer")}
+
+
+def warm_engine(spec: PolicySpec):
+    """Start a kind "local" spec's engine now, in the background (clawgym.serve.engines.warm): an open_endpoint of
+    the spec joins it instead of starting its own. `.release()` drops the warm hold."""
+    from clawgym.serve import engines
+
+    if spec.kind != "local":
+        raise ValueError(f"policy {spec.name}: only kind 'local' has an engine to warm (got {spec.kind!r})")
+    path, kwargs = engine_args(spec)
+    return engines.warm(path, **kwargs)
+
+
 @contextlib.contextmanager
 def open_endpoint(spec: PolicySpec, tasks=()) -> Iterator[Endpoint]:
     """A live endpoint for `spec` for the duration of the block. oracle/noop use the process-wide
-    policy server (tasks are registered with it); local starts and stops a ModelServer."""
+    policy server (tasks are registered with it); local holds the model's engine (clawgym.serve.engines: started
+    for the block, or joined where one runs in this process)."""
     if spec.kind in ("oracle", "noop"):
         from clawgym.agent.servers import TOKEN_ENV, shared_policy_server
 
@@ -186,24 +208,27 @@ def open_endpoint(spec: PolicySpec, tasks=()) -> Iterator[Endpoint]:
             raise ValueError(f"policy {spec.name}: base_url is required for kind=openai")
         yield Endpoint(base_url=spec.base_url.rstrip("/"), model=spec.model or "default",
                        api_key_env=spec.api_key_env, policy=spec.name, kind=spec.kind,
-                       token_ids=bool(spec.extra.get("return_token_ids")))
+                       token_ids=bool(spec.extra.get("return_token_ids")), tokenizer=spec.extra.get("tokenizer"))
     elif spec.kind == "local":
         from clawgym.agent.servers import TOKEN_ENV
-        from clawgym.serve import ModelServer
+        from clawgym.serve import engines
 
-        path = spec.extra.get("model_path") or spec.model
-        kwargs = {k: v for k, v in spec.extra.items() if k not in ("model_path", "return_token_ids")}
-        server = ModelServer(path, **kwargs)
-        try:
-            base_url = server.start()
-            base_url = base_url if isinstance(base_url, str) else server.base_url
-            yield Endpoint(base_url=base_url.rstrip("/"), model=getattr(server, "model_name", None) or path,
+        path, kwargs = engine_args(spec)
+        # the engine of this model in this process: started here, or joined when one runs (engines.warm / hold)
+        with engines.hold(path, **kwargs) as server:
+            yield Endpoint(base_url=server.base_url.rstrip("/"), model=getattr(server, "model_name", None) or path,
                            policy=spec.name, kind=spec.kind, api_key_env=TOKEN_ENV,  # its per-process token
-                           token_ids=bool(spec.extra.get("return_token_ids", getattr(server, "token_ids", False))))
-        finally:
-            server.stop()
+                           token_ids=bool(spec.extra.get("return_token_ids", getattr(server, "token_ids", False))),
+                           tokenizer=spec.extra.get("tokenizer") or getattr(server, "model_dir", None) or path)
     else:
         raise ValueError(f"policy {spec.name}: unknown kind {spec.kind!r}")
+
+
+def over_context_window(code: Any, message: str) -> bool:
+    """Whether an endpoint's refusal says the request is over the model's context window: OpenAI's structured
+    code ``context_length_exceeded``, or vLLM's message ("This model's maximum context length is N tokens. However,
+    your prompt contains at least M input tokens ...", code 400)."""
+    return code == "context_length_exceeded" or "maximum context length" in (message or "")
 
 
 # ---- the chat client with retries ------------------------------------------------------------------
@@ -309,7 +334,7 @@ class ChatClient:
                 st = e.status_code
                 if st >= 500 or st in (408, 409, 429):
                     last = f"{type(e).__name__} ({st}): {e}"
-                elif getattr(e, "code", None) == "context_length_exceeded" or (
+                elif over_context_window(getattr(e, "code", None), str(e)) or (
                         st in self.REFUSED_BY_CONTEXT and self.accepted > 0):
                     raise AgentRequestError(self._redact(
                         f"endpoint refused the transcript after {self.accepted} accepted requests "
@@ -344,4 +369,5 @@ def _read_bounded(resp: Any, max_bytes: int | None, deadline: float | None) -> b
 
 
 __all__ = ["PolicySpec", "Endpoint", "PolicyKind", "BUILTIN_POLICIES", "policy_registry", "get_policy",
-           "open_endpoint", "ChatClient", "RetryPolicy", "InfraError", "AgentRequestError"]
+           "open_endpoint", "engine_args", "warm_engine", "ChatClient", "RetryPolicy", "InfraError",
+           "AgentRequestError"]

@@ -40,6 +40,7 @@ the past). Every public name of proxy_gate and proxy_log is importable from here
 No ``from __future__ import annotations`` here: FastAPI reads the endpoint annotations.
 """
 
+import asyncio
 import hmac
 import json
 import os
@@ -56,6 +57,7 @@ from clawgym.agent.proxy_gate import PeerGate
 from clawgym.agent.proxy_log import (HEARTBEAT_MARKERS, INTERNAL_MARKERS, _usage_tokens, canonical, clean_messages,
                                      read_log, rebuild_sessions)
 from clawgym.agent.secrets import redact
+from clawgym.agent.tito import KV_FIELD
 from clawgym.agent.servers import AppServer, completion_json, sse_chunks
 
 HOP_HEADERS = {"host", "content-length", "connection", "transfer-encoding", "authorization", "accept-encoding",
@@ -223,6 +225,43 @@ class _StreamCaps:
         return None
 
 
+# the request fields a chat completion may carry upstream: OpenAI's own (and the token-id fields the proxy sets)
+REQUEST_FIELDS = frozenset({
+    "model", "messages", "tools", "tool_choice", "parallel_tool_calls", "temperature", "top_p", "max_tokens",
+    "max_completion_tokens", "stream", "stream_options", "stop", "seed", "n", "user", "frequency_penalty",
+    "presence_penalty", "return_token_ids", "logprobs", "top_logprobs"})
+MESSAGE_FIELDS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
+TEXT_PARTS = frozenset({"text", "input_text", "output_text"})
+
+
+def request_fields(body: dict) -> list[str]:
+    """Keep in `body` only what the record and the rebuild read (REQUEST_FIELDS; each message's MESSAGE_FIELDS;
+    of a content list, its text parts), in place; returns what was dropped ("field", "messages[i].key",
+    "messages[i].content[j]:type"), sorted."""
+    dropped = [k for k in body if k not in REQUEST_FIELDS]
+    for k in dropped:
+        body.pop(k)
+    msgs = body.get("messages")
+    if isinstance(msgs, list):
+        for i, m in enumerate(msgs):
+            if not isinstance(m, dict):
+                continue
+            for k in [k for k in m if k not in MESSAGE_FIELDS]:
+                m.pop(k)
+                dropped.append(f"messages[{i}].{k}")
+            parts = m.get("content")
+            if isinstance(parts, list):
+                keep = []
+                for j, part in enumerate(parts):
+                    if isinstance(part, dict) and part.get("type") in TEXT_PARTS and isinstance(part.get("text"), str):
+                        keep.append({"type": "text", "text": part["text"]})
+                    else:
+                        kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                        dropped.append(f"messages[{i}].content[{j}]:{str(kind)[:40]}")
+                m["content"] = keep
+    return sorted(dropped)
+
+
 class RecordingProxy(AppServer):
     """Forward /v1/chat/completions (and /v1/models) to `upstream` and log each pair.
 
@@ -235,16 +274,21 @@ class RecordingProxy(AppServer):
     max_response_bytes, max_record_bytes) applied to what is recorded; None: unbounded.
     token_ids: ask the upstream for the sampled tokens of every chat request (``return_token_ids`` and
     ``logprobs``, vLLM's / the embedded server's fields, streamed or not), so the recorded turns are token-exact
-    (`merge_stream`, proxy_log's rebuild: ``clawgym_tokens`` on each assistant turn)."""
+    (`merge_stream`, proxy_log's rebuild: ``clawgym_tokens`` on each assistant turn). tokenizer: with token_ids,
+    the upstream model's tokenizer (a folder): a session's re-sent history then goes upstream as the ids the model
+    sampled (clawgym.agent.tito, vLLM's ``kv_transfer_params.prompt_token_ids``). Whatever the client sends in
+    that field is dropped: what the engine reads is the recorded messages, tokenized by the proxy or the engine."""
 
     def __init__(self, upstream: str, log_path: str, api_key_env: Optional[str] = None,
                  model: Optional[str] = None, timeout_s: float = 600.0, uds: Optional[str] = None,
                  max_requests: Optional[int] = None, max_total_tokens: Optional[int] = None,
                  max_wall_s: Optional[float] = None, client_token: Optional[str] = None,
                  strict_sessions: bool = False, uds_expect: Optional[tuple] = None,
-                 bounds: Optional[Limits] = None, token_ids: bool = False):
+                 bounds: Optional[Limits] = None, token_ids: bool = False, tokenizer: Optional[str] = None):
         self.upstream = upstream.rstrip("/")
         self.token_ids = token_ids
+        self.tokenizer = tokenizer if token_ids else None
+        self._tito: dict[str, Any] = {}  # session -> clawgym.agent.tito.PromptIds
         self.log_path = log_path
         self.api_key_env = api_key_env
         self.model = model
@@ -320,7 +364,28 @@ class RecordingProxy(AppServer):
     def _log(self, entry: dict) -> None:
         if entry.get("status") == 200 and not entry.get("limit"):
             self._count(entry["session"], entry.get("response"))
+            tito = self._tito.get(entry["session"])
+            if tito is not None:
+                tito.remember_response(entry.get("response"), (entry.get("request") or {}).get("messages"))
         self._write(entry)
+
+    def _prompt_ids(self, session: str, body: dict) -> Optional[list]:
+        """The ids the upstream should generate this request from (a re-sent history as sampled), or None."""
+        if not self.tokenizer:
+            return None
+        with self._lock:
+            tito = self._tito.get(session)
+            if tito is None:
+                from clawgym.agent.tito import PromptIds
+
+                try:
+                    tito = self._tito[session] = PromptIds(self.tokenizer)
+                except Exception:  # noqa: BLE001 - no tokenizer here: the engine renders every request itself
+                    self.tokenizer = None
+                    return None
+        msgs = body.get("messages")
+        tools = body.get("tools")
+        return tito.prompt_ids(msgs, tools if isinstance(tools, list) else None) if isinstance(msgs, list) else None
 
     def _write(self, entry: dict) -> None:
         line = redact(json.dumps(entry, ensure_ascii=False), extra_env=[self.api_key_env] if self.api_key_env else ())
@@ -407,12 +472,22 @@ class RecordingProxy(AppServer):
                 seq = proxy._seq
             if proxy.model:
                 body["model"] = proxy.model
+            # what the engine reads is what the record says it read: only OpenAI's sampling fields go upstream (an
+            # engine's own extensions, structured_outputs / logit_bias / chat_template_kwargs / kv_transfer_params,
+            # would let a client choose the "model's" text or the prompt behind the record), and only the text of
+            # messages the template renders (a content part of another type, or a key such as reasoning_content,
+            # is rendered by some templates and read by no trajectory)
+            dropped = request_fields(body)
+            if dropped:
+                entry_extra = {"dropped_fields": dropped}
+            else:
+                entry_extra = {}
             if proxy.token_ids:  # the proxy's own choice, whatever the client sent
                 body["return_token_ids"] = True
                 body["logprobs"] = True
             headers = proxy._headers(request, session)
             entry: dict[str, Any] = {"session": session, "seq": seq, "ts": t0, "request": body,
-                                     "stream": bool(body.get("stream"))}
+                                     "stream": bool(body.get("stream")), **entry_extra}
             why = proxy._over_limit(session)
             if why:
                 msg = {"role": "assistant", "content": f"[clawgym] {why}: stopping here."}
@@ -425,6 +500,9 @@ class RecordingProxy(AppServer):
                                              media_type="text/event-stream")
                 return JSONResponse(entry["response"])
             url = proxy.upstream + "/chat/completions"
+            # rendering and matching a long history is CPU work: off the event loop
+            ids = await asyncio.to_thread(proxy._prompt_ids, session, body) if proxy.tokenizer else None
+            upstream_body = {**body, KV_FIELD: {"prompt_token_ids": ids}} if ids else body
 
             def stop_answer(why: str, response: Optional[dict] = None):
                 """The proxy's own final text instead of a reply that broke a size cap (logged, cut)."""
@@ -438,7 +516,8 @@ class RecordingProxy(AppServer):
 
             if not body.get("stream"):
                 try:
-                    r = await client.send(client.build_request("POST", url, json=body, headers=headers), stream=True)
+                    r = await client.send(client.build_request("POST", url, json=upstream_body, headers=headers),
+                                          stream=True)
                     try:
                         content = await proxy._read_response(r)
                     finally:
@@ -467,7 +546,7 @@ class RecordingProxy(AppServer):
                 return Response(content, status_code=r.status_code,
                                 media_type=r.headers.get("content-type", "application/json"))
 
-            req = client.build_request("POST", url, json=body, headers=headers)
+            req = client.build_request("POST", url, json=upstream_body, headers=headers)
             try:
                 r = await client.send(req, stream=True)
             except httpx.HTTPError as e:
@@ -602,5 +681,5 @@ def _session_routes(impl):
     return by_header, by_url
 
 
-__all__ = ["RecordingProxy", "PeerGate", "merge_stream", "read_log", "rebuild_sessions", "clean_messages",
-           "canonical", "HEARTBEAT_MARKERS", "INTERNAL_MARKERS"]
+__all__ = ["RecordingProxy", "PeerGate", "request_fields", "merge_stream", "read_log", "rebuild_sessions",
+           "clean_messages", "canonical", "HEARTBEAT_MARKERS", "INTERNAL_MARKERS"]

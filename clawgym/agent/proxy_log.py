@@ -10,7 +10,7 @@ forgeable). It is the chain of turns the proxy actually answered, in log order:
   previously-answered conversation it extends (its request messages + the reply the proxy returned, compared
   canonically: internal-context/heartbeat user turns dropped, text content, tool-call ids as OpenClaw
   re-sends them (`_cid`: ``call_ab`` becomes ``callab``, a longer id is cut to 40 characters), JSON
-  arguments re-serialised, tool results by tool_call_id only). A client message, once recorded, is never
+  arguments re-serialised, tool results by tool_call_id and text). A client message, once recorded, is never
   replaced by a later request's version;
 * tool results are kept only for tool calls the proxy returned, once each, under the proxy's own call id; a
   result whose id could name more than one returned call (two ids equal after `_cid`, an id repeated in two
@@ -154,8 +154,8 @@ def _cargs(args: Any) -> str:
 def canonical(m: dict) -> tuple:
     """What two versions of a message must share to count as the same message (see the module docstring)."""
     role = m.get("role")
-    if role == "tool":
-        return ("tool", _cid(m.get("tool_call_id")))
+    if role == "tool":  # its text too: a result edited in a re-sent history is another message
+        return ("tool", _cid(m.get("tool_call_id")), text_of(m.get("content")))
     if role == "assistant":
         calls = tuple((_cid(tc.get("id")), tc["function"].get("name"), _cargs(tc["function"].get("arguments")))
                       for tc in _calls_of(m.get("tool_calls")))

@@ -349,69 +349,24 @@ def shared_policy_server() -> PolicyServer:
         return _SHARED
 
 
-# ---- endpoints shared by the roles of one graph run (one local model server per model, reference-counted) ----
-class _SharedServer:
-    def __init__(self):
-        self.lock = threading.Lock()  # held while the server starts / stops
-        self.refs = 0
-        self.endpoint = None
-        self.cm = None
-
-
-_ENDPOINTS: dict[str, _SharedServer] = {}
-_ENDPOINTS_LOCK = threading.Lock()
-ENDPOINT_STARTS: dict[str, int] = {}  # key -> how many times its server was started in this process (for tests)
-
-
-def _endpoint_key(spec) -> str:
-    """One server per model: a local spec's model folder and server settings (not its name: two names of one
-    folder share the server)."""
-    extra = {k: v for k, v in (spec.extra or {}).items() if k != "model_path"}
-    return json.dumps([spec.kind, str((spec.extra or {}).get("model_path") or spec.model), extra], sort_keys=True,
-                      default=str)
-
-
+# ---- endpoints shared by the roles of one graph run ------------------------------------------------------------
 @contextlib.contextmanager
 def shared_endpoint(spec) -> Iterator[Any]:
     """A live clawgym.agent.policies.Endpoint for `spec` for the block. A kind "local" spec (a registered model or
-    checkpoint: clawgym.serve.ModelServer) has one server per model in this process, reference-counted:
-    the first holder starts it, the others share it (generator, reviewer, auditor and judge of one run), the
-    last one out stops it — also when the block raises. Other kinds are opened as by open_endpoint."""
+    checkpoint) holds its model's engine (clawgym.serve.engines): one per model folder and server settings in this
+    process, started by the first holder and shared by the others (generator, reviewer, auditor and judge of one
+    run, or a run's warm engine), stopped when the last one leaves, also when the block raises."""
     from clawgym.agent.policies import open_endpoint
 
-    if spec.kind != "local":
-        with open_endpoint(spec) as ep:
-            yield ep
-        return
-    key = _endpoint_key(spec)
-    with _ENDPOINTS_LOCK:
-        entry = _ENDPOINTS.setdefault(key, _SharedServer())
-        entry.refs += 1
-    try:
-        with entry.lock:
-            if entry.endpoint is None:
-                cm = open_endpoint(spec)
-                entry.endpoint = cm.__enter__()  # starts the server (stops it itself when start fails)
-                entry.cm = cm
-                ENDPOINT_STARTS[key] = ENDPOINT_STARTS.get(key, 0) + 1
-        yield entry.endpoint
-    finally:
-        with _ENDPOINTS_LOCK:
-            entry.refs -= 1
-            last = entry.refs == 0
-            if last and _ENDPOINTS.get(key) is entry:
-                del _ENDPOINTS[key]
-        if last:
-            with entry.lock:
-                cm, entry.cm, entry.endpoint = entry.cm, None, None
-                if cm is not None:
-                    cm.__exit__(None, None, None)
+    with open_endpoint(spec) as ep:
+        yield ep
 
 
 def live_endpoints() -> dict[str, int]:
-    """The shared local endpoints alive now: key -> holders."""
-    with _ENDPOINTS_LOCK:
-        return {k: e.refs for k, e in _ENDPOINTS.items()}
+    """The local engines alive now: key -> holders."""
+    from clawgym.serve import engines
+
+    return engines.running()
 
 
 __all__ = ["ServerThread", "AppServer", "PolicyServer", "shared_policy_server", "adapt_call", "text_of",

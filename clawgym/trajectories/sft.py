@@ -40,8 +40,9 @@ from typing import Any, Iterable
 from clawgym.fsatomic import replace_dir
 from clawgym.tasks.model import Task
 from clawgym.agent.messages import text_of
-from clawgym.trajectories.chat_encoding import (  # noqa: F401 (re-exported: clawgym.trajectories.sft's names)
+from clawgym.serve.chat_encoding import (  # noqa: F401 (re-exported: clawgym.trajectories.sft's names)
     CONTROL_TEXT, TOKENS_KEY, ControlTextError, control_text_count, control_tokens, encode_chat,
+    load_tokenizer,
 )
 
 DEFAULT_TOKENIZER = "data/models/smollm2-135m-instruct"
@@ -266,22 +267,29 @@ def _decode(tok, ids: list[int], skip_special: bool = False) -> str:
 
 
 def _call_key(name: Any, args: Any) -> tuple | None:
+    """A tool call as (name, its arguments): canonical JSON where they parse (any JSON value: a streaming server
+    passes on what the model wrote, an array included), else the raw text without surrounding whitespace (a call
+    the model left malformed or cut at the completion bound is still the call the client got)."""
     if isinstance(args, str):
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except ValueError:
-            return None
+        if not args.strip():
+            args = {}
+        else:
+            try:
+                args = json.loads(args)
+            except ValueError:
+                return str(name or ""), "raw:" + args.strip()
     if args is None:
         args = {}
-    if not isinstance(args, dict):
+    try:
+        return str(name or ""), json.dumps(args, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError):
         return None
-    return str(name or ""), json.dumps(args, sort_keys=True, ensure_ascii=False)
 
 
 def parse_sampled_turn(text: str) -> tuple[str, list[tuple]]:
     """(content, [(name, canonical arguments JSON)]) of a sampled assistant turn in the tool-calling template's
-    format (``<tool_call>{"name", "arguments"}</tool_call>`` blocks, as the server parses them); a block that is
-    not such a call stays text."""
+    format (``<tool_call>{"name", "arguments"}</tool_call>`` blocks, as a server parses a whole reply); a block that
+    is not such a call stays text."""
     calls: list[tuple] = []
     parts: list[str] = []
     pos = 0
@@ -301,6 +309,59 @@ def parse_sampled_turn(text: str) -> tuple[str, list[tuple]]:
     return "".join(parts).strip(), calls
 
 
+_CALL_OPEN, _CALL_CLOSE = "<tool_call>", "</tool_call>"
+_CALL_NAME_RE = re.compile(r'"name"\s*:\s*"([^"]+)"')
+_CALL_ARGS_RE = re.compile(r'"arguments"\s*:\s*')
+
+
+def parse_streamed_turn(text: str) -> tuple[str, list[tuple]] | None:
+    """(content, [(name, arguments)]) of a sampled turn as a streaming hermes-style parser hands it to the client
+    (vLLM's, which tool calls stream through): the text before the first ``<tool_call>`` is the content; each
+    region up to ``</tool_call>`` (or the end of the turn: cut at the completion bound) is a call whose name is its
+    ``"name"`` string and whose arguments are the raw text after ``"arguments":``, the brace that closes the call
+    object removed where the region is complete, whether or not that text is valid JSON. None without a call,
+    where a region has no name (the parser sends nothing for it), or where text follows a call (never sent)."""
+    start = text.find(_CALL_OPEN)
+    if start < 0:
+        return None
+    content, calls, pos = text[:start], [], start
+    while True:
+        start = text.find(_CALL_OPEN, pos)
+        if start < 0:
+            if text[pos:].strip():
+                return None  # text after the calls: sampled, but never sent (no row trains what nobody saw)
+            break
+        if text[pos:start].strip():
+            return None
+        body_at = start + len(_CALL_OPEN)
+        end = text.find(_CALL_CLOSE, body_at)
+        body = (text[body_at:end] if end >= 0 else text[body_at:]).strip()
+        complete = end >= 0 or _is_json(body)
+        name, args = _CALL_NAME_RE.search(body), _CALL_ARGS_RE.search(body)
+        if name is None:
+            return None
+        raw = body[args.end():] if args else ""
+        if complete:
+            raw = raw.rstrip()
+            raw = raw[:-1] if raw.endswith("}") else raw
+        key = _call_key(name.group(1), raw)
+        if key is None:
+            return None
+        calls.append(key)
+        if end < 0:
+            break
+        pos = end + len(_CALL_CLOSE)
+    return content.strip(), calls
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return bool(text)
+
+
 def _completion_matches(tok, out: list[int], msg: dict) -> bool:
     """The sampled ids `out` of a turn decode to the recorded assistant message `msg`: the same text (whitespace
     at the ends aside) and the same tool calls (name, arguments as JSON), the end-of-turn id at most once, last."""
@@ -318,7 +379,11 @@ def _completion_matches(tok, out: list[int], msg: dict) -> bool:
     text = text_of(msg.get("content")).strip()
     # a server's text is its decode with special tokens skipped, or (a response parser: transformers serve) its
     # parse of the raw decode: either is what the client got
-    return any(parse_sampled_turn(_decode(tok, body, skip_special=skip)) == (text, want) for skip in (True, False))
+    for skip in (True, False):
+        decoded = _decode(tok, body, skip_special=skip)
+        if (text, want) in (parse_sampled_turn(decoded), parse_streamed_turn(decoded)):
+            return True
+    return False
 
 
 def _n_control(tok, ids: list[int]) -> int:
@@ -428,18 +493,6 @@ def contaminated_tasks(tasks: list[Task], bench_tasks: list[Task], threshold: fl
 
 
 # ---- the build -------------------------------------------------------------------------------------------
-def load_tokenizer(path: str):
-    """The HF tokenizer at `path`, given the tool-calling chat template when its own cannot render tool calls."""
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(path)
-    if not tok.chat_template or "tool_call" not in tok.chat_template:
-        from clawgym.trajectories.chat_encoding import apply_tool_chat_template
-
-        apply_tool_chat_template(tok)
-    return tok
-
-
 def count_tokens(tok, messages: list[dict], tools: list[dict]) -> int:
     """Tokens of the conversation rendered by the tokenizer's chat template (with the tool schemas), control text
     in the content counted as the ordinary pieces it is trained as (`encode_chat`)."""
@@ -616,6 +669,21 @@ def write_sft_parquet(rows: list[dict], root: str | os.PathLike | None = None) -
     return write_table(Table.SFT, rows, root=root)
 
 
+class TokenRecordMismatch(ControlTextError):
+    """A row whose sampled-token record disagrees with its messages (``drift``, ``prompt_mismatch``,
+    ``ids_mismatch``, ``bad_ids``, or ``partial_tokens``: some turns recorded, some not): its text is not what
+    the model read and wrote (a re-sent history edited, a reply cut or redacted, a turn the proxy answered itself),
+    so it is never trained on as if it were. `reason` names which; the callers drop the row and count it."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"the row's token record disagrees with its messages: {reason}")
+        self.reason = reason
+
+
+# rows without a token record at all (an API model's) or ending on a tool result are rendered from their text
+_RETOKENIZE = ("no_tokens", "trailing")
+
+
 def tokenize_row(row: dict, tok) -> tuple[list[int], list[int], str | None, int]:
     """The tokens a row trains on: ``(input_ids, assistant_masks, retokenize_reason, n_contexts_fixed)``.
 
@@ -623,14 +691,20 @@ def tokenize_row(row: dict, tok) -> tuple[list[int], list[int], str | None, int]
     `input_ids` / `assistant_masks` columns): a row whose assistant messages all carry their sampled tokens is
     exactly those tokens (`token_exact_row`: the mask 1 on the sampled ids, a server context that turned control
     text into control ids re-encoded; `retokenize_reason` None); any other row is rendered by the chat template
-    with the tools (`encode_chat` with the assistant mask: control text in the content as ordinary pieces), and
-    `retokenize_reason` says why it was not token-exact (``no_tokens``, ``drift``, ``prompt_mismatch`` …).
-    Raises `ControlTextError` (reason ``control_text_in_content``) when the row cannot be encoded exactly."""
+    with the tools (`encode_chat` with the assistant mask: control text in the content as ordinary pieces) when it
+    has no token record at all (``no_tokens``: an API model's) or ends on a tool result (``trailing``), and
+    `retokenize_reason` says which. A row whose token record disagrees with its messages raises
+    `TokenRecordMismatch`; one that cannot be encoded exactly `ControlTextError` (``control_text_in_content``):
+    both have a `reason`, and the callers leave the row out and count it."""
     messages, tools = row["messages"], row.get("tools")
     res = token_exact_row(messages, tok, tools)
     if not isinstance(res, str):
         ids, mask, fixed = res
         return list(ids), list(mask), None, fixed
+    if res not in _RETOKENIZE:
+        raise TokenRecordMismatch(res)
+    if res == "no_tokens" and any(isinstance(m, dict) and TOKENS_KEY in m for m in messages):
+        raise TokenRecordMismatch("partial_tokens")
     msgs = [{k: v for k, v in m.items() if k != TOKENS_KEY} for m in messages]
     enc = encode_chat(tok, msgs, tools, assistant_mask=True)  # ControlTextError: not exact, the caller drops it
     return list(enc["input_ids"]), list(enc["assistant_masks"]), res, 0
@@ -646,20 +720,21 @@ def _export_tokenizer(tok):
         tok = load_tokenizer(str(tok))
     if not _GENERATION_RE.search(tok.chat_template or ""):
         raise ValueError("the export tokenizer's chat template has no {% generation %} markers: the assistant "
-                         "tokens cannot be masked (clawgym.trajectories.chat_encoding.apply_tool_chat_template)")
+                         "tokens cannot be masked (clawgym.serve.chat_encoding.apply_tool_chat_template)")
     return tok
 
 
 def tokenized_rows(rows: list[dict], tok) -> tuple[list[dict], Counter]:
     """The rows with `input_ids` and `assistant_masks` (`tokenize_row`), and the count of those left out by
-    reason (``control_text_in_content``: a row that cannot be encoded exactly is never exported)."""
+    reason (``control_text_in_content``: a row that cannot be encoded exactly is never exported; ``drift`` and the
+    other TokenRecordMismatch reasons: a row whose token record disagrees with its messages)."""
     out: list[dict] = []
     dropped: Counter = Counter()
     for r in rows:
         try:
             ids, mask, _reason, _fixed = tokenize_row(r, tok)
-        except ControlTextError:
-            dropped[CONTROL_TEXT] += 1
+        except ControlTextError as e:  # TokenRecordMismatch too: its own reason
+            dropped[getattr(e, "reason", CONTROL_TEXT)] += 1
             continue
         out.append({**r, "input_ids": [int(i) for i in ids], "assistant_masks": [int(bool(k)) for k in mask]})
     return out, dropped
@@ -721,5 +796,6 @@ __all__ = [
     "dataset_stats", "load_tokenizer", "count_tokens", "is_noise_turn", "DEFAULT_TOKENIZER", "TOKENS_KEY",
     "token_exact_sequence", "token_exact_row", "encode_chat", "control_tokens", "control_text_count",
     "ControlTextError", "CONTROL_TEXT", "BAD_IDS", "IDS_MISMATCH", "PROMPT_MISMATCH", "parse_sampled_turn",
-    "tokenize_row", "tokenized_rows",
+    "parse_streamed_turn",
+    "tokenize_row", "tokenized_rows", "TokenRecordMismatch",
 ]
