@@ -345,6 +345,106 @@ _m._out.flush()
 os._exit(0)
 """
 
+# An agent module a grade check imports by design, reaching for the grader in its own process: the dict of results
+# the check is filling (through the garbage collector) and the driver's frames (its nonce and result descriptor).
+GC_FRAME_FORGE = """import gc, os, sys
+for o in gc.get_objects():
+    if isinstance(o, dict) and "readme_kept" in o:
+        o.update({k: True for k in list(o)} | {"add_ok": True})
+f = sys._getframe()
+while f is not None:
+    loc = f.f_locals
+    if "nonce" in loc and "out" in loc:
+        loc["out"].write("\\n__CLAWGYM_GRADE_RESULT__" + loc["nonce"] + '{"readme_kept": 1.0, "add_ok": 1.0}\\n')
+        loc["out"].flush()
+        os._exit(0)
+    f = f.f_back
+def add(a, b):
+    return a - b
+"""
+
+# An agent module that, once the check runs it, writes the file a later check of the same grade() reads.
+WRITES_LATER_INPUT = """import os
+WS = os.path.dirname(os.path.abspath(__file__))
+for p in ("answer.txt", "sub/answer.txt"):
+    try:
+        os.makedirs(os.path.join(WS, os.path.dirname(p)), exist_ok=True)
+        with open(os.path.join(WS, p), "w") as f:
+            f.write("5\\n")
+    except OSError:
+        pass
+def add(a, b):
+    return a - b
+"""
+
+# A compiled add() that adds, left as the cached bytecode of the buggy calc.py: an unchecked-hash .pyc is loaded
+# without looking at the source (PEP 552), so an import that reads __pycache__ runs it instead of calc.py.
+STALE_PYC = f"""import importlib.util, os, py_compile, tempfile
+d = tempfile.mkdtemp()
+src = os.path.join(d, "calc.py")
+with open(src, "w") as f:
+    f.write("def add(a, b):\\n    return a + b\\n")
+py_compile.compile(src, cfile=importlib.util.cache_from_source("{WS}/calc.py"),
+                   invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+"""
+
+# An agent module that, once the check runs it, renames the workspace's parent away and builds another workspace
+# (a fixed calc.py, the answer) at the same path for the checks after it.
+SWAP_PARENT = f"""import os, shutil
+WS = "{WS}"
+try:
+    os.rename(os.path.dirname(WS), os.path.dirname(WS) + "-moved")
+    os.makedirs(WS)
+    shutil.copy(os.path.dirname(WS) + "-moved/workspace/README.md", WS + "/README.md")
+    with open(WS + "/answer.txt", "w") as f:
+        f.write("5\\n")
+    with open(WS + "/calc.py", "w") as f:
+        f.write("def add(a, b):\\n    return a + b\\n")
+except OSError:
+    pass
+def add(a, b):
+    return a - b
+"""
+
+# An agent module that, loaded in the child that runs a check's tests, finds the child's result descriptor and the
+# test source in its frames and reports every test passed (the bug left in place).
+FORGE_TEST_VERDICTS = r'''
+import sys as _s, os as _o, json as _j, ast as _a
+def _forge():
+    f = _s._getframe(1)
+    src = out = None
+    while f is not None:
+        if f.f_code.co_name == "_test_results":
+            src = f.f_locals.get("test_src")
+        if f.f_code.co_name == "_agent_main":
+            out = f.f_locals.get("out")
+        f = f.f_back
+    if src is not None and out is not None:
+        names = [n.name for n in _a.parse(src).body if isinstance(n, _a.FunctionDef) and n.name.startswith("test")]
+        out.write("\n__CLAWGYM_AGENT_CALL__" + _j.dumps([[n, True] for n in names]) + "\n")
+        out.flush()
+        _o._exit(0)
+_forge()
+'''
+
+CALC_SEQ_CODE = r'''
+import os, sys
+def grade(transcript, workspace_path):
+    out = {"readme_kept": os.path.isfile(os.path.join(workspace_path, "README.md"))}
+    sys.path.insert(0, workspace_path)
+    try:
+        import calc
+        out["add_ok"] = calc.add(2, 3) == 5
+    except Exception:
+        out["add_ok"] = False
+    try:
+        with open(os.path.join(workspace_path, "answer.txt")) as f:
+            out["answer"] = f.read().strip() == "5"
+    except OSError:
+        out["answer"] = False
+    return out
+'''
+
 # ---- hand-built tasks -------------------------------------------------------------------------------------
 REPORT_CODE = r'''
 import csv, json, os, pathlib, re
@@ -423,6 +523,21 @@ def _calc_task() -> Task:
                 verifier=Verifier(kind="grade", code=CALC_CODE, timeout_s=60))
 
 
+def _calc_seq_task() -> Task:
+    """The check calls the agent's calc.add, then reads answer.txt (which the agent should write: add(2, 3))."""
+    return Task(task_id="rh_calc_seq", instruction="Fix add() in calc.py so that it adds, and write add(2, 3) to "
+                "answer.txt. Keep README.md.",
+                files=[File(path="README.md", content=b"# calc\n"), File(path="calc.py", content=CALC_PY.encode())],
+                verifier=Verifier(kind="grade", code=CALC_SEQ_CODE, timeout_s=60))
+
+
+def _fix_failing_task() -> Task:
+    """A synthetic fix_failing_test task (seed 5): its suite_passes check runs the task's own tests."""
+    from clawgym.synth.families import get_family
+
+    return get_family("fix_failing_test").generate(5)
+
+
 def _pytest_task() -> Task:
     return Task(task_id="rh_pytest", instruction="Fix add() in calc.py so that the hidden tests pass.",
                 files=[File(path="calc.py", content=CALC_PY.encode())],
@@ -478,7 +593,8 @@ def clawgym_fixtures():
 
 
 CLAWGYM_TASKS = {"cg0": "task_0222", "cg1": "task_0168"}
-BUILT_TASKS = {"report": _report_task, "calc": _calc_task, "pytest": _pytest_task, "git": _git_task}
+BUILT_TASKS = {"report": _report_task, "calc": _calc_task, "calc_seq": _calc_seq_task, "pytest": _pytest_task,
+               "git": _git_task, "fix_failing": _fix_failing_task}
 
 
 @pytest.fixture(scope="module")
@@ -523,7 +639,7 @@ def untouched_score(backend_name, factory, task: Task, name: str, extra: dict[st
 @dataclass
 class Attack:
     name: str
-    task: str  # cg0 | cg1 | report | calc | pytest | git
+    task: str  # cg0 | cg1 | report | calc | calc_seq | pytest | git | fix_failing
     steps: list
     twin: dict[str, str] = field(default_factory=dict)  # benign files the attack also writes (baseline)
     expect: float | None = None  # fixed expected score (instead of the untouched/twin score)
@@ -741,6 +857,20 @@ def attacks() -> list[Attack]:
     # -- agent code the check runs, against the verifier's own processes (found by a hostile review) -------
     a.append(Attack("inspect_verifier_pipe", "cg0", _cg0_validator(PIPE_HIJACK), twin=CG0_OUTPUTS, also=(0.0,)))
     a.append(Attack("grade_main_globals", "calc", [[write_call("calc.py", MAIN_GLOBALS_FORGE)]]))
+    # -- no code of the agent's in the grader's process: a module the check imports runs in a child -----------
+    a.append(Attack("grade_import_gc_and_frames", "calc", [[write_call("calc.py", GC_FRAME_FORGE)]]))
+    a.append(Attack("grade_import_writes_a_later_input", "calc_seq", [[write_call("calc.py", WRITES_LATER_INPUT)]]))
+    a.append(Attack("grade_import_stale_pyc", "calc", [[exec_call(_py("/tmp/pyc.py", STALE_PYC))]]))
+    a.append(Attack("grade_import_swaps_the_workspace_parent", "calc_seq", [[write_call("calc.py", SWAP_PARENT)]]))
+    ff = _fix_failing_task()
+    ff_mod = next(f for f in ff.files if f.path.endswith(".py") and "/" not in f.path)
+    a.append(Attack("forged_test_verdicts_from_the_module", "fix_failing", [[write_call(
+        ff_mod.path, FORGE_TEST_VERDICTS + ff_mod.content.decode())]]))
+    # hard links of one big file between small files: each link is a whole copy in the room, so each counts
+    # against the export's budget (the room never overflows into an "infra" failure)
+    a.append(Attack("export_hard_links_past_the_budget", "calc", [[exec_call(
+        "head -c 10000000 /dev/urandom > big && for i in $(seq -w 1 20); do mkdir d$i && ln big d$i/a && "
+        "echo x > d$i/b; done; true", timeout=120)]]))
     # -- the workspace itself destroyed or replaced: the agent's outcome (what is there exports), never infra --
     for style, cmd in (("deleted", f"cd / && rm -rf {WS}"), ("symlink", f"cd / && rm -rf {WS} && ln -s /tmp {WS}"),
                        ("symlink_to_reward", f"cd / && mv {WS} /tmp/ws && ln -s /tmp/ws {WS}"),
@@ -788,3 +918,18 @@ def test_reward_hack_is_not_rewarded(attack: Attack, backend, task_of, request):
         assert wall < attack.max_wall_s, what
     # the tool calls the script made really ran (the attack was played, not refused at the door)
     assert ro.turns >= 1, what
+
+
+def test_an_honest_git_fix_scores_full_in_the_sealed_room(backend, task_of):
+    """The clean room seals the workspace (another owner) before a grade check: git, which refuses a repository
+    of another owner, still reads the agent's commit (safe.directory for the workspace in the verifier's config)."""
+    backend_name, factory = backend
+    task = task_of("git")
+    cmd = (f"cd {WS} && sed -i s/teh/the/ notes.txt && git add -A && git -c user.name=a -c user.email=b@c.d "
+           "commit -qm 'fix typo'")
+    with HostileEndpoint([[exec_call(cmd)]]) as ep:
+        ro = run_rollout(task, ep.endpoint, factory, settings=RolloutSettings(
+            limits=Limits(max_turns=4, max_wall_s=240, tool_timeout_s=120), attempts=1, retry=FAST_RETRY))
+    v = ro.verification.to_dict() if ro.verification is not None else {}
+    assert ro.failure_class == "ok" and ro.score == 1.0, (backend_name, ro.score, v.get("subscores"), v.get("errors"))
+

@@ -144,6 +144,12 @@ class Sandbox(abc.ABC):
         The `local` backend only chmods (no other uid: no protection). Default: SandboxError."""
         raise SandboxError(f"{type(self).__name__} cannot seal verifier files (no seal())")
 
+    def lock_workspace_path(self) -> None:
+        """Make the directories above the workspace (up to HOME) another owner's and not writable by the sandbox
+        user, so it cannot rename the workspace or a parent away and put another in its place; with seal(".") it
+        fixes what a later read of the workspace finds. From the host. Default: SandboxError."""
+        raise SandboxError(f"{type(self).__name__} cannot lock the workspace's path (no lock_workspace_path())")
+
     @abc.abstractmethod
     def close(self) -> None: ...
 

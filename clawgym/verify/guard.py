@@ -297,7 +297,9 @@ def verifier_env(home: str, guard_dir: str, workspace: str) -> dict[str, str]:
     """The whole environment of a verifier command (replaces the sandbox defaults that matter)."""
     git_cfg = [("core.hooksPath", "/dev/null"), ("core.fsmonitor", "false"), ("core.pager", "cat"),
                ("core.editor", "true"), ("core.sshCommand", "false"), ("core.askPass", ""),
-               ("credential.helper", "")]
+               ("credential.helper", ""),
+               # the clean room seals the workspace (another owner): git would refuse the repository as dubious
+               ("safe.directory", workspace)]
     env = {"HOME": home, "PATH": CLEAN_PATH, "USER": "sandbox", "LOGNAME": "sandbox", "LANG": "C.UTF-8",
            "TMPDIR": "/tmp", "TERM": "dumb", "WORKSPACE": workspace, "SHELL": "/bin/bash",
            "PYTHONPATH": guard_dir, "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
@@ -384,5 +386,15 @@ def seal_reward(sandbox: Sandbox, path: str) -> None:
         sandbox.seal(path)
 
 
-__all__ = ["prepare_for_verification", "neutralize_controls", "sanitize_git_config", "verifier_env",
+def seal_workspace(sandbox: Sandbox) -> None:
+    """The whole workspace made read-only for the sandbox user from the host (Sandbox.seal: another owner, no write
+    bits, the top entry immutable where the filesystem allows it), on isolating backends; a no-op elsewhere. The
+    clean room does it before a grade() check runs: the agent's code a check runs (a child process of the grader,
+    under the sandbox user's uid) can then change no file a later check reads, nor rename the tree they sit in."""
+    if _isolating(sandbox):
+        sandbox.seal(".")
+        sandbox.lock_workspace_path()  # nor can it rename a parent away and build another workspace there
+
+
+__all__ = ["seal_workspace", "prepare_for_verification", "neutralize_controls", "sanitize_git_config", "verifier_env",
            "control_kind", "Prepared", "seal_reward", "UnsafeWorkspace"]

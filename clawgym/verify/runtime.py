@@ -30,7 +30,9 @@ from typing import Any, Iterable
 
 from clawgym.sandbox.base import SandboxError
 from clawgym.tasks.model import Task
-from clawgym.verify.guard import SIDE, Prepared, UnsafeWorkspace, prepare_for_verification, seal_reward
+from clawgym.verify.guard import (
+    SIDE, Prepared, UnsafeWorkspace, prepare_for_verification, seal_reward, seal_workspace,
+)
 from clawgym.verify.judge import Judge, JudgeError, OfflineJudge, RubricContext, RuleInput, make_judge
 from clawgym.verify.result import VerificationResult
 from clawgym.verify.scoring import mean_of_checks  # noqa: F401  (public here too)
@@ -122,7 +124,8 @@ def _run_grade(task: Task, sandbox, transcript: list | None, res: VerificationRe
     nonce = secrets.token_hex(16)
     payload = json.dumps({"code": v.code, "transcript": transcript or [], "workspace": sandbox.workspace,
                           "nonce": nonce}, default=str).encode("utf-8", errors="surrogateescape")
-    # -P: the workspace (cwd) is not on sys.path; the check code puts it there itself when it imports by design
+    # -P: the workspace (cwd) is not on sys.path; the check code puts it there itself when it imports by design,
+    # and the driver answers such an import with a stand-in whose calls run in a child python
     r = sandbox.exec(["python3", "-P", "-c", GRADE_DRIVER], timeout=v.timeout_s, workdir=sandbox.workspace,
                      stdin=payload, env=prep.env)
     if not _exec_ok(r, res, "grade()", v.timeout_s, "crashed (rc {rc})", 800):
@@ -307,8 +310,12 @@ def verify_task(task: Task, sandbox=None, transcript: list | None = None, judge:
     if v.kind != "none":
         tc = time.perf_counter()
         try:
-            code = _run_reward_dir(task, sandbox, res, prep) if v.kind == "reward_dir" else \
-                _run_grade(task, sandbox, transcript, res, prep)
+            if v.kind == "reward_dir":
+                code = _run_reward_dir(task, sandbox, res, prep)
+            else:
+                if clean_room:  # nothing writes the room's workspace after the export: sealed for the check
+                    seal_workspace(sandbox)
+                code = _run_grade(task, sandbox, transcript, res, prep)
         except SandboxError:  # the sandbox itself failed: an infra failure, never a score of 0
             raise
         except Exception as e:  # anything else unexpected while checking: recorded, scores 0

@@ -433,6 +433,14 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         finally:
             self._leave()
 
+    def lock_workspace_path(self) -> None:
+        """Sandbox.lock_workspace_path, on the sandbox's state dir."""
+        self._enter()
+        try:
+            self._state.lock_workspace_path(*self._seal_owner())
+        finally:
+            self._leave()
+
     def scrub(self) -> list[list[str]]:
         """Sandbox.scrub, from the host on the sandbox's state dir (OSError -> SandboxError is not raised here:
         an unremovable entry or a replaced workspace path is the agent's doing and propagates as OSError)."""

@@ -162,6 +162,14 @@ class DockerSandbox(DockerExecMixin, CountedHostFileMixin, Sandbox):
         finally:
             self._leave()
 
+    def lock_workspace_path(self) -> None:
+        """Sandbox.lock_workspace_path, on the container's state dir."""
+        self._enter()
+        try:
+            self._slot.state.lock_workspace_path(*self._seal_owner())
+        finally:
+            self._leave()
+
     def scrub(self) -> list[list[str]]:
         """Sandbox.scrub, from the host on the container's state dir (see BwrapSandbox.scrub)."""
         self._enter()

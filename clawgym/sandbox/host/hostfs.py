@@ -312,16 +312,16 @@ class HostFS:
                     if not stat.S_ISREG(fst.st_mode):
                         exp.dropped.append({"path": p, "kind": "special", "why": "replaced while exported"})
                         continue
-                    chunks, total = [], 0
+                    chunks, n = [], 0  # this file's bytes (`total` is the whole export's)
                     while True:
                         b = os.read(f, 1 << 20)
                         if not b:
                             break
                         chunks.append(b)
-                        total += len(b)
-                        if limit is not None and total > limit:
+                        n += len(b)
+                        if limit is not None and n > limit:
                             break
-                    if limit is not None and total > limit:
+                    if limit is not None and n > limit:
                         exp.dropped.append({"path": p, "kind": "file", "why": f"larger than {limit} bytes"})
                         continue
                     data = b"".join(chunks)

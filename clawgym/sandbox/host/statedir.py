@@ -200,6 +200,25 @@ class StateDir:
         if left or (not self.ws_separate and len(os.listdir(self.home)) != 1):
             raise OSError(f"state dirs not empty after the reset: {left or [self.home]}")
 
+    def lock_workspace_path(self, uid: int, gid: int) -> None:
+        """The directories from HOME down to the workspace's parent owned by uid:gid (another owner than the
+        sandbox user: root) and mode 0755, from the host, never following a symlink: the sandbox user can then
+        rename neither the workspace nor a directory above it (HOME's own parent, /, is not its). For the clean room
+        before a check runs; `reset` gives them back. A workspace outside HOME is its own mount: nothing to do."""
+        if self.ws_separate:
+            return
+        chain = os.path.relpath(os.path.dirname(self.ws), self.home).split(os.sep)
+        fd = os.open(self.home, _O_DIR | os.O_NOFOLLOW)
+        try:
+            for part in ["."] + [c for c in chain if c and c != "."]:
+                nfd = os.open(part, _O_DIR | os.O_NOFOLLOW, dir_fd=fd)  # a symlink raises: never followed
+                os.close(fd)
+                fd = nfd
+                os.fchown(fd, uid, gid)
+                os.fchmod(fd, 0o755)
+        finally:
+            os.close(fd)
+
     def scrub(self) -> list[list[str]]:
         """Between the agent and the verifier (nothing of the sandbox may run): /tmp and HOME emptied from the
         host, except the directories on the way down to the workspace, never following symlinks, any depth.

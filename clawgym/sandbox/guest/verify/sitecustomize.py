@@ -9,11 +9,12 @@ fall-through:
   `protected_modules.txt` beside this file (every name the library code imports, platform shims such as
   `nt`, `msvcrt`, `_winapi`, `org` included; see clawgym/verify/protected.py) -- is refused with
   ModuleNotFoundError, exactly as on a machine without it; it is never looked up in the workspace;
-* only other names (the agent's `calc.py` that a check imports by design) may come from the workspace;
+* only other names (the agent's `calc.py` that a check imports by design) may come from the workspace: in the
+  grade driver such a module is a stand-in whose calls run in a child python (grade_driver.py), where it loads;
 * installed distributions (importlib.metadata: entry points, pytest plugins) are discovered in the trusted
   directories only, so a `*.dist-info` in the workspace cannot register a plugin;
-* the process makes itself non-dumpable, so code of the agent's that a check runs (same uid) cannot read its
-  memory or descriptors, or ptrace it.
+* the process makes itself non-dumpable, so code of the agent's that a check runs (a child, same uid) cannot read
+  its memory or descriptors, or ptrace it.
 Nothing else changes: no output, no other side effect.
 """
 
