@@ -327,22 +327,36 @@ def test_a_control_id_the_model_emitted_matches_either_server_text(tok):
         assert (not isinstance(res, str)) if want else res == IDS_MISMATCH, (text, res)
 
 
-def test_calls_as_a_streaming_parser_sends_them_match_and_text_after_a_call_does_not(tok):
+def test_a_malformed_call_is_named_and_ids_spelling_another_call_are_not_trained(tok):
     """vLLM streams a call's arguments as the model wrote them: an array, or an object cut at the completion bound
-    (no closing tag) reach the client as that text, and the ids that spell them are the turn. Text sampled after a
-    call is never sent, so ids carrying it are not the recorded turn."""
-    from clawgym.trajectories.sft import IDS_MISMATCH, TOKENS_KEY, token_exact_row
+    reach the client as that text; no trainer renders them, so the row is named ``malformed_call``. Ids that spell
+    something the client never got (hidden text before or after a call, an extra key, a second name, a nested name,
+    a duplicate key, a control id inside a tool-calling turn) are not the recorded turn."""
+    from clawgym.trajectories.sft import IDS_MISMATCH, MALFORMED_CALL, TOKENS_KEY, token_exact_row
 
-    def turn(sampled: str, args: str, eos: bool = True):
+    def turn(sampled: str, args: str, eos: bool = True, extra: list | None = None):
         return [*START, {"role": "assistant", "content": None, "tool_calls": [
             {"type": "function", "id": "c", "function": {"name": "exec", "arguments": args}}], TOKENS_KEY: {
-            "prompt_token_ids": _prompt(tok, START), "token_ids": _ids(tok, sampled) + ([tok.eos_token_id] if eos
-                                                                                       else [])}}]
+            "prompt_token_ids": _prompt(tok, START),
+            "token_ids": (extra or []) + _ids(tok, sampled) + ([tok.eos_token_id] if eos else [])}}]
 
     array = '<tool_call>\n{"name": "exec", "arguments": [ "ls", "-a" ]}\n</tool_call>'
-    assert not isinstance(token_exact_row(turn(array, '[ "ls", "-a" ]'), tok, TOOLS), str)
+    assert token_exact_row(turn(array, '[ "ls", "-a" ]'), tok, TOOLS) == MALFORMED_CALL
     cut = '<tool_call>\n{"name": "exec", "arguments": {\n  "command": "ls -'
-    assert not isinstance(token_exact_row(turn(cut, '{\n  "command": "ls -', eos=False), tok, TOOLS), str)
-    assert token_exact_row(turn(cut, '{\n  "command": "rm -', eos=False), tok, TOOLS) == IDS_MISMATCH
-    assert token_exact_row(turn(LS + "\nnow rm -rf ~", '{"command": "ls"}'), tok, TOOLS) == IDS_MISMATCH
-    assert token_exact_row(turn(array, '["ls"]'), tok, TOOLS) == IDS_MISMATCH
+    assert token_exact_row(turn(cut, '{\n  "command": "ls -', eos=False), tok, TOOLS) == MALFORMED_CALL
+    ls = '{"command": "ls"}'
+    assert not isinstance(token_exact_row(turn(LS, ls), tok, TOOLS), str)  # the honest turn: kept
+    im_start = tok.convert_tokens_to_ids("<|im_start|>")
+    for forged, extra in ((LS + "\nnow rm -rf ~", None),
+                          ('<tool_call>\nrm -rf ~ {"name": "exec", "arguments": {"command": "ls"}}\n</tool_call>',
+                           None),
+                          ('<tool_call>\n{"name": "exec", "evil": "rm", "arguments": {"command": "ls"}}\n</tool_call>',
+                           None),
+                          ('<tool_call>\n{"name": "exec", "name": "rm", "arguments": {"command": "ls"}}\n</tool_call>',
+                           None),
+                          ('<tool_call>\n{"meta": {"name": "exec"}, "name": "rm", "arguments": {"command": "ls"}}\n'
+                           '</tool_call>', None),
+                          ('<tool_call>\n{"name": "exec", "arguments": {"command": "rm -rf ~", "command": "ls"}}\n'
+                           '</tool_call>', None),
+                          (LS, [im_start])):
+        assert token_exact_row(turn(forged, ls, extra=extra), tok, TOOLS) == IDS_MISMATCH, forged

@@ -198,8 +198,9 @@ def token_exact_row(messages: list[dict], tok=None, tools: list | None = None
 
     The recorded ids are the endpoint's claim, never trusted blindly (an endpoint is any server; what the tools ran
     and what the row trains must be one thing): ids that are not ints of the vocabulary give ``bad_ids``; with
-    `tok`, a turn's sampled ids must decode (`tok`, special tokens skipped as a server's text is) to the recorded
-    text and tool calls (``ids_mismatch`` otherwise; the end-of-turn id only last), and each context the server
+    `tok`, a turn's sampled ids must decode (`tok`; special tokens skipped as a server's text is, kept where the
+    row has `tools`) to the recorded text and tool calls (``ids_mismatch`` otherwise; the end-of-turn id only
+    last; ``malformed_call`` where a recorded call's arguments are not a JSON object), and each context the server
     placed must decode to the template's rendering of the recorded messages before it (``prompt_mismatch``:
     a forged or unrecorded earlier turn, another template or tokenizer). Such rows are re-tokenized from the text
     by the caller, with the reason counted."""
@@ -237,7 +238,10 @@ def token_exact_row(messages: list[dict], tok=None, tools: list | None = None
             if ctx != want and (_decode(tok, ctx) != _decode(tok, want)
                                 or _n_control(tok, ctx) < _n_control(tok, want)):
                 return PROMPT_MISMATCH  # the server's context is not the recorded one (or lacks the template's turns)
-            if not _completion_matches(tok, out, messages[j]):
+            if any(_call_key((tc.get("function") or {}).get("name"), (tc.get("function") or {}).get("arguments"))
+                   is None for tc in messages[j].get("tool_calls") or []):
+                return MALFORMED_CALL  # arguments that are not a JSON object: no trainer's template renders them
+            if not _completion_matches(tok, out, messages[j], tools):
                 return IDS_MISMATCH
             if control and ctx != want and _n_control(tok, ctx) > _n_control(tok, want):
                 ctx, fixed = want, fixed + 1
@@ -253,6 +257,7 @@ def token_exact_row(messages: list[dict], tok=None, tools: list | None = None
 BAD_IDS = "bad_ids"  # recorded ids that are not token ids of the tokenizer (bool, negative, past the vocabulary)
 IDS_MISMATCH = "ids_mismatch"  # sampled ids that do not decode to the recorded reply (text / tool calls)
 PROMPT_MISMATCH = "prompt_mismatch"  # a server context that does not decode to the recorded messages before it
+MALFORMED_CALL = "malformed_call"  # a recorded tool call whose arguments are not a JSON object
 _TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 
 
@@ -266,24 +271,25 @@ def _decode(tok, ids: list[int], skip_special: bool = False) -> str:
     return tok.decode(ids, skip_special_tokens=skip_special, clean_up_tokenization_spaces=False)
 
 
+def _no_duplicate_keys(pairs: list) -> dict:
+    keys = [k for k, _ in pairs]
+    if len(set(keys)) != len(keys):  # JSON keeps the last: the text would still carry the first
+        raise ValueError(f"duplicate key in a tool call: {keys}")
+    return dict(pairs)
+
+
 def _call_key(name: Any, args: Any) -> tuple | None:
-    """A tool call as (name, its arguments): canonical JSON where they parse (any JSON value: a streaming server
-    passes on what the model wrote, an array included), else the raw text without surrounding whitespace (a call
-    the model left malformed or cut at the completion bound is still the call the client got)."""
+    """A tool call as (name, canonical arguments JSON); None where its arguments are not a JSON object."""
     if isinstance(args, str):
-        if not args.strip():
-            args = {}
-        else:
-            try:
-                args = json.loads(args)
-            except ValueError:
-                return str(name or ""), "raw:" + args.strip()
+        try:
+            args = json.loads(args, object_pairs_hook=_no_duplicate_keys) if args.strip() else {}
+        except ValueError:
+            return None
     if args is None:
         args = {}
-    try:
-        return str(name or ""), json.dumps(args, sort_keys=True, ensure_ascii=False)
-    except (TypeError, ValueError):
+    if not isinstance(args, dict):
         return None
+    return str(name or ""), json.dumps(args, sort_keys=True, ensure_ascii=False)
 
 
 def parse_sampled_turn(text: str) -> tuple[str, list[tuple]]:
@@ -295,7 +301,7 @@ def parse_sampled_turn(text: str) -> tuple[str, list[tuple]]:
     pos = 0
     for m in _TOOL_CALL_RE.finditer(text):
         try:
-            obj = json.loads(m.group(1))
+            obj = json.loads(m.group(1), object_pairs_hook=_no_duplicate_keys)
         except ValueError:
             continue
         key = _call_key(obj.get("name"), obj.get("arguments")) \
@@ -309,62 +315,11 @@ def parse_sampled_turn(text: str) -> tuple[str, list[tuple]]:
     return "".join(parts).strip(), calls
 
 
-_CALL_OPEN, _CALL_CLOSE = "<tool_call>", "</tool_call>"
-_CALL_NAME_RE = re.compile(r'"name"\s*:\s*"([^"]+)"')
-_CALL_ARGS_RE = re.compile(r'"arguments"\s*:\s*')
-
-
-def parse_streamed_turn(text: str) -> tuple[str, list[tuple]] | None:
-    """(content, [(name, arguments)]) of a sampled turn as a streaming hermes-style parser hands it to the client
-    (vLLM's, which tool calls stream through): the text before the first ``<tool_call>`` is the content; each
-    region up to ``</tool_call>`` (or the end of the turn: cut at the completion bound) is a call whose name is its
-    ``"name"`` string and whose arguments are the raw text after ``"arguments":``, the brace that closes the call
-    object removed where the region is complete, whether or not that text is valid JSON. None without a call,
-    where a region has no name (the parser sends nothing for it), or where text follows a call (never sent)."""
-    start = text.find(_CALL_OPEN)
-    if start < 0:
-        return None
-    content, calls, pos = text[:start], [], start
-    while True:
-        start = text.find(_CALL_OPEN, pos)
-        if start < 0:
-            if text[pos:].strip():
-                return None  # text after the calls: sampled, but never sent (no row trains what nobody saw)
-            break
-        if text[pos:start].strip():
-            return None
-        body_at = start + len(_CALL_OPEN)
-        end = text.find(_CALL_CLOSE, body_at)
-        body = (text[body_at:end] if end >= 0 else text[body_at:]).strip()
-        complete = end >= 0 or _is_json(body)
-        name, args = _CALL_NAME_RE.search(body), _CALL_ARGS_RE.search(body)
-        if name is None:
-            return None
-        raw = body[args.end():] if args else ""
-        if complete:
-            raw = raw.rstrip()
-            raw = raw[:-1] if raw.endswith("}") else raw
-        key = _call_key(name.group(1), raw)
-        if key is None:
-            return None
-        calls.append(key)
-        if end < 0:
-            break
-        pos = end + len(_CALL_CLOSE)
-    return content.strip(), calls
-
-
-def _is_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return bool(text)
-
-
-def _completion_matches(tok, out: list[int], msg: dict) -> bool:
+def _completion_matches(tok, out: list[int], msg: dict, tools: list | None = None) -> bool:
     """The sampled ids `out` of a turn decode to the recorded assistant message `msg`: the same text (whitespace
-    at the ends aside) and the same tool calls (name, arguments as JSON), the end-of-turn id at most once, last."""
+    at the ends aside) and the same tool calls (name, arguments as JSON), the end-of-turn id at most once, last.
+    With `tools` the server's text is the decode with special tokens kept (vLLM's tool parsers turn skipping off
+    when a request carries tools), so a control id sampled inside a tool-calling turn shows in its text."""
     eos = tok.eos_token_id
     body = out[:-1] if out and out[-1] == eos else out
     if eos is not None and eos in body:
@@ -377,13 +332,10 @@ def _completion_matches(tok, out: list[int], msg: dict) -> bool:
             return False
         want.append(key)
     text = text_of(msg.get("content")).strip()
-    # a server's text is its decode with special tokens skipped, or (a response parser: transformers serve) its
-    # parse of the raw decode: either is what the client got
-    for skip in (True, False):
-        decoded = _decode(tok, body, skip_special=skip)
-        if (text, want) in (parse_sampled_turn(decoded), parse_streamed_turn(decoded)):
-            return True
-    return False
+    # a server's text is its decode with special tokens skipped, or (a response parser; any server given tools)
+    # its parse of the raw decode: either is what the client got
+    return any(parse_sampled_turn(_decode(tok, body, skip_special=skip)) == (text, want)
+               for skip in ((False,) if tools else (True, False)))
 
 
 def _n_control(tok, ids: list[int]) -> int:
@@ -795,7 +747,7 @@ __all__ = [
     "normalise_messages", "check_sft_rows", "write_sft_parquet", "save_hf_dataset", "to_hf_dataset",
     "dataset_stats", "load_tokenizer", "count_tokens", "is_noise_turn", "DEFAULT_TOKENIZER", "TOKENS_KEY",
     "token_exact_sequence", "token_exact_row", "encode_chat", "control_tokens", "control_text_count",
-    "ControlTextError", "CONTROL_TEXT", "BAD_IDS", "IDS_MISMATCH", "PROMPT_MISMATCH", "parse_sampled_turn",
-    "parse_streamed_turn",
+    "ControlTextError", "CONTROL_TEXT", "BAD_IDS", "IDS_MISMATCH", "PROMPT_MISMATCH", "MALFORMED_CALL",
+    "parse_sampled_turn",
     "tokenize_row", "tokenized_rows", "TokenRecordMismatch",
 ]
