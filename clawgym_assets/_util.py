@@ -1,9 +1,11 @@
-"""Small helpers shared by the asset modules (metadata formatting, config errors)."""
+"""Small helpers shared by the asset modules (metadata formatting, config errors, data-quality check results)."""
 
 import contextlib
 from typing import Iterator, Mapping, Sequence
 
 import dagster as dg
+
+from clawgym import quality
 
 
 @contextlib.contextmanager
@@ -43,3 +45,10 @@ def md_histogram(values: Sequence[float], bins: int = 10, lo: float = 0.0, hi: f
         a, b = lo + (hi - lo) * i / bins, lo + (hi - lo) * (i + 1) / bins
         rows.append(f"| [{a:.2g}, {b:.2g}{']' if i == bins - 1 else ')'} | {c} | {'█' * round(20 * c / top)} |")
     return dg.MetadataValue.md(f"| {title} | n | |\n|---|---|---|\n" + "\n".join(rows))
+
+
+def gx_result(table: str, frame, **extra) -> dg.AssetCheckResult:
+    """A Great Expectations gate on one table (clawgym.quality) as an asset check result."""
+    ok, details = quality.check_table(table, frame, **extra)
+    return dg.AssetCheckResult(passed=ok, description=quality.summary(details),
+                               metadata={"n_rows": details["n_rows"], "details": dg.MetadataValue.json(details)})

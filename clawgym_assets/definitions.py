@@ -1,36 +1,38 @@
 """The clawgym asset graph: `dg list defs`, `dg launch`, `dagster dev` and
 `dagster asset materialize -m clawgym_assets.definitions` all load `defs` from here.
 
+Each domain keeps its assets, checks, automation and resources in its own folder (defs/<domain>/); this module
+merges the domains' definitions (dg.Definitions.merge) and binds the resources and the executor once.
+The domains are merged explicitly rather than found by dg.load_from_defs_folder because the graph takes settings
+(the shard count reshapes `trajectories` / `steps`) and the resources are bound as one set (the one LakeResource
+is nested in the resources that need data paths, and tests swap the whole set).
+
 `defs` is lazy (`@dg.definitions`): the graph settings (shard count, executor) and the resources are read from
-the environment by clawgym_resources when Dagster loads the definitions, not when a module is imported.
+the environment by each resource's `from_env` when Dagster loads the definitions, not when a module is imported.
 `build_defs(settings, resources)` builds the same graph from explicit values (tests, notebooks)."""
 
 from typing import Optional
 
 import dagster as dg
 
-from clawgym_assets import automation, bench, harbor, rollouts, synthesis, training
-from clawgym_assets.checks import CHECKS
-from clawgym_resources import GraphSettings, default_resources
+from clawgym_assets.defs.bench import definitions as bench
+from clawgym_assets.defs.harbor import definitions as harbor
+from clawgym_assets.defs.rollouts import definitions as rollouts
+from clawgym_assets.defs.synthesis import definitions as synthesis
+from clawgym_assets.defs.training import definitions as training
+from clawgym_assets.resources import default_resources
+from clawgym_assets.settings import GraphSettings
+
+# the domains in the order their assets are listed (synthesis feeds rollouts, rollouts training, all of them bench)
+DOMAINS = (synthesis, rollouts, training, bench, harbor)
 
 # the default graph's assets (DEFAULT_SHARDS shards); build_defs swaps in trajectories/steps for other counts
-ASSETS = [
-    synthesis.personas, synthesis.skills, synthesis.imported_tasks, synthesis.llm_candidates,
-    synthesis.synthetic_tasks,
-    synthesis.mock_workspaces, synthesis.verifiers,
-    rollouts.trajectories, rollouts.steps, rollouts.sft_dataset,
-    training.base_model, training.checkpoints,
-    bench.bench_history, bench.bench_tasks, bench.bench_scores, bench.leaderboard,
-    harbor.harbor_datasets,
-]
+ASSETS = [a for d in DOMAINS for a in d.ASSETS]
 
 
 def graph_assets(n_shards: int) -> list:
     """ASSETS with `trajectories` / `steps` partitioned over `n_shards` shards."""
-    if n_shards == rollouts.DEFAULT_SHARDS:
-        return list(ASSETS)
-    traj, steps = rollouts.build_rollout_assets(n_shards)
-    return [traj if a is rollouts.trajectories else steps if a is rollouts.steps else a for a in ASSETS]
+    return [a for d in DOMAINS for a in (d.graph_assets(n_shards) if d is rollouts else d.ASSETS)]
 
 
 def _executor(name: str):
@@ -44,17 +46,15 @@ def _executor(name: str):
 
 def build_defs(settings: Optional[GraphSettings] = None, resources: Optional[dict] = None) -> dg.Definitions:
     settings = settings or GraphSettings()
-    return dg.Definitions(
-        assets=graph_assets(settings.n_shards),
-        asset_checks=CHECKS,
-        jobs=[automation.bench_job],
-        sensors=[automation.new_checkpoint_sensor],
-        schedules=[automation.weekly_rescore_schedule],
-        resources=default_resources() if resources is None else resources,
-        # one machine, few cores: steps run in the run's own process (no per-step re-import). Set
-        # CLAWGYM_EXECUTOR=multiprocess to run steps in parallel subprocesses (bounded by the "sandboxes" pool), or
-        # =docker for dagster-docker's docker_executor (a container per step; deploy/ and docs/DEPLOY.md).
-        executor=_executor(settings.executor),
+    return dg.Definitions.merge(
+        *(d.defs(settings) for d in DOMAINS),
+        dg.Definitions(
+            resources=default_resources() if resources is None else resources,
+            # one machine, few cores: steps run in the run's own process (no per-step re-import). Set
+            # CLAWGYM_EXECUTOR=multiprocess to run steps in parallel subprocesses (bounded by the "sandboxes" pool),
+            # or =docker for dagster-docker's docker_executor (a container per step; deploy/ and docs/DEPLOY.md).
+            executor=_executor(settings.executor),
+        ),
     )
 
 

@@ -17,7 +17,8 @@ from clawgym.train.demo_plan import DemoPlan, learning_rows
 from clawgym.lake.io import REPO_ROOT
 from clawgym_assets.checks import CHECKS
 from clawgym_assets.definitions import graph_assets
-from clawgym_resources import GraphSettings, default_resources
+from clawgym_assets.resources import default_resources
+from clawgym_assets.settings import GraphSettings
 
 EXAMPLE_SUITE = REPO_ROOT / "data" / "seeds" / "example_suite"
 TEACHER = "program"
@@ -168,7 +169,7 @@ def _run_stages(plan, models, checkpoint, log, instance, res, _run, stage, optio
             if ok and importlib.util.find_spec("clawgym.train.pipes_sft") is not None:
                 instance.add_dynamic_partitions(
                     "checkpoint", [c for c in (checkpoint,) if not instance.has_dynamic_partition("checkpoint", c)])
-                from clawgym_resources import TrainerResource
+                from clawgym_assets.defs.training.resources import TrainerResource
 
                 sft = dict(plan.sft)
                 named = {k: sft.pop(k) for k in ("max_steps", "num_train_epochs", "learning_rate") if k in sft}

@@ -1,6 +1,6 @@
 """Every partitions definition of the graph, defined once.
 
-The shard count is not read here: it is a graph setting (``clawgym_resources.GraphSettings.n_shards``,
+The shard count is not read here: it is a graph setting (``clawgym_assets.settings.GraphSettings.n_shards``,
 $CLAWGYM_SHARDS, default 4) that ``clawgym_assets.definitions`` passes to :func:`trajectory_partitions_def`
 when the definitions load. Keys are unchanged: ``policy|shard`` with shards "0".."n-1"."""
 

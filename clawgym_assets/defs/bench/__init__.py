@@ -1,0 +1,1 @@
+"""Bench: suites, per-model scores, the leaderboard, their gates, the checkpoint sensor and weekly re-scoring."""

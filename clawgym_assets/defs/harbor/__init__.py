@@ -1,0 +1,1 @@
+"""Harbor: accepted tasks as Harbor dataset folders, one per split."""

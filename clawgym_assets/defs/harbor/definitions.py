@@ -1,0 +1,12 @@
+"""The Harbor domain's definitions: accepted tasks as Harbor dataset folders."""
+
+import dagster as dg
+
+from clawgym_assets.defs.harbor import assets
+from clawgym_assets.settings import GraphSettings
+
+ASSETS = [assets.harbor_datasets]
+
+
+def defs(settings: GraphSettings) -> dg.Definitions:
+    return dg.Definitions(assets=ASSETS)

@@ -1,0 +1,1 @@
+"""The lake: where every domain reads and writes its tables (LakeResource)."""

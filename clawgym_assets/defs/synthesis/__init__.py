@@ -1,0 +1,1 @@
+"""Synthesis: personas, skills, imported and synthetic tasks, mock workspaces, verifiers and their gates."""

@@ -1,0 +1,1 @@
+"""Training: the base model and checkpoints (SFT / GRPO as a Pipes subprocess) and the trainer resource."""

@@ -1,0 +1,12 @@
+"""The training domain's definitions: the base model and the checkpoints."""
+
+import dagster as dg
+
+from clawgym_assets.defs.training import assets
+from clawgym_assets.settings import GraphSettings
+
+ASSETS = [assets.base_model, assets.checkpoints]
+
+
+def defs(settings: GraphSettings) -> dg.Definitions:
+    return dg.Definitions(assets=ASSETS)
