@@ -1,22 +1,32 @@
 """Rollout throughput, in one run:
 
-1. oracle rollouts/s (builtin runtime, our own tasks) at pool sizes 1, 2, 4, 8 on each sandbox backend
-   (goals: >= 10/s bwrap, >= 3/s docker);
+1. oracle rollouts/s (builtin runtime, our own tasks, each verified in a clean room) at pool sizes 1, 2, 4, 8 on
+   each sandbox backend (goals: >= 25/s bwrap, >= 20/s docker, and no pool size below pool 1's rate); both pools
+   (the agents' sandboxes and the clean rooms) are warmed before the clock starts (`--cold-rooms`: only the agents',
+   as before: the rooms' pool then fills while the rollouts run);
 2. the local model server's aggregate decode tokens/s at 16 concurrent rollout-shaped requests over 1 stream
    (the engine, vLLM, through clawgym.serve.ModelServer; goal >= 6x);
 3. a DuckDB query (pass rate by category x policy) over 1M generated step rows (goal < 1 s; benchmarks/duckdb_steps.py).
 
-    python benchmarks/rollout_throughput.py [--n 24] [--pools 1,2,4,8] [--backends bwrap,docker]
+    python benchmarks/rollout_throughput.py [--n 24] [--pools 1,2,4,8] [--backends bwrap,docker] [--cold-rooms]
+                                           [--ab REF] [--rounds 2]
                                            [--serve] [--streams 16] [--max-tokens 64] [--plain] [--stock-attention]
                                            [--stock-linear]
                                            [--duckdb] [--openclaw]
 
 Without --serve/--duckdb only part 1 runs (--all runs everything). Prints one line per measurement.
+
+--ab REF: before/after in one run. The library of git commit REF (extracted with `git archive` into a temp dir) and
+this tree's run part 1 alternately, `--rounds` rounds of each per backend (old, new, then new, old, ...), each run in
+a subprocess of this same script (`--code DIR` picks the library), so both arms share this harness and the box's
+noise; prints each arm's median rate per pool, the ratio new/old, each arm's best pool and its lowest pool against
+pool 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -25,14 +35,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+# --code DIR (the A/B's other arm): the library is imported from DIR instead of this tree
+_CODE = sys.argv[sys.argv.index("--code") + 1] if "--code" in sys.argv[:-1] else str(REPO)
+sys.path.insert(0, _CODE)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from clawgym.agent.demo import demo_tasks  # noqa: E402
 from clawgym.agent.rollout import RolloutSettings, run_rollout  # noqa: E402
 from clawgym.sandbox import get_factory  # noqa: E402
 
-GOALS = {"bwrap": 10.0, "docker": 3.0}
+GOALS = {"bwrap": 25.0, "docker": 20.0}
 
 
 def _available(name: str) -> tuple[bool, str]:
@@ -59,27 +71,38 @@ def measure(factory, n: int, workers: int, runtime: str = "builtin") -> tuple[fl
     return dt, ok / n
 
 
-def rollouts(backends: list[str], pools: list[int], n: int, openclaw: bool) -> None:
+def rollouts(backends: list[str], pools: list[int], n: int, openclaw: bool, cold_rooms: bool = False,
+             as_json: bool = False) -> None:
     for b in backends:
         ok, why = _available(b)
         if not ok:
             print(f"{b:7s} skipped: {why}")
             continue
-        best = 0.0
+        rates: dict[int, float] = {}
         for pool in pools:
             kw = {"pool_size": max(2, pool)} if b in ("docker", "bwrap") else {}  # sandboxes started ahead
             with get_factory(b, **kw) as f:
-                if hasattr(f, "warm"):
-                    f.warm(120)
-                run_rollout(demo_tasks()[0], "oracle", f)  # warm-up (policy server, page cache, pool)
+                f.warm(120)
+                if not cold_rooms:
+                    f.rooms().warm(120)
+                run_rollout(demo_tasks()[0], "oracle", f)  # warm-up (policy server, page cache, pools)
+                f.settle(60)
+                f.rooms().settle(60)
                 dt, solved = measure(f, n, pool)
-            rate = n / dt
-            best = max(best, rate)
+            rates[pool] = rate = n / dt
+            if as_json:
+                print("AB " + json.dumps({"backend": b, "pool": pool, "rate": rate, "solved": solved,
+                                          "load": os.getloadavg()[0]}), flush=True)
+                continue
             print(f"{b:7s} pool {pool}: {rate:6.2f} oracle rollouts/s ({dt / n * pool:.2f} s per rollout per worker, "
                   f"solved {solved:.0%}, load {os.getloadavg()[0]:.1f})", flush=True)
         goal = GOALS.get(b)
-        if goal:
-            print(f"{b:7s} best {best:.2f} rollouts/s (goal >= {goal:g}/s) {'OK' if best >= goal else 'UNDER'}")
+        if goal and rates and not as_json:
+            best, low = max(rates.values()), min(rates.values())
+            first = rates.get(1)
+            floor = "" if first is None else (f"; lowest pool / pool 1 = {low / first:.2f} "
+                                              f"{'OK' if low >= first * 0.999 else 'UNDER'}")
+            print(f"{b:7s} best {best:.2f} rollouts/s (goal >= {goal:g}/s) {'OK' if best >= goal else 'UNDER'}{floor}")
         if openclaw and b != "local":
             from clawgym.agent.openclaw import openclaw_installed, openclaw_sandbox_config
 
@@ -90,6 +113,55 @@ def rollouts(backends: list[str], pools: list[int], n: int, openclaw: bool) -> N
             with get_factory(b, openclaw_sandbox_config()) as f:
                 dt, o_ok = measure(f, 2, 1, runtime="openclaw")
             print(f"{b:7s} openclaw oracle: {dt / 2:.1f} s per rollout (solved {o_ok:.0%})")
+
+
+# ---- before/after in one run ----------------------------------------------------------------------
+def ab(ref: str, backends: list[str], pools: list[int], n: int, rounds: int, cold_rooms: bool) -> None:
+    """Alternate the library of commit `ref` (old) and this tree's (new), `rounds` runs of each per backend."""
+    import subprocess
+    import tempfile
+
+    sha = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", ref], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    old_dir = Path(tempfile.gettempdir()) / f"clawgym-ab-{sha}"
+    if not (old_dir / "clawgym").is_dir():
+        old_dir.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", sha, "clawgym"], capture_output=True,
+                                 check=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(old_dir)], input=archive, check=True)
+    arms = {f"old {sha}": str(old_dir), "new": str(REPO)}
+    print(f"A/B: old = the library at {sha} ({old_dir}), new = this tree; {rounds} rounds, n = {n} per pool",
+          flush=True)
+    for b in backends:
+        res: dict[str, dict[int, list[float]]] = {a: {p: [] for p in pools} for a in arms}
+        for r in range(rounds):
+            for arm in (list(arms) if r % 2 == 0 else list(arms)[::-1]):
+                cmd = [sys.executable, str(Path(__file__).resolve()), "--code", arms[arm], "--json", "--backends", b,
+                       "--pools", ",".join(map(str, pools)), "--n", str(n)] + (["--cold-rooms"] if cold_rooms else [])
+                out = subprocess.run(cmd, capture_output=True, text=True, cwd=str(REPO))
+                rows = [json.loads(ln[3:]) for ln in out.stdout.splitlines() if ln.startswith("AB ")]
+                if not rows:
+                    print(f"{b:7s} {arm}: no result (rc {out.returncode}): {out.stderr[-800:]}", flush=True)
+                    continue
+                for row in rows:
+                    res[arm][row["pool"]].append(row["rate"])
+                print(f"{b:7s} round {r + 1} {arm:12s}: " + "  ".join(
+                    f"pool {x['pool']} {x['rate']:6.2f}/s" for x in rows) + f"  (load {rows[-1]['load']:.1f})",
+                    flush=True)
+        med = {a: {p: statistics.median(v) for p, v in res[a].items() if v} for a in arms}
+        (old, new) = arms
+        for p in pools:
+            if p in med[old] and p in med[new]:
+                print(f"{b:7s} pool {p}: old {med[old][p]:6.2f}/s  new {med[new][p]:6.2f}/s  "
+                      f"new/old {med[new][p] / med[old][p]:.2f}x (median of {len(res[new][p])} rounds)")
+        for a in arms:
+            if not med[a]:
+                continue
+            best = max(med[a], key=med[a].get)
+            low = min(med[a].values())
+            first = med[a].get(pools[0])
+            print(f"{b:7s} {a:12s}: best pool {best} {med[a][best]:.2f}/s (goal >= {GOALS.get(b, 0):g}/s); lowest pool "
+                  f"/ pool {pools[0]} = {low / first:.2f}", flush=True)
 
 
 # ---- serving ---------------------------------------------------------------------------------
@@ -189,7 +261,11 @@ def main() -> None:
     ap.add_argument("--model", default="data/models/smollm2-135m-instruct")
     ap.add_argument("--streams", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2, help="serve: rounds; --ab: runs of each arm per backend")
+    ap.add_argument("--ab", default="", help="before/after: alternate the library of this git commit and this tree's")
+    ap.add_argument("--cold-rooms", action="store_true", help="warm only the agents' pool")
+    ap.add_argument("--code", default="", help=argparse.SUPPRESS)  # the library's tree (read before the imports)
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one AB line per pool (--ab's runs)
     ap.add_argument("--plain", action="store_true", help="serve: short chat requests without tools")
     ap.add_argument("--serve-args", default="",
                     help="extra engine (vLLM) flags, e.g. '--max-num-seqs 32'")
@@ -197,8 +273,10 @@ def main() -> None:
     ap.add_argument("--all", action="store_true", help="rollouts + --serve + --duckdb")
     a = ap.parse_args()
     pools = [int(x) for x in a.pools.split(",") if x]
-    if a.backends:
-        rollouts([b for b in a.backends.split(",") if b], pools, a.n, a.openclaw)
+    if a.ab:
+        ab(a.ab, [b for b in a.backends.split(",") if b], pools, a.n, a.rounds, a.cold_rooms)
+    elif a.backends:
+        rollouts([b for b in a.backends.split(",") if b], pools, a.n, a.openclaw, a.cold_rooms, a.json)
     if a.serve or a.all:
         serve(a.model, a.streams, a.max_tokens, a.rounds, a.serve_args.split() or None, a.plain)
     if a.duckdb or a.all:

@@ -246,8 +246,9 @@ class SandboxFactory(abc.ABC):
 
     # ---- pool operations --------------------------------------------------------------------
     def warm(self, timeout: float = 60.0) -> bool:
-        """Wait (at most `timeout` s) until the pool holds its `pool_size` ready sandboxes, so the next open()
-        calls are fast (benchmarks, tests); -> whether it does. Default (no pool): True at once."""
+        """Wait (at most `timeout` s) until the pool holds its `pool_size` sandboxes ready (less those handed out
+        now), so the next open() calls are fast (benchmarks, tests); -> whether it does. It does not warm the
+        rooms() pool: call rooms().warm() too where verifications follow. Default (no pool): True at once."""
         return True
 
     def settle(self, timeout: float = 60.0) -> bool:

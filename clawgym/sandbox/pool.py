@@ -6,10 +6,16 @@ server-mode sandbox).
   caches), waits up to 5 s for one on its way (being started, or closed and being reset: sooner than a
   fresh start), else creates one itself;
 * a filler thread keeps `pool + starting + coming back >= target` with at most `max_starting` starts in
-  flight (a start is mostly waiting, so starts overlap well even on 2 cores). `target` begins at `pool_size`
+  flight (a start is mostly waiting, so starts overlap well even on 2 cores), and never starts one while the
+  pool's items -- those handed out included -- number `pool_size` already: a handed-out item comes back
+  reset in milliseconds, a start costs a whole sandbox (bwrap ~80 ms of CPU, docker a container through the
+  engine), so starting ahead of items that are only out for one rollout made W workers on a pool of W start
+  W more sandboxes and destroy the surplus when they came back (at pool 8 on 2 cores that churn ate more CPU
+  than the rollouts: docker's throughput fell below pool 1's). `target` begins at `pool_size`
   (`grow=False`) or at 1 and doubles up to `pool_size` each time get() finds the pool empty (`grow=True`: a
-  one-off open() wastes at most one start); `warm()` sets it to `pool_size` and waits. A failed start backs
-  off (0.5 s, 1 s, 2 s, ... up to 30 s, interrupted by close) and get() reports its own error;
+  one-off open() wastes at most one start); `warm()` sets it to `pool_size` and waits. More callers at once
+  than `pool_size` still get sandboxes: get() makes one itself when none is ready or on its way. A failed
+  start backs off (0.5 s, 1 s, 2 s, ... up to 30 s, interrupted by close) and get() reports its own error;
 * `give_back(item, handle, reusable)`: a closed sandbox's item goes to the reaper thread, which waits until
   the old handle is quiet (sweeping its processes meanwhile, up to `close_wait_s`), resets it and puts it
   back (or destroys it: not reusable, used `max_uses` times, reset failed, pool full, factory closed);
@@ -71,6 +77,7 @@ class RecyclingPool(Generic[T]):
         self._queue: list[tuple[T, object, bool]] = []  # (item, closed handle, reusable?)
         self._busy = 0  # items the reaper holds right now
         self._coming = 0  # reusable items queued or being reset: may come back to the pool
+        self._out = 0  # items handed out by get() and not given back yet
         self._stats = dict.fromkeys(STATS_KEYS, 0)
         self._filler: threading.Thread | None = None
         self._reaper: threading.Thread | None = None
@@ -115,7 +122,23 @@ class RecyclingPool(Generic[T]):
             if self._ready:
                 item = self._ready.pop()  # the most recently returned: warm caches
                 self._cv.notify_all()
-        return item if item is not None else self.create()
+            self._out += 1
+        if item is not None:
+            return item
+        try:
+            return self.create()
+        except BaseException:
+            with self._cv:
+                self._out -= 1
+                self._cv.notify_all()
+            raise
+
+    def untrack(self) -> None:
+        """The item get() just handed out will never be given back (its factory tears it down itself): not counted
+        among the pool's items any more, so the filler may start another."""
+        with self._cv:
+            self._out = max(0, self._out - 1)
+            self._cv.notify_all()
 
     def _ready_soon(self) -> int:
         """Items ready or on their way (being started, or closed and being reset). Under self._cv."""
@@ -127,6 +150,7 @@ class RecyclingPool(Generic[T]):
         destroy it. Once the pool is closed it is destroyed here, before this returns."""
         item.uses = getattr(item, "uses", 0) + 1
         with self._cv:
+            self._out = max(0, self._out - 1)
             closed = self._closed
             if not closed:
                 ok = bool(reusable) and item.uses < self.max_uses
@@ -201,7 +225,8 @@ class RecyclingPool(Generic[T]):
         while True:
             with self._cv:
                 while not self._closed and self.pool_size and (self._ready_soon() >= self._target
-                                                               or self._starting >= self.max_starting):
+                                                               or self._starting >= self.max_starting
+                                                               or self._ready_soon() + self._out >= self.pool_size):
                     self._cv.wait()
                 if self._closed or not self.pool_size:
                     return
@@ -240,18 +265,18 @@ class RecyclingPool(Generic[T]):
 
     # -- pool operations (SandboxFactory.warm/settle/idle) -----------------------------------------
     def warm(self, timeout: float = 60.0) -> bool:
-        """Wait until `pool_size` items are ready."""
+        """Wait until `pool_size` items are ready, less those handed out (the filler makes no more)."""
         with self._cv:
             self._target = self.pool_size
         self.start()
         end = time.monotonic() + timeout
         with self._cv:
-            while len(self._ready) < self.pool_size and not self._closed:
+            while len(self._ready) + self._out < self.pool_size and not self._closed:
                 left = end - time.monotonic()
                 if left <= 0:
                     break
                 self._cv.wait(min(left, 0.05))
-            return len(self._ready) >= self.pool_size
+            return len(self._ready) + self._out >= self.pool_size
 
     def settle(self, timeout: float = 60.0) -> bool:
         """Wait until every item given back has been reset or destroyed."""

@@ -1,10 +1,12 @@
 """bubblewrap on this host: finding it (`bwrap_path`, `available`), probing its features (`_supports`), the
-debootstrapped root (`find_rootfs`) and the read-only system binds (`_system_args`)."""
+debootstrapped root (`find_rootfs`), the read-only system binds (`_system_args`) and the seccomp program of the
+clean rooms (`no_keyrings_filter`)."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import struct
 import subprocess
 
 from clawgym.sandbox.base import SandboxConfig, SandboxError
@@ -87,3 +89,41 @@ def _system_args(rootfs: str | None) -> list[str]:
             if os.path.exists(secret):
                 args += ["--ro-bind", "/dev/null", secret]
     return args
+
+
+# ---- a seccomp filter without keyrings (bwrap --seccomp) -----------------------------------------------------
+# (audit arch, mask applied to the syscall number, numbers of add_key, request_key, keyctl) per ABI a kernel of
+# this machine runs: x86_64 (its x32 numbers carry bit 30, masked away) with i386, aarch64 with arm
+_KEYRING_SYSCALLS = {
+    "x86_64": ((0xC000003E, 0xBFFFFFFF, (248, 249, 250)), (0x40000003, 0xFFFFFFFF, (286, 287, 288))),
+    "aarch64": ((0xC00000B7, 0xFFFFFFFF, (217, 218, 219)), (0x40000028, 0xFFFFFFFF, (309, 310, 311))),
+}
+_BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_AND_K, _BPF_RET_K = 0x20, 0x15, 0x54, 0x06
+_SECCOMP_RET_ALLOW, _SECCOMP_RET_EPERM = 0x7FFF0000, 0x00050001
+
+
+def no_keyrings_filter(machine: str | None = None) -> bytes | None:
+    """A classic-BPF seccomp program (what `bwrap --seccomp FD` reads) that refuses add_key, request_key and keyctl
+    with EPERM, as docker's default profile does, and allows every other call; None on an architecture it does not
+    know. A sandbox started with it can never hold a kernel key, so its reset need not clear keyrings from inside."""
+    table = _KEYRING_SYSCALLS.get(machine or os.uname().machine)
+    if table is None:
+        return None
+    prog: list[tuple[int, int, int, int]] = [(_BPF_LD_W_ABS, 0, 0, 4)]  # A = seccomp_data.arch
+    denies: list[int] = []  # indexes of the jumps to the final EPERM
+    for arch, mask, nrs in table:
+        body = 2 + len(nrs) + 1  # load nr, mask, one test per call, allow
+        prog.append((_BPF_JEQ_K, 0, body, arch))  # another ABI: skip this block (A still holds the arch)
+        prog.append((_BPF_LD_W_ABS, 0, 0, 0))  # A = seccomp_data.nr
+        prog.append((_BPF_AND_K, 0, 0, mask))
+        for nr in nrs:
+            denies.append(len(prog))
+            prog.append((_BPF_JEQ_K, 0, 0, nr))
+        prog.append((_BPF_RET_K, 0, 0, _SECCOMP_RET_ALLOW))
+    prog.append((_BPF_RET_K, 0, 0, _SECCOMP_RET_ALLOW))  # an ABI this kernel does not run
+    deny = len(prog)
+    prog.append((_BPF_RET_K, 0, 0, _SECCOMP_RET_EPERM))
+    for i in denies:
+        code, _jt, jf, k = prog[i]
+        prog[i] = (code, deny - i - 1, jf, k)
+    return b"".join(struct.pack("=HBBI", *ins) for ins in prog)

@@ -25,7 +25,9 @@ Common to both:
 * --unshare-all (no network, new pid/ipc/uts/user namespaces), --die-with-parent, --new-session,
   uid/gid 1000; as root bwrap runs unprivileged as host uid 1000 (setpriv);
 * memory + pids limits through a per-sandbox cgroup (v1 or v2), else prlimit per process;
-* on timeout everything the command started is SIGKILLed; background processes never outlive an exec.
+* on timeout everything the command started is SIGKILLed; background processes never outlive an exec;
+* the clean rooms (`factory.rooms()`, `keyrings=False`) run under a seccomp filter refusing add_key, request_key
+  and keyctl (as docker's default profile does), so their reset needs no op inside the sandbox.
 """
 
 from __future__ import annotations
@@ -44,7 +46,9 @@ import time
 
 from clawgym.sandbox import guest, spawner
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError
-from clawgym.sandbox.bwrap.args import _supports, _system_args, available, bwrap_path, find_rootfs
+from clawgym.sandbox.bwrap.args import (
+    _supports, _system_args, available, bwrap_path, find_rootfs, no_keyrings_filter,
+)
 from clawgym.sandbox.host import cleanup, execd_client, nsipc
 from clawgym.sandbox.host.cgroups import Cgroup
 from clawgym.sandbox.host.execd_client import SERVICE_GID, SERVICE_UID
@@ -79,9 +83,14 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
     backend = "bwrap"
     isolating = True
 
-    def __init__(self, config: SandboxConfig, rootfs: str | None, server: bool = True):
+    def __init__(self, config: SandboxConfig, rootfs: str | None, server: bool = True, keyrings: bool = True):
         super().__init__(config)
         self.rootfs = rootfs
+        # keyrings=False (the clean rooms): server mode starts the sandbox under a seccomp filter that refuses every
+        # keyring call (args.no_keyrings_filter), so no process in it can ever hold a kernel key; `_no_keys` says
+        # the filter is on (None where this architecture has none)
+        self._seccomp = None if keyrings else no_keyrings_filter()
+        self._no_keys = False
         self._closed = False
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -123,20 +132,32 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         sock_path = os.path.join(self._state.path, "ctl.sock")
         srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         r, w = os.pipe()
+        seccomp: list[int] = []  # the read end of a pipe holding the seccomp program, which bwrap reads to its end
         try:
+            if self._seccomp is not None:
+                sr, sw = os.pipe()
+                seccomp.append(sr)
+                try:
+                    os.write(sw, self._seccomp)  # a few hundred bytes: far below a pipe's buffer
+                finally:
+                    os.close(sw)
             srv.bind(sock_path)
             os.chmod(sock_path, 0o600)
             srv.listen(128)
             fd = srv.fileno()
             argv = self._prefix() + self._argv_static[:1] + ["--json-status-fd", str(w), "--as-pid-1"] + \
                 self._argv_static[1:-2] + ["--ro-bind", EXECD, EXECD_IN] + self._argv_static[-2:] + \
+                [a for sr in seccomp for a in ("--seccomp", str(sr))] + \
                 ["--chdir", "/", "--", "python3", "-I", "-S", EXECD_IN, "--fd", str(fd)]
-            self._proc = _spawn(argv, (fd, w), os.path.join(self._state.path, "server.log"))
+            self._proc = _spawn(argv, (fd, w, *seccomp), os.path.join(self._state.path, "server.log"))
         except BaseException:
             os.close(w)
             os.close(r)
             srv.close()
             raise
+        finally:
+            for sr in seccomp:
+                os.close(sr)
         os.close(w)
         srv.close()  # the server holds it now
         try:
@@ -158,6 +179,7 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         self._keep = {self._proc.pid, child}
         self._init = child
         self._sock = sock_path
+        self._no_keys = bool(seccomp)
         # the agent's memory use must never kill the sandbox itself: bwrap and the server are never picked
         # by the OOM killer where the host may lower them (CAP_SYS_RESOURCE), and commands always outrank
         # them (execd.py starts each at oom_score_adj 500); SysV shared memory cannot outlive the processes
@@ -453,8 +475,12 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
     def _quiesce(self) -> None:
         """Server mode: 1. no process but bwrap and the server (host-side sweep of the cgroup);
         2. from the host, charging nothing to the sandbox (its memory may be full of shared memory): every
-        SysV IPC object and POSIX message queue of its IPC namespace removed (nsipc), /dev/shm emptied;
-        3. as the sandbox user, inside: user keyrings cleared, and checked that no IPC object is left;
+        SysV IPC object and POSIX message queue of its IPC namespace removed (nsipc), /dev/shm emptied, each
+        checked empty;
+        3. as the sandbox user, inside: user keyrings cleared, and checked that no IPC object is left -- skipped in
+        a sandbox under the no-keyrings filter (the clean rooms) when step 2 cleared and checked everything: the
+        op clears nothing else than step 2 does, and no process of such a sandbox could ever add a key (the kernel
+        refuses every keyring call), so it would fork a handler inside (most of a room's reset) to clear nothing;
         4. swept again. Files of HOME, the workspace and /tmp are not touched. Raises SandboxError."""
         if not self._server_alive() or not self._sweep():
             raise SandboxError("processes could not be swept")
@@ -463,12 +489,16 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
             log.info("host-side IPC cleanup of %s: %s (the server's reset op follows)", self._state.name, why)
         try:
             empty_dir(self._shm)
+            left = os.listdir(self._shm)
         except OSError as e:
             raise SandboxError(f"/dev/shm could not be emptied: {e}") from e
-        rc, msg = execd_client.reset_until_ok(self._sock, {"op": "reset", "uid": SANDBOX_UID, "gid": SANDBOX_GID},
-                                              self._sweep)
-        if rc != 0:
-            raise SandboxError(f"ipc reset rc={rc}: {msg[:200]!r}")
+        if left:
+            raise SandboxError(f"/dev/shm not empty after the reset: {left[:5]}")
+        if not (ok and self._no_keys):
+            rc, msg = execd_client.reset_until_ok(self._sock, {"op": "reset", "uid": SANDBOX_UID,
+                                                               "gid": SANDBOX_GID}, self._sweep)
+            if rc != 0:
+                raise SandboxError(f"ipc reset rc={rc}: {msg[:200]!r}")
         if not self._server_alive() or not self._sweep():
             raise SandboxError("processes could not be swept")
 
@@ -543,18 +573,22 @@ class BwrapFactory(PooledFactory):
     """Opens bwrap sandboxes. In server mode (root + cgroups; `server=False` or config.bwrap_server=False
     turns it off) a clawgym.sandbox.pool.RecyclingPool keeps sandboxes started ahead (bwrap + exec server up,
     workspace empty): one at first, doubling up to `pool_size` each time open() finds none ready (warm()
-    fills it at once). open() takes one and writes the task's files, or starts one itself when none is on its
-    way. With `recycle` (default), close() returns at once and the pool's reaper resets the sandbox
-    (BwrapSandbox._reset: processes, IPC, keyrings, HOME, /tmp, /dev/shm) and puts it back (at most
-    `max_idle` kept, `max_uses` uses each); a sandbox whose reset fails is torn down. `recycle=False`: every
-    open() gets a fresh one. factory.close() waits for the pool: no process, mount, cgroup or temp dir
-    outlives it."""
+    fills it at once), never more than `pool_size` in all with those handed out. open() takes one and writes
+    the task's files, or starts one itself when none is on its way. With `recycle` (default), close() returns
+    at once and the pool's reaper resets the sandbox (BwrapSandbox._reset: processes, IPC, keyrings, HOME,
+    /tmp, /dev/shm) and puts it back (at most `max_idle` kept, `max_uses` uses each); a sandbox whose reset
+    fails is torn down. `recycle=False`: every open() gets a fresh one. `keyrings=False` (the factory's
+    rooms(), the clean rooms): server-mode sandboxes start under a seccomp filter that refuses every keyring
+    call, and their reset runs from the host alone (see BwrapSandbox._quiesce). factory.close() waits for the
+    pool: no process, mount, cgroup or temp dir outlives it."""
 
     def __init__(self, config: SandboxConfig | None = None, pool_size: int = 4, server: bool = True, *,
-                 recycle: bool = True, max_idle: int | None = None, max_uses: int = 200, close_wait_s: float = 10.0):
+                 recycle: bool = True, max_idle: int | None = None, max_uses: int = 200, close_wait_s: float = 10.0,
+                 keyrings: bool = True):
         super().__init__(config)
         self._init_kwargs = {"pool_size": pool_size, "server": server, "recycle": recycle, "max_idle": max_idle,
-                             "max_uses": max_uses, "close_wait_s": close_wait_s}
+                             "max_uses": max_uses, "close_wait_s": close_wait_s, "keyrings": keyrings}
+        self.keyrings = bool(keyrings)
         if not bwrap_path():
             raise SandboxError("bwrap is not installed (apt-get install bubblewrap)")
         self.rootfs = find_rootfs(self.config)
@@ -573,13 +607,21 @@ class BwrapFactory(PooledFactory):
     def available(cls, config: SandboxConfig) -> tuple[bool, str]:
         return available()
 
+    def _make_rooms(self) -> "BwrapFactory":
+        """The clean rooms' factory: the same settings, its sandboxes under the no-keyrings seccomp filter. Nothing a
+        verification runs (bash, python3, git, pytest, node) uses kernel keys, and without them a room's reset is
+        done from the host alone (BwrapSandbox._quiesce), as docker's is."""
+        return type(self)(self.config, **{**self._init_kwargs, "keyrings": False})
+
     def _new(self) -> BwrapSandbox:
-        sb = BwrapSandbox(self.config, self.rootfs, server=self.server)
+        sb = BwrapSandbox(self.config, self.rootfs, server=self.server, keyrings=self.keyrings)
         if self.recycle and sb.server_mode:
             sb._recycler = self._recycle
         return sb
 
     def _handle(self, sb: BwrapSandbox) -> BwrapSandbox:
+        if sb._recycler is None:  # torn down at close, never handed back (recycle=False, per-exec mode)
+            self.pool.untrack()
         return sb  # a pooled sandbox is a fresh handle already (BwrapSandbox._handoff)
 
     def _recycle(self, old: BwrapSandbox) -> None:

@@ -52,16 +52,17 @@ def _agent_modules(workspace):
     """A meta-path finder that answers imports of workspace modules with stand-ins (see the module docstring), and
     a guard on the file loaders against any other way of loading a workspace file here."""
     import builtins
-    import importlib.abc
     import importlib.machinery as machinery
     import json
     import os
-    import signal
-    import subprocess
     import sys
-    import tempfile
     import types
 
+    # subprocess, signal, tempfile and shutil are imported by the first stand-in call, not here: most checks import
+    # no workspace module, and these imports (with importlib.abc, which a duck-typed loader does not need) were a
+    # third of every grade's CPU. Importing them late is as safe as early: a top-level name of the interpreter's
+    # own directories comes from there whatever sys.path holds by then (the import guard, sitecustomize.py), and
+    # no code of the agent's runs in this process to have changed anything else.
     root = os.path.realpath(workspace)
     STAND_IN = "clawgym-agent-module"
 
@@ -73,6 +74,10 @@ def _agent_modules(workspace):
         return p == root or p.startswith(root + os.sep)
 
     def run(job, timeout=60):
+        import signal
+        import subprocess
+        import tempfile
+
         d = tempfile.mkdtemp(prefix="clawgym-agent-")
         try:
             p = subprocess.Popen([sys.executable, "-P", "-c", _CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -138,7 +143,7 @@ def _agent_modules(workspace):
         mod.__getattr__ = getattr_
         return mod
 
-    class _Loader(importlib.abc.Loader):
+    class _Loader:  # the loader protocol (create_module / exec_module); importlib.abc's base adds nothing
         def __init__(self, search):
             self.search = search
 
@@ -198,7 +203,6 @@ def _main():
     import json
     import os
     import sys
-    import traceback
 
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.set_inheritable(out.fileno(), False)
@@ -216,6 +220,8 @@ def _main():
         r = g(p["transcript"], p["workspace"])
         line = json.dumps(r, default=repr)
     except BaseException:
+        import traceback  # only when grade() failed: its import is a tenth of a grade's CPU
+
         sys.stderr.write(traceback.format_exc())
         sys.stderr.flush()
         os._exit(3)
