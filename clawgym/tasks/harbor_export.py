@@ -6,15 +6,26 @@ reward.json), `solution/solve.sh` replaying the reference, and with `separate` t
 verifier environment as data (`[verifier] environment_mode = "separate"`, `[[verifier.collect]]`). Import of Harbor
 folders is clawgym.tasks.harbor (the tasks layer); this module ships the verifier's own files, so it sits above
 clawgym.verify (tests/test_layers.py).
+
+The handover is the clean room's, with the clean room's own code, since Harbor's verifier has no clawgym installed:
+the collect hook never follows a workspace replaced by a link or a file (an empty tar); tests/clawgym_unpack.py
+reads the tar by clawgym/sandbox/host/export.py's rules (shipped verbatim as tests/clawgym_export.py) into an
+emptied workspace, no tar being an empty workspace; tests/clawgym_verify.py prepares it with
+clawgym.verify.guard's `neutralize_controls` and `verifier_env`, whose source this module copies into
+tests/clawgym_guard.py, with the allow-list import guard in tests/clawgym_site/.
 """
 
 from __future__ import annotations
 
+import base64
+import inspect
 import json
+import posixpath
 import shlex
 from pathlib import Path
 from typing import Any
 
+import clawgym.sandbox.host.export as host_export
 from clawgym.tasks._io import AtomicDir, write_tree
 from clawgym.tasks.harbor import (
     DEFAULT_BASE_IMAGE, DOCKERFILE, EXPORT_DIR, EXPORT_TAR, INSTRUCTION, PROGRAM_FILE, TASK_TOML, _side,
@@ -74,8 +85,15 @@ def _task_toml(task: Task, *, separate: bool, cpus: float, memory_mb: int, stora
 
 
 def _collect_command(ws: str) -> str:
-    return (f"mkdir -p {EXPORT_DIR} && rm -f {EXPORT_TAR} && tar -C {shlex.quote(ws)} --exclude=./reward "
-            f"-cf {EXPORT_TAR} . && chmod 0644 {EXPORT_TAR}")
+    """The `[[verifier.collect]]` hook: the workspace as a tar, never through a link. `cd -P` then `pwd -P` equal to
+    the workspace path means no part of the path is a link; a workspace replaced by a link or a file, or deleted,
+    is no directory any more, and what is there is nothing a verifier may read: the tar is then empty, as clawgym's
+    own export of such a workspace is. Unreadable entries are left out, as the built-in export drops them."""
+    q = shlex.quote(posixpath.normpath(ws))
+    return (f"mkdir -p {EXPORT_DIR} && rm -f {EXPORT_TAR} && "
+            f"if cd -P -- {q} 2>/dev/null && [ \"$(pwd -P)\" = {q} ]; then "
+            f"tar --ignore-failed-read --exclude=./reward -cf {EXPORT_TAR} .; "
+            f"else tar -cf {EXPORT_TAR} -T /dev/null; fi && chmod 0644 {EXPORT_TAR}")
 
 
 def _dockerfile(task: Task, base_image: str) -> str:
@@ -89,46 +107,79 @@ def _dockerfile(task: Task, base_image: str) -> str:
             f"WORKDIR {ws}\n")
 
 
-def _test_sh(task: Task) -> str:
+def _test_sh(task: Task, separate: bool) -> str:
     ws = shlex.quote(task.workspace_dir)
-    return (
-        "#!/usr/bin/env bash\n"
-        f"# clawgym verifier for {task.task_id}: no network, no downloads. In a separate verifier environment\n"
-        "# the agent's workspace arrives as data (the artifact tar of [[verifier.collect]]) and replaces the\n"
-        "# image's copy: regular files and folders only.\n"
-        "mkdir -p /logs/verifier\n"
-        f"if [ -f {EXPORT_TAR} ]; then\n"
-        f"  python3 /tests/clawgym_unpack.py {EXPORT_TAR} {ws} || "
-        "{ echo 0 > /logs/verifier/reward.txt; echo 'clawgym: workspace export unreadable' >&2; exit 0; }\n"
-        "fi\n"
-        f"cd {ws} && python3 /tests/clawgym_verify.py\n")
+    head = ("#!/usr/bin/env bash\n"
+            f"# clawgym verifier for {task.task_id}: no network, no downloads.\n"
+            "mkdir -p /logs/verifier\n")
+    if separate:
+        head += (
+            "# In Harbor's separate verifier environment the agent's workspace arrives as data (the artifact tar of\n"
+            "# [[verifier.collect]]) and replaces the image's copy: regular files and folders, links resolved inside\n"
+            "# the workspace or dropped; no tar is an empty workspace. clawgym's own importer of this folder runs it\n"
+            "# on a workspace that already is its clean room's export (CLAWGYM_VERIFY_IN_PLACE=1).\n"
+            'if [ "${CLAWGYM_VERIFY_IN_PLACE:-}" != 1 ]; then\n'
+            f"  python3 -I /tests/clawgym_unpack.py {EXPORT_TAR} {ws} /logs/verifier || "
+            "{ echo 0 > /logs/verifier/reward.txt; echo 'clawgym: workspace export unreadable' >&2; exit 0; }\n"
+            "fi\n")
+    return head + f"cd {ws} && python3 -I /tests/clawgym_verify.py\n"
 
 
-_UNPACK = '''"""Replace the workspace with the agent's, from the artifact tar (regular files and folders only)."""
-import os, shutil, sys, tarfile
-
-tar, ws = sys.argv[1], sys.argv[2]
-os.makedirs(ws, exist_ok=True)
-for name in os.listdir(ws):
-    p = os.path.join(ws, name)
-    shutil.rmtree(p) if os.path.isdir(p) and not os.path.islink(p) else os.unlink(p)
-with tarfile.open(tar) as tf:
-    for m in tf.getmembers():
-        parts = [x for x in m.name.split("/") if x not in ("", ".")]
-        if not parts or ".." in parts or not (m.isreg() or m.isdir()):
-            continue
-        dst = os.path.join(ws, *parts)
-        if m.isdir():
-            os.makedirs(dst, exist_ok=True)
-            continue
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        with tf.extractfile(m) as src, open(dst, "wb") as out:
-            shutil.copyfileobj(src, out)
-        os.chmod(dst, 0o755 if m.mode & 0o111 else 0o644)
-'''
+# clawgym.verify.guard's rules, shipped as they are: the Harbor verifier has no clawgym installed, so the exporter
+# writes the guard's own functions into tests/clawgym_guard.py instead of a second, hand-written copy of them
+_GUARD_CODE = ("_is_git_config", "control_kind", "sanitize_git_config", "_ini_header", "_ini_pytest_sections",
+               "_toml_pytest", "strip_pytest_config", "neutralize_controls", "_neutralize_one", "verifier_env")
 
 
-def _verifier_files(task: Task) -> list[File]:
+def _guard_module() -> str:
+    """tests/clawgym_guard.py: the constants and functions of clawgym.verify.guard that prepare a workspace for a
+    verifier (neutralize_controls and what it calls, verifier_env), as their source; stdlib only, except tomli_w
+    (shipped beside it) and iniconfig (pytest's own parser, optional)."""
+    from clawgym.verify import guard as g
+
+    head = ('"""clawgym.verify.guard\'s workspace preparation inside a Harbor task (tests/clawgym_guard.py).\n\n'
+            "Generated by clawgym.tasks.harbor_export from clawgym/verify/guard.py: its functions copied as they\n"
+            "are, so the Harbor verifier neutralises the same files and builds the same environment as clawgym's\n"
+            "clean room.\n"
+            '"""\n'
+            "from __future__ import annotations\n\nimport re\n\n\n"
+            "class SandboxError(Exception):\n"
+            '    """Never raised here (no sandbox): neutralize_controls re-raises it by name."""\n\n\n'
+            + inspect.getsource(g.UnsafeWorkspace) + "\n\n"
+            f"CLEAN_PATH = {g.CLEAN_PATH!r}\n"
+            f"CONTROL_NAMES = set({sorted(g.CONTROL_NAMES)!r})\n"
+            f"CONTROL_SUFFIXES = {tuple(g.CONTROL_SUFFIXES)!r}\n"
+            f"SECTION_FILES = {tuple(g.SECTION_FILES)!r}\n"
+            f"GIT_ALLOWED = re.compile({g.GIT_ALLOWED.pattern!r}, {int(g.GIT_ALLOWED.flags)})\n\n\n")
+    return head + "\n\n".join(inspect.getsource(getattr(g, n)) for n in _GUARD_CODE)
+
+
+def _guard_files(task: Task) -> list[File]:
+    """What tests/clawgym_verify.py prepares the workspace with: the generated guard, the import guard's folder
+    (clawgym_site/: nothing else may be in it, it goes on PYTHONPATH), tomli_w (strip_pytest_config rewrites a
+    pyproject.toml with it; the sandbox image has none) and the task's own control files, which stay."""
+    import importlib.metadata
+    import importlib.util
+
+    from clawgym.sandbox.guest import VERIFY_SIDE
+    from clawgym.verify.guard import GUARD_FILES, control_kind
+
+    out = [File(path="clawgym_guard.py", content=_guard_module().encode())]
+    out += [File(path=f"clawgym_site/{n}", content=(VERIFY_SIDE / n).read_bytes()) for n in GUARD_FILES]
+    spec = importlib.util.find_spec("tomli_w")
+    tw = Path(spec.origin).parent
+    out += [File(path=f"tomli_w/{p.name}", content=p.read_bytes()) for p in sorted(tw.glob("*.py"))]
+    lic = next((f for f in importlib.metadata.distribution("tomli_w").files or []
+                if f.name.upper().startswith("LICENSE")), None)
+    if lic is not None:
+        out.append(File(path="tomli_w/LICENSE", content=lic.read_text().encode()))
+    controls = {f.path: {"content_b64": base64.b64encode(f.content).decode(), "mode": f.mode}
+                for f in task.files if control_kind(f.path) is not None}
+    out.append(File(path="clawgym_controls.json", content=(json.dumps(controls, indent=1) + "\n").encode()))
+    return out
+
+
+def _verifier_files(task: Task, separate: bool = True) -> list[File]:
     """tests/ of an exported task."""
     from clawgym.tasks.clawgym_format import reward_files_for
     from clawgym.verify.runtime import GRADE_DRIVER
@@ -136,11 +187,14 @@ def _verifier_files(task: Task) -> list[File]:
     v = task.verifier
     cfg = {"kind": "grade" if v.kind == "grade" else "reward_dir", "timeout_s": float(v.timeout_s),
            "workspace": task.workspace_dir, "task_id": task.task_id}
-    out = [File(path="test.sh", content=_test_sh(task).encode(), mode=0o755),
+    out = [File(path="test.sh", content=_test_sh(task, separate).encode(), mode=0o755),
            File(path="clawgym_verify.py", content=_side("clawgym_verify.py").encode()),
-           File(path="clawgym_unpack.py", content=_UNPACK.encode()),
+           File(path="clawgym_unpack.py", content=_side("clawgym_unpack.py").encode()),
+           # clawgym's own export rules, verbatim: the unpack reads the tar as the clean room reads a workspace
+           File(path="clawgym_export.py", content=Path(host_export.__file__).read_bytes()),
            File(path="scoring.py", content=(Path(__file__).parent.parent / "verify" / "scoring.py").read_bytes()),
            File(path="clawgym.json", content=(json.dumps(cfg, indent=2) + "\n").encode())]
+    out += _guard_files(task)
     if v.kind == "grade":
         out += [File(path="check_code.py", content=(v.code or "").encode()),
                 File(path="grade_driver.py", content=GRADE_DRIVER.encode())]
@@ -191,7 +245,7 @@ def harbor_task_files(task: Task, *, base_image: str = DEFAULT_BASE_IMAGE, separ
     files += [File(path=f"environment/workspace/{f.path}", content=f.content, mode=f.mode) for f in task.files]
     if not task.files:
         files.append(File(path="environment/workspace/.clawgym-empty", content=b""))
-    files += [File(path=f"tests/{f.path}", content=f.content, mode=f.mode) for f in _verifier_files(task)]
+    files += [File(path=f"tests/{f.path}", content=f.content, mode=f.mode) for f in _verifier_files(task, separate)]
     files += [File(path=f"solution/{f.path}", content=f.content, mode=f.mode) for f in _solution_files(task)]
     return files
 

@@ -103,8 +103,10 @@ def run_tests(here, ws):
     for d in ("logs/verifier", "logs/agent", "logs/artifacts"):
         os.makedirs(os.path.join(tmp, d), exist_ok=True)
     materialise(os.path.join(here, "tests"), os.path.join(tmp, "tests"), m)
+    # CLAWGYM_VERIFY_IN_PLACE: clawgym's own exported test.sh verifies this workspace as it is (clawgym has made it
+    # its clean room's export already) instead of unpacking a Harbor artifact tar, which no collect hook made here
     env = dict(os.environ, CLAWGYM_REWARD_DIR=os.path.join(tmp, "wsreward"),
-               CLAWGYM_LOGS_DIR=os.path.join(tmp, "logs", "verifier"))
+               CLAWGYM_LOGS_DIR=os.path.join(tmp, "logs", "verifier"), CLAWGYM_VERIFY_IN_PLACE="1")
     env.update({k: rewrite(str(v), m) for k, v in (cfg.get("env") or {}).items()})
     rc = None
     try:
