@@ -163,7 +163,7 @@ def layer_arrows(sources: dict[str, tuple[str, str]]) -> dict[tuple[str, str], l
     return bad
 
 
-def test_every_module_is_in_a_room():
+def test_every_module_is_in_a_layer_unit():
     sources = library_sources()
     assert len(sources) > 150
     top = _units(LAYERS)
