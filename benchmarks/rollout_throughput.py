@@ -71,6 +71,13 @@ def measure(factory, n: int, workers: int, runtime: str = "builtin") -> tuple[fl
     return dt, ok / n
 
 
+def _box_cpu() -> float:
+    """CPU seconds the whole machine has been busy (all cores, /proc/stat: everything but idle and iowait)."""
+    with open("/proc/stat") as fh:
+        v = [int(x) for x in fh.readline().split()[1:]]
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+
+
 def rollouts(backends: list[str], pools: list[int], n: int, openclaw: bool, cold_rooms: bool = False,
              as_json: bool = False) -> None:
     for b in backends:
@@ -88,14 +95,25 @@ def rollouts(backends: list[str], pools: list[int], n: int, openclaw: bool, cold
                 run_rollout(demo_tasks()[0], "oracle", f)  # warm-up (policy server, page cache, pools)
                 f.settle(60)
                 f.rooms().settle(60)
+                made0 = f.stats.get("created", 0), f.rooms().stats.get("created", 0)
+                cpu0, box0 = os.times(), _box_cpu()
                 dt, solved = measure(f, n, pool)
+                cpu1, box1 = os.times(), _box_cpu()
+                made = f.stats.get("created", 0) - made0[0], f.rooms().stats.get("created", 0) - made0[1]
             rates[pool] = rate = n / dt
+            # where the CPU went, per rollout: this process (the harness, the policy server, the host side of both
+            # sandboxes), the whole box (the sandboxes' processes too, and whatever else runs here), and how many
+            # sandboxes the pools had to start while the clock ran
+            me = (cpu1.user - cpu0.user + cpu1.system - cpu0.system) / n * 1000
+            box = (box1 - box0) / n * 1000
             if as_json:
                 print("AB " + json.dumps({"backend": b, "pool": pool, "rate": rate, "solved": solved,
-                                          "load": os.getloadavg()[0]}), flush=True)
+                                          "load": os.getloadavg()[0], "cpu_ms": me, "box_ms": box,
+                                          "started": made}), flush=True)
                 continue
             print(f"{b:7s} pool {pool}: {rate:6.2f} oracle rollouts/s ({dt / n * pool:.2f} s per rollout per worker, "
-                  f"solved {solved:.0%}, load {os.getloadavg()[0]:.1f})", flush=True)
+                  f"solved {solved:.0%}, load {os.getloadavg()[0]:.1f}; CPU per rollout: this process {me:.0f} ms, "
+                  f"the box {box:.0f} ms; sandboxes started meanwhile: agents {made[0]}, rooms {made[1]})", flush=True)
         goal = GOALS.get(b)
         if goal and rates and not as_json:
             best, low = max(rates.values()), min(rates.values())
@@ -146,8 +164,9 @@ def ab(ref: str, backends: list[str], pools: list[int], n: int, rounds: int, col
                 for row in rows:
                     res[arm][row["pool"]].append(row["rate"])
                 print(f"{b:7s} round {r + 1} {arm:12s}: " + "  ".join(
-                    f"pool {x['pool']} {x['rate']:6.2f}/s" for x in rows) + f"  (load {rows[-1]['load']:.1f})",
-                    flush=True)
+                    f"pool {x['pool']} {x['rate']:6.2f}/s" for x in rows) + f"  (load {rows[-1]['load']:.1f}; "
+                    "sandboxes started while timed, agents+rooms: " + " ".join(
+                        f"{x['started'][0]}+{x['started'][1]}" for x in rows) + ")", flush=True)
         med = {a: {p: statistics.median(v) for p, v in res[a].items() if v} for a in arms}
         (old, new) = arms
         for p in pools:
