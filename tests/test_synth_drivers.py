@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -133,3 +135,42 @@ def test_batched_gates_agree_with_validate_task_on_every_tool_form(any_isolating
     ref = lambda v: [e.split(":")[0:2] for e in v.errors if e.startswith("reference: ")]  # noqa: E731
     assert ref(fast) == ref(slow) and len(ref(fast)) == 4
     assert json.dumps(fast.to_dict(), default=str)  # serialisable as before
+
+
+def test_fork_server_serves_the_graders_safe_path_child_with_a_piped_stdin(tmp_path):
+    """The grader runs the agent's code as `python3 -P -c ...` with its stdin a pipe (`_agent_call`). The fork
+    server serves that run: -P leaves no script/cwd slot on sys.path, the run reads its stdin to the end (the
+    serving process's own write end of that pipe is not inherited), and no descriptor of the serving process
+    reaches it."""
+    script = tmp_path / "serve.py"
+    script.write_text(
+        "import json, os, subprocess, sys, tempfile\n"
+        f"sys.path.append({str(Path(__file__).resolve().parents[1])!r})  # sys.path[0] stays the script slot\n"
+        "from clawgym.sandbox.guest.synth import forkserver\n"
+        "root = tempfile.mkdtemp()\n"
+        "os.environ['PATH'] = os.path.dirname(sys.executable) + ':' + os.environ.get('PATH', '')\n"
+        "forkserver.start(root, 30.0, heavy=False, base_modules=set(sys.modules))\n"
+        "leak = open(os.devnull)  # a descriptor of the serving process\n"
+        "child = ('import json, os, sys; data = sys.stdin.read(); '\n"
+        "         'print(json.dumps({\"served\": \"clawgym.sandbox.guest.synth.forkserver\" in sys.modules, '\n"
+        "         '\"path0\": sys.path[0], \"data\": data, '\n"
+        "         '\"fds\": sorted(int(f) for f in os.listdir(\"/proc/self/fd\"))}))')\n"
+        "out = {}\n"
+        "for flags in ([], ['-P']):\n"
+        "    cwd = tempfile.mkdtemp()\n"
+        "    p = subprocess.Popen([os.path.join(root, 'bin', 'python3'), *flags, '-c', child], stdin=subprocess.PIPE,\n"
+        "                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True, cwd=cwd)\n"
+        "    raw, _ = p.communicate(b'x' * 100000, timeout=20)\n"
+        "    out[' '.join(flags) or 'plain'] = dict(json.loads(raw), rc=p.returncode, cwd=cwd, leak=leak.fileno())\n"
+        "print(json.dumps(out))\n")
+    exe_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{exe_dir}:{os.environ.get('PATH', '')}"}
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.splitlines()[-1])
+    for flags, got in out.items():
+        assert got["rc"] == 0 and got["served"], (flags, got)  # served by a fork, not a new interpreter
+        assert got["data"] == "x" * 100000  # the whole stdin, then EOF: no inherited write end keeps it open
+        assert set(got["fds"]) - {0, 1, 2} <= {max(got["fds"])} and got["leak"] not in got["fds"][3:], got
+    assert out["plain"]["path0"] == ""  # `python3 -c`: '' first, as a real interpreter
+    assert out["-P"]["path0"] not in ("", out["-P"]["cwd"]) and not out["-P"]["path0"].startswith(str(tmp_path))

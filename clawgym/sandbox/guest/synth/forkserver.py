@@ -119,18 +119,49 @@ def _open_fds(pid, which=(0, 1, 2)):
 
 
 def _parse(args):
+    """(mode, what, rest, safe_path) of a python3 command line; mode None where it is not served. `-P` (safe_path:
+    nothing prepended to sys.path) is the one option served: the grader runs the agent's code as `python3 -P -c`."""
+    safe = False
+    while args and args[0] == "-P":
+        safe, args = True, args[1:]
     if not args or args[0] == "-":
-        return "stdin", None, args[1:]
+        return "stdin", None, args[1:], safe
     if args[0] == "-c" and len(args) >= 2:
-        return "c", args[1], args[2:]
+        return "c", args[1], args[2:], safe
     if args[0] == "-m" and len(args) >= 2:
-        return "m", args[1], args[2:]
+        return "m", args[1], args[2:], safe
     if args[0].startswith("-"):
-        return None, None, None
-    return "script", args[0], args[1:]
+        return None, None, None, safe
+    return "script", args[0], args[1:], safe
 
 
-def _child(mode, what, rest, env, cwd, fds, timeout, shimdir):
+def _close_inherited():
+    """Close every descriptor above 2 the fork inherited from the serving process. A real python3 started by the
+    shim holds none of them, and one of them can be the write end of the very pipe this run reads its stdin from
+    (a caller's `Popen(stdin=PIPE)` still open in the serving process at fork time): its read would never end."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        names = [str(fd) for fd in range(3, 1024)]
+    for name in names:
+        fd = int(name)
+        if fd > 2:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _path0(entry, safe_path):
+    """sys.path[0] is the slot a real interpreter fills with the script's directory, the cwd or '' (the server's
+    own holds the driver's directory); under -P that slot is not there at all."""
+    if safe_path:
+        del sys.path[0]
+    else:
+        sys.path[0] = entry
+
+
+def _child(mode, what, rest, env, cwd, fds, timeout, shimdir, safe_path=False):
     import atexit
     import builtins
     import runpy
@@ -141,6 +172,7 @@ def _child(mode, what, rest, env, cwd, fds, timeout, shimdir):
         for i, fd in enumerate(fds):
             os.dup2(fd, i)
             os.close(fd)
+        _close_inherited()
         os.chdir(cwd)
         sys.executable = REAL_EXECUTABLE  # the grade driver points sys.executable at the shim while grade() runs
         env = dict(env)
@@ -157,7 +189,7 @@ def _child(mode, what, rest, env, cwd, fds, timeout, shimdir):
         try:
             if mode == "m":
                 sys.argv = ["-m"] + rest
-                sys.path[0] = cwd
+                _path0(cwd, safe_path)
                 try:
                     runpy._get_module_details(what)
                 except ImportError as e:  # as the interpreter reports it
@@ -166,14 +198,14 @@ def _child(mode, what, rest, env, cwd, fds, timeout, shimdir):
                 runpy.run_module(what, run_name="__main__", alter_sys=True)
             elif mode == "script":
                 sys.argv = [what] + rest
-                sys.path[0] = os.path.dirname(os.path.realpath(what))
+                _path0(os.path.dirname(os.path.realpath(what)), safe_path)
                 runpy.run_path(what, run_name="__main__")
             else:
                 if mode == "stdin":
                     src, name, sys.argv = sys.stdin.read(), "<stdin>", ["-"] + rest
                 else:
                     src, name, sys.argv = what, "<string>", ["-c"] + rest
-                sys.path[0] = ""
+                _path0("", safe_path)
                 main = types.ModuleType("__main__")
                 main.__dict__["__builtins__"] = builtins
                 sys.modules["__main__"] = main
@@ -313,7 +345,7 @@ def _handle(line, srv, shimdir, timeout):
                    for kv in (os.fsdecode(x) for x in open("/proc/%d/environ" % pid, "rb").read().split(b"\0"))
                    if "=" in kv)
         cwd = os.readlink("/proc/%d/cwd" % pid)
-        mode, what, rest = _parse(args)
+        mode, what, rest, safe_path = _parse(args)
         if mode is None or _envdiff(env):
             raise ValueError("not served")
         top = [cwd] if mode != "script" else [cwd, os.path.dirname(os.path.realpath(os.path.join(cwd, what)))]
@@ -339,7 +371,7 @@ def _handle(line, srv, shimdir, timeout):
     child = os.fork()
     if child == 0:
         os.close(wfd)
-        _child(mode, what, rest, env, cwd, fds, timeout, shimdir)
+        _child(mode, what, rest, env, cwd, fds, timeout, shimdir, safe_path)
     for fd in fds:
         os.close(fd)
     threading.Thread(target=_wait, args=(child, wfd, srv, pid, slot), daemon=True).start()
