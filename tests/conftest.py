@@ -38,6 +38,7 @@ ATTACK_MODULES = (
     "test_openclaw_forwarder",      # the socket into one sandbox
     "test_rollout_bounds",          # limits an agent could stretch
     "test_untrusted_import",        # hostile task folders and Parquet files
+    "test_export_every_path",       # every way a workspace reaches a verifier, the Harbor handover included
 )
 
 
