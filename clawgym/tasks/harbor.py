@@ -23,7 +23,8 @@ files it ships): any Task runs in Harbor unchanged.
   fresh container of the same environment; the agent's workspace is handed over as data by Harbor's own
   mechanism -- a ``[[verifier.collect]]`` hook tars the workspace in the agent's container, the tar is a task
   ``artifacts`` entry, Harbor re-materialises it at the same path in the verifier's container, and test.sh
-  replaces the workspace with its regular files and folders (links and special files dropped) before verifying.
+  replaces the workspace with what the tar holds by clawgym's own export rules (tests/clawgym_export.py: a link
+  resolved inside the workspace or dropped, special files dropped; no tar is an empty workspace) before verifying.
 - solution/program.json (when the task has a program_reference): the program teacher's tool calls, read back on import.
 - solution/solve.sh (when the task has a reference): replays the reference tool calls with the agent tools' own
   semantics (solution/toolcore.py is clawgym.agent.toolcore verbatim), as our `oracle` policy does.
