@@ -27,28 +27,45 @@ def redact(text: str, extra_env: Iterable[str] = ()) -> str:
     REDACTED."""
     if not text:
         return text
-    for v in secret_values(extra_env):
+    return _redact_values(text, _with_escaped(secret_values(extra_env)))
+
+
+def _with_escaped(values: list[str]) -> list[str]:
+    """Each value, followed by its JSON-escaped form where that differs."""
+    out = []
+    for v in values:
+        out.append(v)
+        ev = json.dumps(v)[1:-1]
+        if ev != v:
+            out.append(ev)
+    return out
+
+
+def _redact_values(text: str, values: list[str]) -> str:
+    for v in values:
         if v in text:
             text = text.replace(v, REDACTED)
-        ev = json.dumps(v)[1:-1]  # the JSON-escaped form
-        if ev != v and ev in text:
-            text = text.replace(ev, REDACTED)
     text = _BEARER.sub(lambda m: m.group(1) + REDACTED, text)
     return _SK.sub(REDACTED, text)
 
 
 def redact_obj(obj: Any, extra_env: Iterable[str] = ()) -> Any:
-    """Redact every string inside a JSON-like structure."""
-    extra = list(extra_env)
-    if isinstance(obj, str):
-        return redact(obj, extra)
-    if isinstance(obj, list):
-        return [redact_obj(x, extra) for x in obj]
-    if isinstance(obj, tuple):
-        return tuple(redact_obj(x, extra) for x in obj)
-    if isinstance(obj, dict):
-        return {k: redact_obj(v, extra) for k, v in obj.items()}
-    return obj
+    """Redact every string inside a JSON-like structure. The environment is read once for the whole structure
+    (a rollout's record holds thousands of strings)."""
+    values = _with_escaped(secret_values(extra_env))
+
+    def walk(x: Any) -> Any:
+        if isinstance(x, str):
+            return _redact_values(x, values) if x else x
+        if isinstance(x, list):
+            return [walk(y) for y in x]
+        if isinstance(x, tuple):
+            return tuple(walk(y) for y in x)
+        if isinstance(x, dict):
+            return {k: walk(v) for k, v in x.items()}
+        return x
+
+    return walk(obj)
 
 
 __all__ = ["redact", "redact_obj", "secret_values", "REDACTED"]
