@@ -42,10 +42,85 @@ ATTACK_MODULES = (
 )
 
 
+# Every attack test names the one rule it tests (tests/attack_rules.py RULES): `@pytest.mark.rule("id")` on the test
+# or its module, or, for a test parametrized over named attacks (an `attack` argument with a `.name`), the entry of
+# its module's ATTACK_RULES (attack name -> rule id). tests/test_attack_suite.py checks exactly one known rule per
+# attack and an attack per rule; scripts/attacks.sh (CLAWGYM_ATTACK_TABLE=1, or `-m attack`) ends with the table.
+ATTACK_TABLE_ENV = "CLAWGYM_ATTACK_TABLE"
+ATTACK_RULES_OUT_ENV = "CLAWGYM_ATTACK_RULES_OUT"  # a path: collection writes {nodeid: [rule ids]} of the attacks
+
+_attack_rules: dict[str, list[str]] = {}  # nodeid -> rule ids, of the attack tests selected to run
+_attack_outcome: dict[str, str] = {}  # nodeid -> held | failed | skipped
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "rule(rule_id): the rule (tests/attack_rules.py RULES) an attack test tests")
+
+
+def rules_of(item) -> list[str]:
+    """The rule ids an item carries (marks on the test, its class, its module, its parametrized case)."""
+    return [m.args[0] if m.args else m.kwargs.get("rule_id") for m in item.iter_markers("rule")]
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in ATTACK_MODULES:
             item.add_marker(pytest.mark.attack)
+            by_attack = getattr(item.module, "ATTACK_RULES", None)
+            attack = getattr(getattr(item, "callspec", None), "params", {}).get("attack")
+            if by_attack and not rules_of(item) and getattr(attack, "name", None) in by_attack:
+                item.add_marker(pytest.mark.rule(by_attack[attack.name]))
+
+
+def pytest_collection_finish(session):
+    _attack_rules.clear()
+    _attack_rules.update({i.nodeid: rules_of(i) for i in session.items if i.get_closest_marker("attack")})
+    out = os.environ.get(ATTACK_RULES_OUT_ENV)
+    if out:
+        import json
+
+        with open(out, "w") as f:
+            json.dump(_attack_rules, f)
+
+
+def pytest_runtest_logreport(report):
+    if report.nodeid not in _attack_rules:
+        return
+    if report.failed:
+        _attack_outcome[report.nodeid] = "failed"
+    elif report.skipped and report.nodeid not in _attack_outcome:
+        _attack_outcome[report.nodeid] = "skipped"
+    elif report.when == "call" and report.passed and report.nodeid not in _attack_outcome:
+        _attack_outcome[report.nodeid] = "held"
+
+
+def _attack_table_wanted(config) -> bool:
+    return os.environ.get(ATTACK_TABLE_ENV) == "1" or (config.option.markexpr or "").strip() == "attack"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """With the attack suite (`-m attack`, scripts/attacks.sh): per rule, the attacks selected, held (passed),
+    failed, skipped and not run (-x, an interrupt), and the rule's sentence."""
+    if not _attack_table_wanted(config) or not _attack_rules or config.option.collectonly:
+        return
+    from attack_rules import RULES
+
+    rows: dict[str, list[int]] = {r: [0, 0, 0, 0, 0] for r in RULES}
+    for nodeid, rules in _attack_rules.items():
+        key = rules[0] if len(rules) == 1 else ("(no rule)" if not rules else "(several rules)")
+        row = rows.setdefault(key, [0, 0, 0, 0, 0])
+        row[0] += 1
+        row[{"held": 1, "failed": 2, "skipped": 3}.get(_attack_outcome.get(nodeid), 4)] += 1
+    tr = terminalreporter
+    tr.write_sep("=", "attacks by rule (tests/attack_rules.py)")
+    w = max(len(r) for r in rows)
+    tr.write_line(f"{'rule':<{w}}  attacks  held  failed  skipped  not run")
+    for r, (n, held, failed, skipped, notrun) in rows.items():
+        text = RULES.get(r, "NOT A RULE of tests/attack_rules.py RULES")
+        line = f"{r:<{w}}  {n:>7}  {held:>4}  {failed:>6}  {skipped:>7}  {notrun:>7}  {text}"
+        tr.write_line(line, red=failed > 0 or r not in RULES, green=n > 0 and held == n)
+    tot = [sum(col) for col in zip(*rows.values())]
+    tr.write_line(f"{'all':<{w}}  {tot[0]:>7}  {tot[1]:>4}  {tot[2]:>6}  {tot[3]:>7}  {tot[4]:>7}", bold=True)
 
 
 def _clean_signal_state() -> None:

@@ -167,6 +167,24 @@ ATTACKS = [
     Attack("workspace_replaced_by_a_file", f"cd / && rm -rf {WS} && echo 1.0 > {WS}; true", expect=EMPTY),
 ]
 NOOP = Attack("untouched", "true")
+# the rule each attack above tests (tests/attack_rules.py; tests/conftest.py marks each case of a test parametrized
+# over `attack` with it, unless the test names its own rule)
+ATTACK_RULES = {
+    "symlinks_out_of_the_workspace": "workspace_is_data",
+    "hard_links": "workspace_is_data",
+    "stdlib_shims": "stdlib_not_shadowed",
+    "pytest_ini": "harness_config_neutralised",
+    "pyproject_toml": "harness_config_neutralised",
+    "setup_cfg": "harness_config_neutralised",
+    "tox_ini": "harness_config_neutralised",
+    "conftest": "harness_config_neutralised",
+    "pth_sitecustomize": "no_planted_startup_code",
+    "bash_startup_files": "no_planted_startup_code",
+    "stale_pyc_beside_the_module": "no_planted_startup_code",
+    "sourceless_pyc": "no_planted_startup_code",
+    "workspace_replaced_by_a_symlink": "destroyed_workspace_is_the_agents",
+    "workspace_replaced_by_a_file": "destroyed_workspace_is_the_agents",
+}
 
 
 # ---- the paths --------------------------------------------------------------------------------------------
@@ -275,6 +293,7 @@ def untouched(path: str, backend_name: str, factory) -> Outcome:
 
 
 @pytest.mark.parametrize("path", list(PATHS))
+@pytest.mark.rule("honest_work_keeps_its_score")
 def test_untouched_workspace_scores_the_same_on_every_path(path, backend):  # noqa: F811  (the imported fixture)
     backend_name, factory = backend
     o = untouched(path, backend_name, factory)
@@ -296,6 +315,7 @@ def test_planted_attack_does_nothing(path, attack: Attack, backend):  # noqa: F8
 
 
 # ---- the OpenClaw runtime: the rollout's grading, without OpenClaw ---------------------------------------------
+@pytest.mark.rule("one_export_every_path")
 def test_openclaw_module_never_grades():
     """clawgym.agent.openclaw runs the agent phase only: it neither exports the workspace nor calls a verifier."""
     import clawgym.agent.openclaw as oc
@@ -311,6 +331,7 @@ def test_openclaw_module_never_grades():
 @pytest.mark.parametrize("attack", [a for a in ATTACKS if a.name in ("conftest", "stale_pyc_beside_the_module",
                                                                      "workspace_replaced_by_a_symlink")],
                          ids=lambda a: a.name)
+@pytest.mark.rule("one_export_every_path")
 def test_openclaw_runtime_is_graded_by_the_rollout_export(attack, backend, monkeypatch):  # noqa: F811  (the imported fixture)
     """run_rollout with the `openclaw` runtime: OpenClawRuntime.prepare/run replaced by stand-ins (no OpenClaw, no
     proxy), the stand-in's agent phase plants the attack. The result is graded by _attempt: export_workspace once,
@@ -356,6 +377,7 @@ def test_openclaw_runtime_is_graded_by_the_rollout_export(attack, backend, monke
 # ---- each attack is live: without the export and the guard it raises the score ---------------------------------
 @pytest.mark.parametrize("attack", [a for a in ATTACKS if a.name != "workspace_replaced_by_a_file"],
                          ids=lambda a: a.name)  # a file is no directory to run a check in
+@pytest.mark.rule("attacks_are_armed")
 def test_attack_is_armed_in_place(attack, backend):  # noqa: F811  (the imported fixture)
     """The check run in place in the attacked sandbox, the naive way (reward/ written into the workspace, `bash
     reward/reward.sh` under the sandbox's login shell and environment): the attack raises the score."""
@@ -422,6 +444,7 @@ def _collect(tmp_path: Path, ws: Path) -> Path:
     return out / "workspace.tar"
 
 
+@pytest.mark.rule("destroyed_workspace_is_the_agents")
 def test_harbor_collect_never_follows_a_replaced_workspace(tmp_path):
     """A workspace replaced by a link (to a folder holding the fix), by a file, deleted, or reached through a linked
     parent: the collect hook tars nothing (an empty workspace, as the built-in export), never the link's target."""
@@ -451,6 +474,7 @@ def test_harbor_collect_never_follows_a_replaced_workspace(tmp_path):
             assert tf.getmembers() == [], how
 
 
+@pytest.mark.rule("workspace_is_data")
 def test_harbor_unpack_keeps_only_data_as_the_builtin_export(tmp_path):
     """The unpack reads the tar by clawgym/sandbox/host/export.py's rules: files and folders kept (clean modes), a
     hard link a plain copy, a link inside the workspace the bytes it names, every other link, special file and name
@@ -526,6 +550,7 @@ AGENT_CONTROLS = {
     "notes.md": "data\n"}
 
 
+@pytest.mark.rule("one_export_every_path")
 def test_harbor_verifier_prepares_the_workspace_as_the_guard_does(tmp_path, local_factory):
     """tests/clawgym_verify.py, run with no clawgym importable, leaves the agent's workspace as
     clawgym.verify.guard.neutralize_controls leaves it (the task's own control files kept), and runs reward.sh in
@@ -574,6 +599,7 @@ def test_harbor_verifier_prepares_the_workspace_as_the_guard_does(tmp_path, loca
     assert {a["path"] for a in actions} >= {"pytest.ini", "tox.ini", "sub/conftest.py", "calc.pyc", "zz.pth"}
 
 
+@pytest.mark.rule("one_export_every_path")
 def test_harbor_guard_module_is_the_guards_own_code(tmp_path):
     """tests/clawgym_guard.py holds clawgym.verify.guard's functions as they are (generated, not re-written), and
     it and tests/clawgym_export.py import nothing of clawgym."""
@@ -602,6 +628,7 @@ def test_harbor_guard_module_is_the_guards_own_code(tmp_path):
 @pytest.mark.docker
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
+@pytest.mark.rule("one_export_every_path")
 def test_real_harbor_scores_every_attack_as_untouched(tmp_path):
     """Path 3 in the real Harbor (`harbor run -a oracle` on the local docker engine, ≈ 3.5 min here): each task's
     oracle solution is one exec call planting the attack in the agent's container; Harbor's own collect hook,

@@ -91,6 +91,7 @@ def rollout(local_factory, judge, attempts=1):
 
 
 # ------------------------------------------------------------------ (e) the prompt --------------------------
+@pytest.mark.rule("judge_verdict_nonce_bound")
 def test_material_is_quoted_inside_boundaries_it_cannot_close(local_factory, judge_srv):
     judge_srv.queue = [(200, own_verdict(0))]
     ro = rollout(local_factory, judge_of(judge_srv))
@@ -114,6 +115,7 @@ def test_material_is_quoted_inside_boundaries_it_cannot_close(local_factory, jud
     assert user.rstrip().endswith(f'"nonce": "{n}".')
 
 
+@pytest.mark.rule("judge_verdict_nonce_bound")
 def test_neutralised_material_and_lone_surrogates():
     n = "cd" * 16
     q = quote_material("file a.md", f"x <<<<y>>>> MATERIAL-{n}>>> \ud800", n)
@@ -124,6 +126,7 @@ def test_neutralised_material_and_lone_surrogates():
 
 
 # ------------------------------------------------------------------ (a) quoting judge ------------------------
+@pytest.mark.rule("judge_verdict_nonce_bound")
 def test_judge_quoting_material_keeps_its_own_zero(local_factory, judge_srv):
     """A judge that quotes the planted verdict (in its reasons, or thinking aloud first) and gives its own
     verdict 0 with the nonce scores 0: the parser never takes the agent's words for the verdict."""
@@ -143,6 +146,7 @@ def test_judge_quoting_material_keeps_its_own_zero(local_factory, judge_srv):
         assert [r["score"] for r in ro.verification.rule_scores] == [0.0, 0.0]
 
 
+@pytest.mark.rule("judge_verdict_nonce_bound")
 def test_prose_around_the_verdict_is_not_a_verdict():
     """Only one JSON object (or one fenced block that is the whole reply) is a verdict: a reply quoting the
     material before a JSON object is a judge failure, never parsed for a verdict."""
@@ -160,6 +164,7 @@ def test_prose_around_the_verdict_is_not_a_verdict():
 # ------------------------------------------------------------------ (b) parroted verdict ---------------------
 @pytest.mark.parametrize("reply", [PLANTED_VERDICT, PLANTED_VERDICT.replace(f'"nonce": "{GUESS}", ', ""),
                                    "```json\n" + PLANTED_VERDICT + "\n```"])
+@pytest.mark.rule("judge_verdict_nonce_bound")
 def test_parroted_agent_verdict_is_a_judge_failure(local_factory, judge_srv, reply):
     judge_srv.queue = [(200, reply)] * 2
     ro = rollout(local_factory, judge_of(judge_srv))
@@ -169,6 +174,7 @@ def test_parroted_agent_verdict_is_a_judge_failure(local_factory, judge_srv, rep
 
 
 # ------------------------------------------------------------------ (c) judge down -----------------------------
+@pytest.mark.rule("judge_failure_is_infra")
 def test_judge_503_is_infra_never_zero(local_factory, judge_srv):
     judge_srv.queue = [(503, "overloaded")] * 8
     ro = rollout(local_factory, judge_of(judge_srv), attempts=2)
@@ -180,6 +186,7 @@ def test_judge_503_is_infra_never_zero(local_factory, judge_srv):
     assert ro.failure_class == "ok" and ro.score == 1.0
 
 
+@pytest.mark.rule("judge_failure_is_infra")
 def test_unreachable_judge_raises_from_verify_task(local_factory, judge_srv):
     url = judge_srv.url
     judge_srv.close()
@@ -190,6 +197,7 @@ def test_unreachable_judge_raises_from_verify_task(local_factory, judge_srv):
             verify_task(task(), sb, transcript=[{"role": "assistant", "content": "42"}], judge=j)
 
 
+@pytest.mark.rule("judge_failure_is_infra")
 def test_judge_exception_propagates_never_a_zero(local_factory):
     """Replaces the old "recorded, rubric 0" behaviour: any failure of the judge leaves verify_task."""
     class Broken:
@@ -204,6 +212,7 @@ def test_judge_exception_propagates_never_a_zero(local_factory):
             verify_task(task(), sb, transcript=[{"role": "assistant", "content": "42"}], judge=Broken())
 
 
+@pytest.mark.rule("judge_failure_is_infra")
 def test_judge_returning_wrong_count_is_a_judge_error(local_factory):
     class Short:
         name = "short"
@@ -218,6 +227,7 @@ def test_judge_returning_wrong_count_is_a_judge_error(local_factory):
 
 
 # ------------------------------------------------------------------ (d) dict specs -------------------------
+@pytest.mark.rule("judge_failure_is_infra")
 def test_dict_spec_judges(local_factory, judge_srv):
     judge_srv.queue = [(200, own_verdict(1))]
     spec = {"base_url": judge_srv.url, "model": "dict-m", "api_key_env": "JUDGE_KEY", "backoff_s": 0.01}
@@ -227,6 +237,7 @@ def test_dict_spec_judges(local_factory, judge_srv):
     assert judge_srv.requests[-1]["auth"] == f"Bearer {SECRET}"
 
 
+@pytest.mark.rule("judge_failure_is_infra")
 def test_dict_spec_misconfigured_is_a_clear_error(local_factory, judge_srv):
     with pytest.raises(JudgeConfigError, match="'model'"):
         make_judge({"base_url": judge_srv.url})
@@ -240,6 +251,7 @@ def test_dict_spec_misconfigured_is_a_clear_error(local_factory, judge_srv):
 
 
 # ------------------------------------------------------------------ response_format ------------------------
+@pytest.mark.rule("judge_verdict_nonce_bound")
 def test_response_format_schema_and_fallback_on_400(judge_srv):
     j = judge_of(judge_srv)
     ctx = RubricContext(task_id="t", instruction="i", transcript=[{"role": "assistant", "content": "hi"}])
@@ -263,6 +275,7 @@ def test_response_format_schema_and_fallback_on_400(judge_srv):
 
 
 # ------------------------------------------------------------------ offline / unjudged unchanged --------------
+@pytest.mark.rule("judging_pays_for_nothing")
 def test_offline_and_unjudged_unchanged(local_factory):
     from clawgym.tasks.model import RubricProxy
 
@@ -277,6 +290,7 @@ def test_offline_and_unjudged_unchanged(local_factory):
     assert r.unjudged and r.unjudged_rules == ["process"] and r.rule_scores[1]["score"] is None
 
 
+@pytest.mark.rule("judging_pays_for_nothing")
 def test_no_agent_output_never_reaches_the_judge(local_factory, judge_srv):
     """The no-op: nothing written, no assistant message -> whole-run rules score 0 without a judge call (so
     no-op baselines never depend on the judge endpoint)."""
@@ -288,6 +302,7 @@ def test_no_agent_output_never_reaches_the_judge(local_factory, judge_srv):
 
 
 # ------------------------------------------------------------------ end to end on an isolating backend -------
+@pytest.mark.rule("judge_verdict_nonce_bound")
 def test_hostile_agent_end_to_end_isolated(any_isolating_factory, judge_srv):
     """The whole attack through run_rollout on bwrap (or docker): the planted verdict parroted -> infra; the
     judge's own 0 over the same planted answer -> 0; the judge down -> infra. Never 1.0."""

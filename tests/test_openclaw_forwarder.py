@@ -30,6 +30,8 @@ from clawgym.sandbox import get_factory
 
 from hostile_endpoint import HostileEndpoint, exec_call
 
+pytestmark = pytest.mark.rule("proxy_channel_is_the_rollouts")  # tests/attack_rules.py
+
 MARK = "REAL-RESULT-7f3a"
 
 # stands in for node + openclaw.mjs: the provider from --config, the message from --message-file, exec via bash

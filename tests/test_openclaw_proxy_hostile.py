@@ -16,6 +16,8 @@ from clawgym.agent.openclaw import (FORWARDER, SANDBOX_PORT, SANDBOX_SOCK_DIR, o
 from clawgym.agent.proxy import RecordingProxy, read_log, rebuild_sessions
 from clawgym.sandbox import get_factory
 
+pytestmark = pytest.mark.rule("proxy_channel_is_the_rollouts")  # tests/attack_rules.py
+
 API_KEY = "sk-hostile-upstream-" + "9f8e" * 6
 
 VICTIM = r'''

@@ -11,6 +11,8 @@ import pytest
 
 from clawgym.agent.proxy_log import _cid, canonical, rebuild_sessions
 
+pytestmark = pytest.mark.rule("call_id_pairs_one_result")  # tests/attack_rules.py
+
 OURS = "chatcmpl0123456789abcdef_tool_call_3"  # clawgym.serve.served_prefix: "chatcmpl" + 16 hex + "_tool_call_<i>"
 VLLM = "chatcmpl-tool-" + "0123456789abcdef" * 2  # vLLM: "chatcmpl-tool-" + uuid4 hex (44 letters and digits)
 OPENAI = "call_AbCdEfGhIjKlMnOpQrStUvWx"  # OpenAI: "call_" + 24 letters and digits

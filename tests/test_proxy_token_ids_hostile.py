@@ -142,6 +142,7 @@ def _row(traj, tok):
     return msgs, token_exact_row(msgs, tok, traj["tools"])
 
 
+@pytest.mark.rule("token_ids_are_a_claim")
 def test_honest_streamed_rollout_stays_token_exact(tok, tmp_path):
     traj = _drive(tmp_path, *_two_turns(tok, "Let me look.\n" + LS))
     _, res = _row(traj, tok)
@@ -150,6 +151,7 @@ def test_honest_streamed_rollout_stays_token_exact(tok, tmp_path):
     assert tok.decode([i for i, k in zip(ids, mask) if k]) == f"Let me look.\n{LS}<|im_end|>Two files.<|im_end|>"
 
 
+@pytest.mark.rule("token_ids_are_a_claim")
 def test_sampled_ids_of_another_tool_call_are_not_trained(tok, tmp_path):
     """The deltas say `exec ls` (what the tools ran), the ids `exec rm -rf ~`: the row is dropped, counted."""
     from clawgym.train.sft import token_exact_dataset
@@ -164,6 +166,7 @@ def test_sampled_ids_of_another_tool_call_are_not_trained(tok, tmp_path):
     assert stats["dropped"] == {IDS_MISMATCH: 1} and len(ds) == 0  # never trained as the model's text
 
 
+@pytest.mark.rule("token_ids_are_a_claim")
 def test_ids_with_a_forged_turn_or_an_early_end_of_turn_are_not_trained(tok):
     """Control ids only in the sampled ids: a fake user turn after <|im_end|> inside one completion."""
     from clawgym.trajectories.sft import IDS_MISMATCH, TOKENS_KEY, token_exact_row
@@ -177,6 +180,7 @@ def test_ids_with_a_forged_turn_or_an_early_end_of_turn_are_not_trained(tok):
     assert not isinstance(token_exact_row(msgs, tok), str)  # the same turn, honest ids: kept
 
 
+@pytest.mark.rule("token_ids_are_a_claim")
 def test_prompt_ids_of_a_forged_context_are_not_trained(tok, tmp_path):
     from clawgym.trajectories.sft import PROMPT_MISMATCH
 
@@ -191,6 +195,7 @@ def test_prompt_ids_of_a_forged_context_are_not_trained(tok, tmp_path):
     assert _row(traj, tok)[1] == PROMPT_MISMATCH
 
 
+@pytest.mark.rule("token_ids_are_a_claim")
 def test_a_context_without_the_templates_turns_or_a_call_with_extra_text_is_not_trained(tok):
     """Ids that decode to the recorded text but spell the template's control tokens as text pieces (no turns); a
     sampled call carrying a key the parsed call does not."""
@@ -211,6 +216,7 @@ def test_a_context_without_the_templates_turns_or_a_call_with_extra_text_is_not_
     assert not isinstance(token_exact_row(msgs, tok, TOOLS), str)
 
 
+@pytest.mark.rule("token_ids_are_a_claim")
 def test_ids_outside_the_vocabulary_are_never_kept(tok, tmp_path):
     from clawgym.trajectories.sft import BAD_IDS, TOKENS_KEY, token_exact_row
 
@@ -233,6 +239,7 @@ def test_ids_outside_the_vocabulary_are_never_kept(tok, tmp_path):
     assert token_exact_row(msgs, tok, TOOLS) == BAD_IDS  # past the vocabulary: the trainer's lookup would fail
 
 
+@pytest.mark.rule("token_ids_are_a_claim")
 def test_a_second_choice_is_neither_recorded_nor_its_ids_kept(tok, tmp_path):
     from clawgym.agent.loop import TOKENS_KEY
 
@@ -248,6 +255,7 @@ def test_a_second_choice_is_neither_recorded_nor_its_ids_kept(tok, tmp_path):
     assert TOKENS_KEY not in traj["messages"][-1]
 
 
+@pytest.mark.rule("endpoint_shape_never_breaks_the_record")
 def test_endpoint_usage_neither_crashes_nor_refunds_the_budget(tmp_path):
     def reply(usage):
         return lambda body: {"id": "r", "object": "chat.completion", "model": "m", "usage": usage, "choices": [
@@ -267,6 +275,7 @@ def test_endpoint_usage_neither_crashes_nor_refunds_the_budget(tmp_path):
     {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [{"id": "c", "function": "exec"}]}}]},
     {"choices": [{"message": {"role": "assistant", "content": "x", "tool_calls": {"a": 1}}}]},
 ])
+@pytest.mark.rule("endpoint_shape_never_breaks_the_record")
 def test_rebuild_survives_any_response_shape(response):
     from clawgym.agent.proxy_log import rebuild_sessions
 
@@ -276,6 +285,7 @@ def test_rebuild_survives_any_response_shape(response):
     assert all(isinstance(tc["function"], dict) for tc in last.get("tool_calls") or [])
 
 
+@pytest.mark.rule("rollout_bounded")
 def test_token_records_never_push_the_transcript_over_the_record_cap():
     from clawgym.agent.loop import TOKENS_KEY, Limits, LoopResult, bound_result
     from clawgym.agent.proxy_log import rebuild_sessions
@@ -300,6 +310,7 @@ def test_token_records_never_push_the_transcript_over_the_record_cap():
     _chunk({"tool_calls": [{"index": 0, "id": "c", "function": "exec"}]}), {"id": "r", "choices": "abc"},
     _chunk({"tool_calls": [{"index": [1], "id": "c", "function": {"name": "exec"}}]}), _chunk({"content": 5}),
 ])
+@pytest.mark.rule("endpoint_shape_never_breaks_the_record")
 def test_a_stream_of_odd_chunks_is_relayed_and_recorded(tmp_path, bad):
     """The model's garbage is the model's: the stream completes and is logged as a 200 (not a broken stream, which
     the runtime counts as an upstream failure), the odd chunk merged into nothing."""
@@ -314,6 +325,7 @@ def test_a_stream_of_odd_chunks_is_relayed_and_recorded(tmp_path, bad):
     assert traj["messages"][-1]["content"] == "Hi."
 
 
+@pytest.mark.rule("token_ids_are_a_claim")
 def test_a_control_id_the_model_emitted_matches_either_server_text(tok):
     """A server's text of a turn with a control id is its decode with special tokens skipped, or (a response
     parser) its parse of the raw decode: both are the ids' text; another text is not."""
@@ -327,6 +339,7 @@ def test_a_control_id_the_model_emitted_matches_either_server_text(tok):
         assert (not isinstance(res, str)) if want else res == IDS_MISMATCH, (text, res)
 
 
+@pytest.mark.rule("token_ids_are_a_claim")
 def test_a_malformed_call_is_named_and_ids_spelling_another_call_are_not_trained(tok):
     """vLLM streams a call's arguments as the model wrote them: an array, or an object cut at the completion bound
     reach the client as that text; no trainer renders them, so the row is named ``malformed_call``. Ids that spell

@@ -884,6 +884,73 @@ def attacks() -> list[Attack]:
 
 
 ATTACKS = attacks()
+# the rule each attack above tests (tests/attack_rules.py; tests/conftest.py marks each case of a test parametrized
+# over `attack` with it, unless the test names its own rule)
+ATTACK_RULES = {
+    "usercustomize": "no_planted_startup_code",
+    "usercustomize_grade": "no_planted_startup_code",
+    "user_site_pth": "no_planted_startup_code",
+    "sitecustomize_home_workspace": "no_planted_startup_code",
+    "bash_rc_files": "no_planted_startup_code",
+    "poisoned_pyc": "no_planted_startup_code",
+    "grade_import_stale_pyc": "no_planted_startup_code",
+    "shadow_json_reward_sh": "stdlib_not_shadowed",
+    "shadow_json_grade": "stdlib_not_shadowed",
+    "shadow_csv_re_pathlib": "stdlib_not_shadowed",
+    "pytest_shadow_module": "stdlib_not_shadowed",
+    "stdlib_shims_grade_subprocess": "stdlib_not_shadowed",
+    "stdlib_shims_grade_calc": "stdlib_not_shadowed",
+    "stdlib_shims_pytest": "stdlib_not_shadowed",
+    "stdlib_shims_reward_sh": "stdlib_not_shadowed",
+    "dist_info_pytest_plugin": "stdlib_not_shadowed",
+    "pytest_conftest": "harness_config_neutralised",
+    "pytest_ini_addopts": "harness_config_neutralised",
+    "git_global_config": "harness_config_neutralised",
+    "git_repo_config_hooks": "harness_config_neutralised",
+    "pyproject_pytest_dotted_top": "harness_config_neutralised",
+    "pyproject_pytest_in_tool_table": "harness_config_neutralised",
+    "pyproject_pytest_spaced_header": "harness_config_neutralised",
+    "pyproject_pytest_quoted_header": "harness_config_neutralised",
+    "pyproject_pytest_inline_table": "harness_config_neutralised",
+    "pyproject_pytest_after_project": "harness_config_neutralised",
+    "setup_cfg_pytest_spellings": "harness_config_neutralised",
+    "reward_symlink": "verifier_files_sealed",
+    "reward_planted_locked": "verifier_files_sealed",
+    "reward_fifo_and_file": "verifier_files_sealed",
+    "forge_append_1e300": "verifier_files_sealed",
+    "forge_append_inf": "verifier_files_sealed",
+    "forge_append_nan": "verifier_files_sealed",
+    "forge_append_-1": "verifier_files_sealed",
+    "forge_append_2": "verifier_files_sealed",
+    "leftover_forger": "no_leftover_process",
+    "leftover_killer": "no_leftover_process",
+    "forge_pipe_after_exit": "verifier_processes_out_of_reach",
+    "inspect_verifier_pipe": "verifier_processes_out_of_reach",
+    "grade_main_globals": "verifier_processes_out_of_reach",
+    "grade_import_gc_and_frames": "verifier_processes_out_of_reach",
+    "grade_import_writes_a_later_input": "verifier_processes_out_of_reach",
+    "grade_import_swaps_the_workspace_parent": "verifier_processes_out_of_reach",
+    "forged_test_verdicts_from_the_module": "verifier_processes_out_of_reach",
+    "sandbox_error_in_answer": "failure_is_never_infra",
+    "sandbox_error_in_stderr": "failure_is_never_infra",
+    "deep_directories": "failure_is_never_infra",
+    "sysv_shm_filled": "failure_is_never_infra",
+    "sysv_shm_filled_grade": "failure_is_never_infra",
+    "tool_call_without_function": "failure_is_never_infra",
+    "non_utf8_file_names": "failure_is_never_infra",
+    "export_hard_links_past_the_budget": "failure_is_never_infra",
+    "link_into_verifier_relative": "workspace_is_data",
+    "link_into_verifier_absolute": "workspace_is_data",
+    "link_into_verifier_proc_root": "workspace_is_data",
+    "link_into_verifier_reward_sh": "workspace_is_data",
+    "link_into_verifier_chain": "workspace_is_data",
+    "link_into_verifier_cg1": "workspace_is_data",
+    "workspace_replaced_deleted": "destroyed_workspace_is_the_agents",
+    "workspace_replaced_symlink": "destroyed_workspace_is_the_agents",
+    "workspace_replaced_symlink_to_reward": "destroyed_workspace_is_the_agents",
+    "workspace_replaced_file": "destroyed_workspace_is_the_agents",
+    "sleep_past_wall_limit": "rollout_bounded",
+}
 
 
 @pytest.mark.parametrize("attack", ATTACKS, ids=[x.name for x in ATTACKS])
@@ -920,6 +987,7 @@ def test_reward_hack_is_not_rewarded(attack: Attack, backend, task_of, request):
     assert ro.turns >= 1, what
 
 
+@pytest.mark.rule("honest_work_keeps_its_score")
 def test_an_honest_git_fix_scores_full_in_the_sealed_room(backend, task_of):
     """The clean room seals the workspace (another owner) before a grade check: git, which refuses a repository
     of another owner, still reads the agent's commit (safe.directory for the workspace in the verifier's config)."""

@@ -33,6 +33,8 @@ from clawgym.agent.policies import RetryPolicy  # noqa: E402
 from clawgym.agent.rollout import Rollout, RolloutSettings, bound_record, run_rollout  # noqa: E402
 from clawgym.tasks import File, Task, Verifier  # noqa: E402
 
+pytestmark = pytest.mark.rule("rollout_bounded")  # tests/attack_rules.py
+
 FAST_RETRY = RetryPolicy(attempts=2, backoff_s=0.05, max_backoff_s=0.1, timeout_s=60)
 MB = 1_000_000
 GRADE = r'''

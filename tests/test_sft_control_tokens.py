@@ -11,6 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
+pytestmark = pytest.mark.rule("control_text_is_text")  # tests/attack_rules.py
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 TOOLS = [{"type": "function", "function": {

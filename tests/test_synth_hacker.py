@@ -10,6 +10,8 @@ from clawgym.synth.families import get_family
 from clawgym.synth.families.base import Family
 from clawgym.synth.gates import validate_many, validate_task
 
+pytestmark = pytest.mark.rule("hacker_gate")  # tests/attack_rules.py
+
 _EXISTS = ("import os\n"
            "def grade(transcript, workspace_path):\n"
            "    p = os.path.join(workspace_path, 'output/report.md')\n"

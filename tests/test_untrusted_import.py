@@ -73,6 +73,7 @@ def rejected(rep, *words) -> str:
 
 
 # --------------------------------------------------------------------------- ClawGym folders ----
+@pytest.mark.rule("import_stays_inside")
 def test_clawgym_input_files_symlink_to_host_dir(tmp_path, host):
     def bad(d):
         shutil.rmtree(d / "input_files")
@@ -81,6 +82,7 @@ def test_clawgym_input_files_symlink_to_host_dir(tmp_path, host):
     rejected(rep, "task_bad/input_files", "symlink")
 
 
+@pytest.mark.rule("import_stays_inside")
 def test_clawgym_reward_symlink_to_host_dir(tmp_path, host):
     def bad(d):
         (host / "reward").mkdir()
@@ -92,6 +94,7 @@ def test_clawgym_reward_symlink_to_host_dir(tmp_path, host):
     rejected(rep, "task_bad/reward", "symlink")
 
 
+@pytest.mark.rule("import_stays_inside")
 def test_clawgym_hard_link_in_input_files(tmp_path, host):
     def bad(d):
         os.link(host / ".aws" / "credentials", d / "input_files" / "creds.txt")
@@ -99,6 +102,7 @@ def test_clawgym_hard_link_in_input_files(tmp_path, host):
     rejected(rep, "task_bad/input_files/creds.txt", "hard link")
 
 
+@pytest.mark.rule("import_stays_inside")
 def test_clawgym_symlinked_data_entry(tmp_path, host):
     (host / "entry.json").write_text(json.dumps({"task_id": "task_bad", "user_query": SECRET.decode()}))
 
@@ -109,6 +113,7 @@ def test_clawgym_symlinked_data_entry(tmp_path, host):
     rejected(rep, "task_bad/data_entry.json", "symlink")
 
 
+@pytest.mark.rule("import_stays_inside")
 def test_clawgym_symlinked_task_folder_and_deep_symlinks(tmp_path, host):
     s = tmp_path / "suite"
     clawgym_task(s / "task_good", "task_good")
@@ -124,6 +129,7 @@ def test_clawgym_symlinked_task_folder_and_deep_symlinks(tmp_path, host):
     rejected(rep, "task_bad/input_files/sub/aws", "symlink")
 
 
+@pytest.mark.rule("import_bounded")
 def test_clawgym_fifo_is_refused_without_blocking(tmp_path):
     def bad(d):
         os.mkfifo(d / "input_files" / "pipe")
@@ -131,6 +137,7 @@ def test_clawgym_fifo_is_refused_without_blocking(tmp_path):
     rejected(rep, "task_bad/input_files/pipe", "not a regular file")
 
 
+@pytest.mark.rule("import_bounded")
 def test_clawgym_sparse_256mib_file_is_not_read(tmp_path):
     def bad(d):
         with open(d / "input_files" / "huge.bin", "wb") as fh:
@@ -139,6 +146,7 @@ def test_clawgym_sparse_256mib_file_is_not_read(tmp_path):
     rejected(rep, "task_bad/input_files/huge.bin", "size cap")
 
 
+@pytest.mark.rule("import_bounded")
 def test_per_task_and_per_suite_caps(tmp_path):
     from clawgym.tasks import Limits
 
@@ -154,6 +162,7 @@ def test_per_task_and_per_suite_caps(tmp_path):
     assert import_clawgym_folder(s).ok  # the defaults take all of it
 
 
+@pytest.mark.rule("import_stays_inside")
 def test_clawgym_task_id_that_is_a_path(tmp_path):
     for i, bad_id in enumerate(["../../outside/.ssh", "/abs/.ssh", "a/b", "..", ".hidden", "-x", "a..b", ""]):
         d = clawgym_task(tmp_path / f"s{i}" / "task_x", "placeholder")
@@ -178,6 +187,7 @@ def pinch(tmp_path: Path, front: str, name: str = "task_bad.md") -> Path:
 
 @pytest.mark.parametrize("source", ["/etc/passwd", "/etc/shadow", "HOSTCREDS", "../" * 12 + "etc/passwd",
                                     "../../pyproject.toml", "../../host/.aws/credentials"])
+@pytest.mark.rule("import_stays_inside")
 def test_pinchbench_source_outside_the_task_folder(tmp_path, host, source):
     if source == "HOSTCREDS":  # an absolute path to a readable host secret
         source = str(host / ".aws" / "credentials")
@@ -191,6 +201,7 @@ def test_pinchbench_source_outside_the_task_folder(tmp_path, host, source):
         import_pinchbench_file(d / "task_bad.md")
 
 
+@pytest.mark.rule("import_stays_inside")
 def test_pinchbench_tasks_folder_cannot_reach_its_parent(tmp_path, host):
     """A folder named tasks/ (PinchBench's layout) reaches only <repo>/assets/ beside it: imported from
     ~/tasks, a source of .aws/credentials must not read ~/.aws/credentials."""
@@ -207,6 +218,7 @@ def test_pinchbench_tasks_folder_cannot_reach_its_parent(tmp_path, host):
     assert import_pinchbench_folder(d).tasks[0].file_map() == {"leak.txt": b"fine"}
 
 
+@pytest.mark.rule("import_stays_inside")
 def test_pinchbench_symlink_in_assets(tmp_path, host):
     d = pinch(tmp_path, "id: task_bad\nworkspace_files:\n  - source: creds.txt\n    dest: leak.txt\n")
     (d.parent / "assets").mkdir()
@@ -229,6 +241,7 @@ def test_pinchbench_symlink_in_assets(tmp_path, host):
     assert [t.task_id for t in rep.tasks] == ["task_good"] and "hard link" in str(rep.errors[0]), rep.summary()
 
 
+@pytest.mark.rule("import_stays_inside")
 def test_pinchbench_symlinked_task_file(tmp_path, host):
     d = pinch(tmp_path, "id: task_x\n")
     (host / "evil.md").write_text((d / "task_bad.md").read_text().replace("task_x", "task_bad"))
@@ -242,6 +255,7 @@ BOMB_LEVELS = ["a: &a [x, x, x, x, x, x, x, x, x]"] + [
     f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]" for p, c in zip("abcdefghi", "bcdefghij")]
 
 
+@pytest.mark.rule("import_bounded")
 def test_pinchbench_yaml_alias_bomb(tmp_path):
     # depth 6 into `name` (kept in Task.source): 6.2 MB of JSON from a few hundred bytes
     front = "id: task_bad\nbomb:\n" + "".join(f"  {ln}\n" for ln in BOMB_LEVELS[:6]) + "name: *f\n"
@@ -257,6 +271,7 @@ def test_pinchbench_yaml_alias_bomb(tmp_path):
         import_pinchbench_file(d / "task_bad.md")
 
 
+@pytest.mark.rule("import_bounded")
 def test_pinchbench_sections_parse_in_linear_time():
     """Long runs of blanks in a rubric line, a weight heading or a checks block: the old regexes backtracked
     quadratically (32k spaces: 88 s; an imported file may hold 16 MiB)."""
@@ -274,6 +289,7 @@ def test_pinchbench_sections_parse_in_linear_time():
     assert extract_python(block) == "def grade(t, w):\n    return {}\n"
 
 
+@pytest.mark.rule("import_bounded")
 def test_yaml_depth_node_and_size_caps(tmp_path):
     from clawgym.tasks.reader import Limits, load_yaml
 
@@ -304,6 +320,7 @@ def _materialize_import_and_workspaces(tmp_path, folder):
 
 
 @pytest.mark.parametrize("kind", ["relative", "absolute"])
+@pytest.mark.rule("import_stays_inside")
 def test_task_id_path_through_imported_tasks_to_mock_workspaces(tmp_path, kind):
     victim = tmp_path / "outside" / ".ssh"
     bad_id = "../../outside/.ssh" if kind == "relative" else str(victim)
@@ -320,6 +337,7 @@ def test_task_id_path_through_imported_tasks_to_mock_workspaces(tmp_path, kind):
     assert md["n"].value == 1 and md["errors"].value == 1
 
 
+@pytest.mark.rule("import_stays_inside")
 def test_task_id_path_in_lake_row_never_becomes_a_path(tmp_path):
     """Defence in depth: a tasks row with a path for a task id (written around the importers) makes
     mock_workspaces fail; nothing is written outside data/."""
@@ -343,6 +361,7 @@ def test_task_id_path_in_lake_row_never_becomes_a_path(tmp_path):
     assert not r.success
 
 
+@pytest.mark.rule("import_stays_inside")
 def test_pinchbench_id_dotdot_export_never_touches_outside(tmp_path):
     out, victim = tmp_path / "export" / "out", tmp_path / "export" / "victim"
     victim.mkdir(parents=True)
@@ -355,6 +374,7 @@ def test_pinchbench_id_dotdot_export_never_touches_outside(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["task_good"]
 
 
+@pytest.mark.rule("import_stays_inside")
 def test_export_folder_names_from_source_stay_inside(tmp_path):
     """A task read back from Parquet / the lake may carry any source["dirname"]: export never uses it as a
     path (falls back to the task id); a task id that is a path cannot be exported at all."""
@@ -374,6 +394,7 @@ def test_export_folder_names_from_source_stay_inside(tmp_path):
 
 
 @pytest.mark.parametrize("key", ["../../escaped", "ABS"])
+@pytest.mark.rule("import_stays_inside")
 def test_checkpoint_partition_key_path_grpo(tmp_path, key):
     import dagster as dg
 
@@ -403,6 +424,7 @@ def test_checkpoint_partition_key_path_grpo(tmp_path, key):
 
 
 # ------------------------------------------------------------------------------------- Parquet ----
+@pytest.mark.rule("import_bounded")
 def test_parquet_bad_rows_rejected_rest_imported(tmp_path):
     import pyarrow.parquet as pq
 
@@ -425,6 +447,7 @@ def test_parquet_bad_rows_rejected_rest_imported(tmp_path):
     assert tasks_to_table  # imported for its side of the contract
 
 
+@pytest.mark.rule("import_bounded")
 def test_parquet_file_over_caps(tmp_path):
     from clawgym.tasks import Limits
     from clawgym.tasks.parquet_io import read_tasks_parquet_report, write_tasks_parquet
@@ -439,6 +462,7 @@ def test_parquet_file_over_caps(tmp_path):
 
 
 # --------------------------------------------------------------------------------------- names ----
+@pytest.mark.rule("import_stays_inside")
 def test_names_and_safe_join(tmp_path):
     from clawgym.tasks.names import check_name, is_name, safe_join, to_name
 
@@ -458,6 +482,7 @@ def test_names_and_safe_join(tmp_path):
         safe_join(tmp_path, "link", "x")
 
 
+@pytest.mark.rule("import_stays_inside")
 def test_task_model_refuses_path_names():
     from pydantic import ValidationError
 
@@ -470,6 +495,7 @@ def test_task_model_refuses_path_names():
     assert Task(task_id="t", instruction="i").family == ""
 
 
+@pytest.mark.rule("import_stays_inside")
 def test_existing_ids_still_pass():
     """Fixture ids, the example suite, every registered family's procedural ids."""
     from clawgym.synth.families import all_families
@@ -486,6 +512,7 @@ def test_existing_ids_still_pass():
 
 
 # ---- what a hostile review of the importers found (each failed on the code before its fix) ------------------
+@pytest.mark.rule("import_stays_inside")
 def test_review_bundle_tasks_symlink_is_not_followed(tmp_path):
     from clawgym.tasks import import_any
 
@@ -501,6 +528,7 @@ def test_review_bundle_tasks_symlink_is_not_followed(tmp_path):
     assert all("SECRET" not in t.instruction for t in rep.tasks)
 
 
+@pytest.mark.rule("imported_fields_are_data")
 def test_review_file_modes_and_timeouts_and_workspace_are_clean():
     import math
 
@@ -524,6 +552,7 @@ def test_review_file_modes_and_timeouts_and_workspace_are_clean():
         Task(task_id="t", instruction="i", files=[File(path="a", content=b"1"), File(path="a", content=b"2")])
 
 
+@pytest.mark.rule("import_bounded")
 def test_review_parser_breakers_are_one_error_not_a_crash(tmp_path):
     from clawgym.tasks import import_any
 
@@ -532,6 +561,7 @@ def test_review_parser_breakers_are_one_error_not_a_crash(tmp_path):
     assert not rep.tasks and len(rep.errors) == 1
 
 
+@pytest.mark.rule("import_stays_inside")
 def test_review_pinchbench_export_never_writes_hidden_or_foreign_files(tmp_path):
     from clawgym.tasks import import_any
     from clawgym.tasks.pinchbench import export_pinchbench_task
@@ -554,6 +584,7 @@ def test_review_pinchbench_export_never_writes_hidden_or_foreign_files(tmp_path)
     assert (e / "evil.md").is_file()
 
 
+@pytest.mark.rule("import_bounded")
 def test_review_parquet_dictionary_bomb_stops_at_the_cap(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -573,6 +604,7 @@ def test_review_parquet_dictionary_bomb_stops_at_the_cap(tmp_path):
     assert not rep.tasks and "decodes to over" in rep.summary()
 
 
+@pytest.mark.rule("imported_fields_are_data")
 def test_review_instruction_cannot_rewrite_the_grader_through_an_export(tmp_path):
     from clawgym.tasks import Task, TaskError, Verifier
     from clawgym.tasks.pinchbench import export_pinchbench_task
