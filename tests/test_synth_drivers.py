@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from clawgym.sandbox.guest.synth import bundle
-from clawgym.synth.gates import _b64, _run_driver, validate_many, validate_task
+from clawgym.synth.gates import _b64, _run_driver, _Stats, validate_many, validate_task
 from clawgym.tasks.model import File, Task, ToolCall
 
 PATCH = """*** Begin Patch
@@ -150,7 +150,8 @@ def test_fork_server_serves_the_graders_safe_path_child_with_a_piped_stdin(tmp_p
         "root = tempfile.mkdtemp()\n"
         "os.environ['PATH'] = os.path.dirname(sys.executable) + ':' + os.environ.get('PATH', '')\n"
         "forkserver.start(root, 30.0, heavy=False, base_modules=set(sys.modules))\n"
-        "leak = open(os.devnull)  # a descriptor of the serving process\n"
+        "leak = os.dup2(os.open(os.devnull, os.O_RDONLY), 77)  # a descriptor of the serving process (a fixed\n"
+        "# number: the lowest free one could be the very one the child's own listdir gets)\n"
         "child = ('import json, os, sys; data = sys.stdin.read(); '\n"
         "         'print(json.dumps({\"served\": \"clawgym.sandbox.guest.synth.forkserver\" in sys.modules, '\n"
         "         '\"path0\": sys.path[0], \"data\": data, '\n"
@@ -161,7 +162,7 @@ def test_fork_server_serves_the_graders_safe_path_child_with_a_piped_stdin(tmp_p
         "    p = subprocess.Popen([os.path.join(root, 'bin', 'python3'), *flags, '-c', child], stdin=subprocess.PIPE,\n"
         "                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True, cwd=cwd)\n"
         "    raw, _ = p.communicate(b'x' * 100000, timeout=20)\n"
-        "    out[' '.join(flags) or 'plain'] = dict(json.loads(raw), rc=p.returncode, cwd=cwd, leak=leak.fileno())\n"
+        "    out[' '.join(flags) or 'plain'] = dict(json.loads(raw), rc=p.returncode, cwd=cwd, leak=leak)\n"
         "print(json.dumps(out))\n")
     exe_dir = Path(sys.executable).parent
     env = {**os.environ, "PATH": f"{exe_dir}:{os.environ.get('PATH', '')}"}
@@ -174,3 +175,33 @@ def test_fork_server_serves_the_graders_safe_path_child_with_a_piped_stdin(tmp_p
         assert set(got["fds"]) - {0, 1, 2} <= {max(got["fds"])} and got["leak"] not in got["fds"][3:], got
     assert out["plain"]["path0"] == ""  # `python3 -c`: '' first, as a real interpreter
     assert out["-P"]["path0"] not in ("", out["-P"]["cwd"]) and not out["-P"]["path0"].startswith(str(tmp_path))
+
+
+def test_grade_driver_shares_identical_agent_calls_but_never_with_oracle_2(tmp_path):
+    """An `_agent_call` (the child python running the agent's code) with the same op and args as an earlier one of
+    the same task is answered from the memo (a fresh copy each time), except in oracle_2: the determinism gate
+    grades everything again. Without the memo every call runs."""
+    log = tmp_path / "calls.log"
+    code = ("def _agent_call(op, *args, timeout=60):\n"
+            f"    open({str(log)!r}, 'a').write(op + '\\n')\n"
+            "    return [op, list(args)]\n"
+            "def grade(transcript, ws):\n"
+            "    a = _agent_call('tests', 'm', 'src')\n"
+            "    a.append('mutated by the check')\n"
+            "    b = _agent_call('tests', 'm', 'src')\n"
+            "    c = _agent_call('tests', 'm', open('f.txt').read())\n"
+            "    return {'same': float(b == ['tests', ['m', 'src']]), 'c': float(c[1][1] == 'v1')}\n")
+    variants = {"noop": {}, "oracle": {}, "oracle_2": {}, "mut:x": {"f.txt": b"v2"}, "hack:y": {}}
+    job = {"code": code, "timeout": 30, "files": _b64({"f.txt": b"v1"}), "variants": {k: _b64(v) for k, v in
+                                                                                       variants.items()}}
+    for memo, runs in ((True, 5), (False, 15)):
+        log.write_text("")
+        stats: dict = {}
+        [out] = _run_driver(None, "grade", {"tasks": [job], "forkserver": False, "memo": memo}, 60,
+                            _Stats(stats))
+        assert {k: r["score"] for k, r in out.items()} == {"noop": 1.0, "oracle": 1.0, "oracle_2": 1.0,
+                                                           "mut:x": 0.5, "hack:y": 1.0}, out
+        # memo: 'src' once for all and once in oracle_2; f.txt's v1 once and once in oracle_2, v2 once (mut:x)
+        assert len(log.read_text().split()) == runs, memo
+        if memo:
+            assert (stats["agent_calls"], stats["agent_calls_shared"]) == (5, 10)

@@ -182,7 +182,7 @@ def _run_driver(factory: Any, driver: str, payload: dict[str, Any], timeout: flo
     body = json.dumps(payload).encode()
     files = bundle()
     t1 = time.perf_counter()
-    cpu = 0.0
+    extra: Any = {}
     if factory is None:
         root = tempfile.mkdtemp(prefix="clawgym-validate-")
         try:
@@ -200,7 +200,7 @@ def _run_driver(factory: Any, driver: str, payload: dict[str, Any], timeout: flo
                 out = json.load(fh)
             if stats is not None and os.path.exists(os.path.join(vd, "cpu.json")):
                 with open(os.path.join(vd, "cpu.json")) as fh:
-                    cpu = float(json.load(fh)["cpu_s"])
+                    extra = json.load(fh)
         finally:
             shutil.rmtree(root, ignore_errors=True)
     else:
@@ -214,11 +214,17 @@ def _run_driver(factory: Any, driver: str, payload: dict[str, Any], timeout: flo
             out = json.loads(sb.read_file(f"{_VDIR}/out.json"))
             if stats is not None:
                 try:
-                    cpu = float(json.loads(sb.read_file(f"{_VDIR}/cpu.json"))["cpu_s"])
-                except (OSError, ValueError, KeyError):
+                    extra = json.loads(sb.read_file(f"{_VDIR}/cpu.json"))
+                except (OSError, ValueError):
                     pass
     if stats is not None:
         t3 = time.perf_counter()
+        extra = extra if isinstance(extra, dict) else {}
+        try:
+            cpu = float(extra.get("cpu_s", 0.0))
+        except (TypeError, ValueError):
+            cpu = 0.0
+        stats.add(**{k: float(x) for k, x in extra.items() if k != "cpu_s" and isinstance(x, (int, float))})
         stats.add(**{f"{phase}_s": t3 - t0, f"{phase}_driver_s": t2 - t1, f"{phase}_sandbox_cpu_s": cpu,
                      f"{phase}_transfer_s": (t1 - t0) + (t3 - t2), f"{phase}_payload_mb": len(body) / 1e6})
     return out
@@ -292,7 +298,7 @@ class GateCache:
 
 def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver: bool = True,
                     stats: _Stats | None = None, hacker: str = DEFAULT_HACKER,
-                    bound: float | None = HACK_BOUND) -> list[TaskValidation]:
+                    bound: float | None = HACK_BOUND, memo: bool = True) -> list[TaskValidation]:
     t0 = time.perf_counter()
     vals = [TaskValidation(task_id=t.task_id, family=t.family, category=t.category) for t in tasks]
     for v, t in zip(vals, tasks):
@@ -321,7 +327,7 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver:
         jobs.append({"code": t.verifier.code or "", "timeout": int(t.verifier.timeout_s),
                      "files": _b64(t.file_map()), "variants": {k: _b64(x) for k, x in variants.items()}})
     # phase 3: grade everything
-    graded = _run_driver(factory, "grade", {"tasks": jobs, "forkserver": forkserver}, timeout, stats)
+    graded = _run_driver(factory, "grade", {"tasks": jobs, "forkserver": forkserver, "memo": memo}, timeout, stats)
     dt = (time.perf_counter() - t0) / max(1, len(tasks))
     for v, g, t in zip(vals, graded, tasks):
         for name, r in g.items():
@@ -350,7 +356,7 @@ def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, 
                   timeout: float = 600.0, forkserver: bool = True,
                   stats: dict[str, float] | None = None, hacker: str = DEFAULT_HACKER,
                   bound: float | None = HACK_BOUND,
-                  cache_dir: str | os.PathLike[str] | None = None) -> list[TaskValidation]:
+                  cache_dir: str | os.PathLike[str] | None = None, memo: bool | None = None) -> list[TaskValidation]:
     """Batched gates: chunks of `chunk` tasks, each chunk in ONE sandbox (two driver runs). `workers`
     chunks run at once. Results keep the input order. `forkserver` (default on)
     serves the references' `python3` runs, and grade code's `sys.executable` runs, by forking a pre-imported
@@ -360,8 +366,13 @@ def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, 
     replay_transfer_s / grade_transfer_s (payload JSON, reading results, closing), *_payload_mb; host work is
     chunk_s - replay_s - grade_s. `hacker` / `bound`: the hacker gate (module docstring). `cache_dir`: measured
     results cached by content (`GateCache`): a task gated before (by `synthetic_tasks`, the LLM route or an
-    earlier run) is not gated again, only re-judged; `stats["cache_hits"]` counts them."""
+    earlier run) is not gated again, only re-judged; `stats["cache_hits"]` counts them. `memo` (default: on unless
+    $CLAWGYM_GATES_MEMO is "0"): a check's run of the agent's code in a child python reuses the result of an
+    identical call (same op and args) of another variant of the same task, never across oracle / oracle_2
+    (clawgym.sandbox.guest.synth.grade); stats["agent_calls"] / ["agent_calls_shared"] count children run / saved."""
     _check_hacker(hacker)
+    if memo is None:
+        memo = os.environ.get("CLAWGYM_GATES_MEMO", "1") != "0"
     tasks = list(tasks)
     cache = GateCache(cache_dir) if cache_dir else None
     if cache is not None:
@@ -372,14 +383,15 @@ def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, 
         if hits:
             rest = [t for i, t in enumerate(tasks) if i not in hits]
             fresh = iter(validate_many(rest, factory, workers, chunk, timeout, forkserver, stats, hacker, bound,
-                                       cache_dir) if rest else [])
+                                       cache_dir, memo) if rest else [])
             return [hits[i] if i in hits else next(fresh) for i in range(len(tasks))]
     chunks = [tasks[i:i + chunk] for i in range(0, len(tasks), chunk)]
     st = _Stats(stats) if stats is not None else None
 
     def run(c: list[Task]) -> list[TaskValidation]:
         try:
-            return _validate_chunk(c, factory, timeout, forkserver=forkserver, stats=st, hacker=hacker, bound=bound)
+            return _validate_chunk(c, factory, timeout, forkserver=forkserver, stats=st, hacker=hacker, bound=bound,
+                                   memo=memo)
         except Exception as e:
             if len(c) > 1:  # one hostile task (os._exit in grade, a huge output...) must not sink the chunk
                 h = len(c) // 2
