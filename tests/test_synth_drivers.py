@@ -205,3 +205,34 @@ def test_grade_driver_shares_identical_agent_calls_but_never_with_oracle_2(tmp_p
         assert len(log.read_text().split()) == runs, memo
         if memo:
             assert (stats["agent_calls"], stats["agent_calls_shared"]) == (5, 10)
+
+
+def test_grade_driver_forks_the_agent_call_child_directly_with_the_same_verdicts(any_isolating_factory):
+    """In the sandbox, with the fork server up, the grade driver forks `_agent_call`'s child straight from itself
+    (forkserver.spawn_c, no shim): a result, a crash, a timeout, a big job on stdin and the agent's own prints
+    (never taken for the result) come out exactly as through the shim (direct off) and a real interpreter (no fork
+    server)."""
+    from clawgym.synth.families.software import PYRUN
+
+    cases = {
+        "value": (("m", "def f(x):\n    return x * 2\n", "f", "[21]", "{}"), {}, {"value": "42"}),
+        "crash": (("m", "import os\ndef f():\n    os._exit(3)\n", "f", "[]", "{}"), {}, None),
+        "timeout": (("m", "import time\ndef f():\n    time.sleep(30)\n", "f", "[]", "{}"), {"timeout": 1}, None),
+        "big_stdin": (("m", "X = '" + "a" * 300000 + "'\ndef f():\n    return len(X)\n", "f", "[]", "{}"), {},
+                      {"value": "300000"}),
+        "prints": (("m", "def f():\n    print('__CLAWGYM_AGENT_CALL__1')\n    return 1\n", "f", "[]", "{}"), {},
+                   {"value": "1"}),
+        "raises": (("m", "def f():\n    raise KeyError('k')\n", "f", "[]", "{}"), {},
+                   {"raised": "KeyError", "message": "'k'"}),
+    }
+    code = PYRUN + "\nCASES = " + repr(cases) + (
+        "\ndef grade(transcript, ws):\n"
+        "    return {k: float(_agent_call('call', *a, **kw) == want) for k, (a, kw, want) in CASES.items()}\n")
+    job = {"code": code, "timeout": 60, "files": {}, "variants": {"noop": {}, "oracle": {}}}
+    for forkserver, direct in ((True, True), (True, False), (False, True)):
+        stats: dict = {}
+        [out] = _run_driver(any_isolating_factory, "grade", {"tasks": [job], "forkserver": forkserver, "memo": False,
+                                                             "direct": direct}, 120, _Stats(stats))
+        for v in ("noop", "oracle"):
+            assert out[v]["score"] == 1.0 and set(out[v]["subs"].values()) == {1.0}, (forkserver, direct, out)
+        assert stats.get("agent_calls_direct", 0) == (12 if forkserver and direct else 0), (forkserver, direct)

@@ -46,7 +46,7 @@ def _write_tree(d: str, ws: dict) -> None:
     os.makedirs(d, exist_ok=True)
 
 
-STATS = {"agent_calls": 0, "agent_calls_shared": 0}
+STATS = {"agent_calls": 0, "agent_calls_shared": 0, "agent_calls_direct": 0}
 
 _PRIVATE = ("oracle_2",)  # variants that never share results with the others (the determinism gate)
 
@@ -73,10 +73,104 @@ def _memo(real, memo: dict):
     return _agent_call
 
 
+def _exchange(wfd: int, rfd: int, data: bytes, timeout: float):
+    """Write `data` to wfd (then close it) while reading rfd to EOF, as Popen.communicate: the bytes read, or b""
+    past `timeout` seconds."""
+    import select
+    import time
+    deadline = time.monotonic() + timeout
+    os.set_blocking(wfd, False)
+    chunks, off = [], 0
+    if not data:
+        os.close(wfd)
+        wfd = -1
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return b""
+            r, w, _ = select.select([rfd], [wfd] if wfd >= 0 else [], [], left)
+            if w:
+                try:
+                    off += os.write(wfd, data[off:off + 65536])
+                except (BrokenPipeError, BlockingIOError, OSError) as e:
+                    if isinstance(e, BlockingIOError):
+                        continue
+                    off = len(data)
+                if off >= len(data):
+                    os.close(wfd)
+                    wfd = -1
+            if r:
+                b = os.read(rfd, 65536)
+                if not b:
+                    return b"".join(chunks)
+                chunks.append(b)
+    finally:
+        if wfd >= 0:
+            os.close(wfd)
+        os.close(rfd)
+
+
+_CODE: dict = {}
+
+
+def _direct(real, src: str):
+    """`_agent_call` of the check code (clawgym.synth.families.software) with its child forked straight from this
+    process as the fork server would serve it (forkserver.spawn_c: the same child, no shim, no /proc hand-over):
+    same job on stdin, same one marked JSON line read back as data, same verdict (None on a non-zero exit, a
+    timeout or not exactly one such line)."""
+    import shutil
+    import tempfile
+    if src not in _CODE:
+        if len(_CODE) > 32:
+            _CODE.clear()
+        _CODE[src] = forkserver.precompile(src)
+    code = _CODE[src]
+
+    def _agent_call(op, *args, timeout=60):
+        try:
+            data = json.dumps({"op": op, "args": list(args)}).encode("utf-8", "surrogateescape")
+        except Exception:
+            return real(op, *args, timeout=timeout)  # fails there alike
+        d = tempfile.mkdtemp(prefix="clawgym-agent-")
+        try:
+            r0, w0 = os.pipe()
+            r1, w1 = os.pipe()
+            dn = os.open(os.devnull, os.O_RDWR)
+            try:
+                pid = forkserver.spawn_c(src, code, d, [r0, w1, dn])
+            except BaseException:
+                for fd in (r0, w0, r1, w1, dn):
+                    os.close(fd)
+                raise
+            try:
+                raw = _exchange(w0, r1, data, timeout)
+            finally:
+                try:
+                    os.killpg(pid, signal.SIGKILL)  # whatever the agent's code left running in its group
+                except OSError:
+                    pass
+                _, st = os.waitpid(pid, 0)
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        STATS["agent_calls_direct"] += 1
+        mark = "__CLAWGYM_AGENT_CALL__"
+        lines = [ln for ln in raw.decode("utf-8", "replace").splitlines() if ln.startswith(mark)]
+        if os.waitstatus_to_exitcode(st) != 0 or len(lines) != 1:
+            return None
+        try:
+            return json.loads(lines[0][len(mark):])
+        except ValueError:
+            return None
+
+    return _agent_call
+
+
 def run(job: dict, root: str, base_modules=None) -> list:
     # grade code that runs `sys.executable` (a CLI family) gets it served by the fork server while grade()
     # runs: the same run as a real interpreter's, without its start-up cost
     exe = sys.executable
+    direct = False
     if job.get("forkserver", True) and any("executable" in t["code"] for t in job["tasks"]):
         # a check that runs the agent's code in a child python (`_agent_call`) imports pytest there when the image
         # has it, as the real interpreter would: pre-imported once here, not once per call (~70 ms each)
@@ -84,6 +178,7 @@ def run(job: dict, root: str, base_modules=None) -> list:
         try:
             forkserver.start(root, 120.0, heavy=heavy, base_modules=base_modules)
             exe = os.path.join(root, "bin", "python3")
+            direct = job.get("direct", True)
         except Exception as e:
             sys.stderr.write("forkserver disabled: %r\n" % (e,))
     junk = Discard()
@@ -117,8 +212,11 @@ def run(job: dict, root: str, base_modules=None) -> list:
                     raise SyntaxError(cerr)
                 sys.executable = exe
                 exec(code, ns)
-                if job.get("memo", True) and callable(ns.get("_agent_call")):
-                    ns["_agent_call"] = _memo(ns["_agent_call"], {} if vname in _PRIVATE else shared)
+                if callable(ns.get("_agent_call")):
+                    if direct and isinstance(ns.get("_AGENT_CHILD"), str):
+                        ns["_agent_call"] = _direct(ns["_agent_call"], ns["_AGENT_CHILD"])
+                    if job.get("memo", True):
+                        ns["_agent_call"] = _memo(ns["_agent_call"], {} if vname in _PRIVATE else shared)
                 s, subs = mean_of_checks(ns["grade"]([], d))
                 scores[vname] = {"score": min(1.0, max(0.0, s)), "subs": subs}  # clamped like verify_task
             except BaseException as e:
