@@ -121,7 +121,8 @@ class HostFS:
             raise IsADirectoryError(errno.EISDIR, "is a directory", path)
         dfd = self._walk(path, parts[:-1], host_root, create=True)
         name = parts[-1]
-        tmp = f".{name}.clawgym-{secrets.token_hex(4)}"
+        # a fixed-length temporary name: any legal `name` (up to NAME_MAX bytes) can be written
+        tmp = f".clawgym-{secrets.token_hex(8)}.tmp"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                          0o600, dir_fd=dfd)
