@@ -24,10 +24,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
+from test_harbor import procedural_tasks  # noqa: E402
+
 from clawgym.agent.rollout import run_rollouts  # noqa: E402
 from clawgym.sandbox import get_factory  # noqa: E402
 from clawgym.tasks.harbor_export import export_harbor_dataset  # noqa: E402
-from test_harbor import procedural_tasks  # noqa: E402
 
 
 def main() -> None:

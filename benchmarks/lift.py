@@ -99,9 +99,8 @@ def composed_suites(a, work: Path) -> tuple[list, dict[str, list]]:
     families. The held-out names are read here for the bench only; training sees train_c. The training
     compositions are recorded in <work>/train_compositions.json at the first run and read back on a resumed one
     (the held-in suite must be compositions the checkpoint trained on, whatever the composer's code is now)."""
-    from clawgym.synth.compose import parse
+    from clawgym.synth.compose import parse, split_compositions
     from clawgym.synth.compose import sample_compositions as pick
-    from clawgym.synth.compose import split_compositions
 
     train_names, held_names = split_compositions()
     rec = work / "train_compositions.json"

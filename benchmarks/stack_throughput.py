@@ -71,8 +71,7 @@ def in_process(data: Path, shards: int) -> tuple[float, int]:
     import dagster as dg
 
     from clawgym_assets import rollouts
-    from clawgym_resources import (JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource,
-                                   SandboxResource)
+    from clawgym_resources import JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
 
     lake = LakeResource(data_dir=str(data))
     res = {"lake": lake, "sandbox": SandboxResource(backend="docker"), "endpoints": ModelEndpointsResource(lake=lake),

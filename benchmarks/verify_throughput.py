@@ -26,8 +26,8 @@ sys.path.insert(0, str(REPO))
 
 from clawgym import DEFAULT_WORKSPACE  # noqa: E402
 from clawgym.sandbox import get_factory  # noqa: E402
-from clawgym.sandbox.bwrap.backend import find_rootfs  # noqa: E402
 from clawgym.sandbox.base import SandboxConfig  # noqa: E402
+from clawgym.sandbox.bwrap.backend import find_rootfs  # noqa: E402
 from clawgym.tasks.clawgym_format import import_clawgym_folder  # noqa: E402
 from clawgym.verify import verify_noop_many  # noqa: E402
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
@@ -78,7 +77,7 @@ def _instance():
 
 @app.command()
 def sql(query: str = typer.Argument(..., help="SQL over the lake's views, e.g. SELECT * FROM bench_scores"),
-        db: Optional[Path] = typer.Option(None, help="DuckDB catalog file (default <data>/clawgym.duckdb)"),
+        db: Path | None = typer.Option(None, help="DuckDB catalog file (default <data>/clawgym.duckdb)"),
         limit: int = typer.Option(200, help="print at most this many rows")):
     """Run a read query against the DuckDB catalog (views are refreshed first) and print a table. It sees the
     lake's tables and nothing else: no other file, no COPY / ATTACH / SET (clawgym.lake.catalog.query)."""
@@ -216,7 +215,7 @@ def demo(sft_steps: int = typer.Option(0, help="SFT steps for the demo checkpoin
 @export_app.command("harbor")
 def export_harbor(out: Path = typer.Argument(..., help="the dataset folder to write (one task folder per task)"),
                   source: str = typer.Option("synthetic", help="synthetic | bench:<suite> (from the lake)"),
-                  from_path: Optional[Path] = typer.Option(None, "--from", help="import tasks from this path instead"),
+                  from_path: Path | None = typer.Option(None, "--from", help="import tasks from this path instead"),
                   split: str = typer.Option("", help="only tasks of this split (train | bench)"),
                   base_image: str = typer.Option(DEFAULT_BASE_IMAGE, help="the Dockerfiles' FROM image"),
                   shared_verifier: bool = typer.Option(False, help="verify in the agent's container (Harbor's "

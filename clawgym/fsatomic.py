@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 
 def replace_dir(out: Path, fill: Callable[[Path], None], mode: int | None = None) -> None:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 _LOCK = threading.Lock()
 _CTX = None

@@ -4,9 +4,9 @@ regression test against a parent checkpoint. Pure numpy; no Dagster."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from math import comb
-from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 

@@ -1,7 +1,7 @@
 """Small helpers shared by the asset modules (metadata formatting, config errors, data-quality check results)."""
 
 import contextlib
-from typing import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 import dagster as dg
 

@@ -11,7 +11,6 @@ is nested in the resources that need data paths, and tests swap the whole set).
 the environment by each resource's `from_env` when Dagster loads the definitions, not when a module is imported.
 `build_defs(settings, resources)` builds the same graph from explicit values (tests, notebooks)."""
 
-from typing import Optional
 
 import dagster as dg
 
@@ -44,7 +43,7 @@ def _executor(name: str):
     return dg.multiprocess_executor if name == "multiprocess" else dg.in_process_executor
 
 
-def build_defs(settings: Optional[GraphSettings] = None, resources: Optional[dict] = None) -> dg.Definitions:
+def build_defs(settings: GraphSettings | None = None, resources: dict | None = None) -> dg.Definitions:
     settings = settings or GraphSettings()
     return dg.Definitions.merge(
         *(d.defs(settings) for d in DOMAINS),

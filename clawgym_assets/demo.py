@@ -9,12 +9,12 @@ of the embedded SmolLM2-135M, then `sft-demo` against `smollm2-base` on new seed
 
 import importlib.util
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import dagster as dg
 
-from clawgym.train.demo_plan import DemoPlan, learning_rows
 from clawgym.lake.io import REPO_ROOT
+from clawgym.train.demo_plan import DemoPlan, learning_rows
 from clawgym_assets.checks import CHECKS
 from clawgym_assets.definitions import graph_assets
 from clawgym_assets.resources import default_resources

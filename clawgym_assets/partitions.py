@@ -4,7 +4,7 @@ The shard count is not read here: it is a graph setting (``clawgym_assets.settin
 $CLAWGYM_SHARDS, default 4) that ``clawgym_assets.definitions`` passes to :func:`trajectory_partitions_def`
 when the definitions load. Keys are unchanged: ``policy|shard`` with shards "0".."n-1"."""
 
-from functools import lru_cache
+from functools import cache
 
 import dagster as dg
 
@@ -20,12 +20,12 @@ LLM_SHARDS = 16  # the LLM synthesis route's shards: candidate i of each route b
 llm_shard_partitions = dg.StaticPartitionsDefinition([f"{i:02d}" for i in range(LLM_SHARDS)])
 
 
-@lru_cache(maxsize=None)
+@cache
 def shard_partitions_def(n_shards: int = DEFAULT_SHARDS) -> dg.StaticPartitionsDefinition:
     return dg.StaticPartitionsDefinition([str(i) for i in range(n_shards)])
 
 
-@lru_cache(maxsize=None)
+@cache
 def trajectory_partitions_def(n_shards: int = DEFAULT_SHARDS) -> dg.MultiPartitionsDefinition:
     """policy × shard; multi-partition keys read "policy|shard" (dimensions are ordered by name)."""
     return dg.MultiPartitionsDefinition({"policy": policy_partitions, "shard": shard_partitions_def(n_shards)})

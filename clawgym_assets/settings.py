@@ -1,8 +1,8 @@
 """The settings that shape the graph itself (shard count, executor), read once when the definitions load."""
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping, Optional
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,7 @@ class GraphSettings:
     executor: str = "in_process"  # in_process | multiprocess | docker (dagster-docker's step-per-container)
 
     @classmethod
-    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "GraphSettings":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "GraphSettings":
         """CLAWGYM_SHARDS (default 4) and CLAWGYM_EXECUTOR (in_process (default) | multiprocess | docker)."""
         env = os.environ if env is None else env
         n = env.get("CLAWGYM_SHARDS", "") or str(cls.n_shards)

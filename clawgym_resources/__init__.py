@@ -4,8 +4,13 @@ that owns it (clawgym_assets/defs/<domain>/resources.py) and reads its own setti
 the CLI use."""
 
 from clawgym_assets.defs.lake.resources import LakeResource
-from clawgym_assets.defs.rollouts.resources import (JudgeResource, LocalModelServerResource, ModelEndpointsResource,
-                                                    OpenClawResource, SandboxResource)
+from clawgym_assets.defs.rollouts.resources import (
+                                                    JudgeResource,
+                                                    LocalModelServerResource,
+                                                    ModelEndpointsResource,
+                                                    OpenClawResource,
+                                                    SandboxResource,
+)
 from clawgym_assets.defs.training.resources import TrainerResource
 from clawgym_assets.resources import default_resources
 from clawgym_assets.settings import GraphSettings

@@ -22,7 +22,8 @@ import shlex
 import threading
 import time
 import uuid
-from typing import Any, Iterable, Union
+from collections.abc import Iterable
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -31,12 +32,12 @@ from clawgym.agent.policies import Endpoint
 from clawgym.agent.servers import ServerThread
 
 ToolCall = tuple  # (name, arguments dict)
-Step = Union[list, dict]  # list[ToolCall] | raw assistant message
+Step = list | dict  # list[ToolCall] | raw assistant message
 FINAL = "Done. I finished the task."
 FILL = "@@clawgym-fill@@"  # replaced by `fill_chars` filler characters in the reply as sent
 
 
-def put(path: str, content: Union[str, bytes], mode: int = 0o644) -> str:
+def put(path: str, content: str | bytes, mode: int = 0o644) -> str:
     """A shell command that writes `content` to `path` (parents made; ~ is $HOME), then chmods it."""
     data = content.encode() if isinstance(content, str) else content
     b64 = base64.b64encode(data).decode()

@@ -11,8 +11,16 @@ from clawgym.agent.demo import demo_tasks
 from clawgym.agent.loop import run_builtin
 from clawgym.agent.policies import RetryPolicy
 from clawgym.agent.rollout import RolloutSettings, run_rollout, run_rollouts
-from clawgym.agent.runtimes import (AgentRuntime, BaseRuntime, BuiltinRuntime, OpenClawRuntime, _registry,
-                                    agent_runtime, get_runtime, runtime_names)
+from clawgym.agent.runtimes import (
+    AgentRuntime,
+    BaseRuntime,
+    BuiltinRuntime,
+    OpenClawRuntime,
+    _registry,
+    agent_runtime,
+    get_runtime,
+    runtime_names,
+)
 from clawgym.agent.tools import TOOL_SCHEMAS
 from clawgym.sandbox import get_factory
 from clawgym.sandbox.base import SandboxConfig, SandboxError

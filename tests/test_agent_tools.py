@@ -9,7 +9,12 @@ import tempfile
 import pytest
 
 from clawgym.agent.tools import (
-    MAX_OUTPUT_CHARS, TOOL_NAMES, TOOL_SCHEMAS, apply_reference, execute_tool, parse_patch,
+    MAX_OUTPUT_CHARS,
+    TOOL_NAMES,
+    TOOL_SCHEMAS,
+    apply_reference,
+    execute_tool,
+    parse_patch,
 )
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig
 from clawgym.tasks.model import File, ToolCall

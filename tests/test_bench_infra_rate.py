@@ -79,8 +79,7 @@ def test_leaderboard_ranks_unflagged_and_deltas_on_common_scored_tasks():
 
 
 def _resources(data):
-    from clawgym_resources import (JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource,
-                                   SandboxResource)
+    from clawgym_resources import JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
 
     lake = LakeResource(data_dir=str(data))  # one lake, nested where data paths are needed
     return {"lake": lake, "sandbox": SandboxResource(backend="local"),

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from clawgym.bench.leaderboard import markdown_table, plot_png
 from clawgym.agent.resume import shard_of
+from clawgym.bench.leaderboard import markdown_table, plot_png
 from clawgym.bench.runner import resolve_policy
 
 

@@ -22,7 +22,7 @@ def test_bootstrap_ci_seeded_and_sane():
     assert a != bootstrap_ci(vals, seed=2)
     mean = sum(vals) / len(vals)
     assert a[0] < mean < a[1]
-    assert 0 <= a[0] and a[1] <= 100
+    assert a[0] >= 0 and a[1] <= 100
     assert bootstrap_ci([40.0]) == (40.0, 40.0)
     assert all(math.isnan(v) for v in bootstrap_ci([]))
 

@@ -6,8 +6,7 @@ import dagster as dg
 import pytest
 
 from clawgym import lake as lk
-from clawgym_assets.automation import (bench_job, discover_checkpoints, new_checkpoint_sensor,
-                                       weekly_rescore_schedule)
+from clawgym_assets.automation import bench_job, discover_checkpoints, new_checkpoint_sensor, weekly_rescore_schedule
 from clawgym_assets.definitions import build_defs, defs
 from clawgym_resources import LakeResource
 
@@ -89,7 +88,7 @@ def test_weekly_schedule_rescores_every_model(data):
     assert weekly_rescore_schedule.cron_schedule == "0 3 * * 1"
     assert weekly_rescore_schedule.job_name == bench_job.name
     with dg.instance_for_test() as instance:
-        t = dt.datetime(2026, 11, 30, 3, tzinfo=dt.timezone.utc)
+        t = dt.datetime(2026, 11, 30, 3, tzinfo=dt.UTC)
         ctx = dg.build_schedule_context(instance=instance, scheduled_execution_time=t)
         out = weekly_rescore_schedule(ctx)
         assert isinstance(out, dg.SkipReason)

@@ -33,8 +33,7 @@ BACKEND = os.environ.get("CLAWGYM_TEST_SANDBOX") or ("bwrap" if shutil.which("bw
 
 
 def _resources(data):
-    from clawgym_resources import (JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource,
-                                   SandboxResource)
+    from clawgym_resources import JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
 
     lake = LakeResource(data_dir=str(data))  # one lake, nested where data paths are needed
     return {"lake": lake, "sandbox": SandboxResource(backend=BACKEND),

@@ -43,8 +43,8 @@ def test_the_plan_teaches_with_short_programs_and_holds_families_out():
 def test_the_plan_synthesizes_the_bench_it_promises():
     """synthesize with the plan's config: training seeds train, new seeds of the hand-written families, the
     held-out families and the held-out compositions bench, each task with its program where it has one."""
-    from clawgym.train.demo_plan import HELD_OUT_COMPOSITIONS, bench_group
     from clawgym.synth.pipeline import synthesize
+    from clawgym.train.demo_plan import HELD_OUT_COMPOSITIONS, bench_group
 
     plan = DemoPlan()
     cfg = plan.synth_config()

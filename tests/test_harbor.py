@@ -26,7 +26,11 @@ import pytest
 
 from clawgym.tasks import TaskError, detect_format, import_any
 from clawgym.tasks.harbor import (
-    DEFAULT_BASE_IMAGE, import_harbor_folder, import_harbor_task, offline_problems, parse_dockerfile,
+    DEFAULT_BASE_IMAGE,
+    import_harbor_folder,
+    import_harbor_task,
+    offline_problems,
+    parse_dockerfile,
 )
 from clawgym.tasks.harbor_export import export_harbor_dataset, export_harbor_task
 

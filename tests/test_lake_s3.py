@@ -80,7 +80,7 @@ def _value(field: pa.Field, i: int):
     if field.name.endswith("_json"):
         return {"i": i, "text": f"{field.name}-é-{i}"}
     if pa.types.is_timestamp(t):
-        return dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc) + dt.timedelta(seconds=i)
+        return dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC) + dt.timedelta(seconds=i)
     if pa.types.is_boolean(t):
         return i % 2 == 0
     if pa.types.is_integer(t):

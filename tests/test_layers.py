@@ -118,9 +118,8 @@ def _units(layers) -> dict[str, int]:
 def unit_of(mod: str, units) -> str | None:
     best = None
     for r in units:
-        if mod == r or (r != "clawgym" and mod.startswith(r + ".")):
-            if best is None or len(r) > len(best):
-                best = r
+        if (mod == r or (r != "clawgym" and mod.startswith(r + "."))) and (best is None or len(r) > len(best)):
+            best = r
     return best
 
 

@@ -4,7 +4,13 @@ lean config for a small one, extra request fields; and how a refused request end
 import json
 
 from clawgym.agent.openclaw import (
-    DEFAULT_CONTEXT_WINDOW, DENY_TOOLS, LEAN_BELOW, LEAN_TOOLS, _refusal, model_context_window, openclaw_config,
+    DEFAULT_CONTEXT_WINDOW,
+    DENY_TOOLS,
+    LEAN_BELOW,
+    LEAN_TOOLS,
+    _refusal,
+    model_context_window,
+    openclaw_config,
 )
 from clawgym.agent.policies import Endpoint
 

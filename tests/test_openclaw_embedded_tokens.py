@@ -109,7 +109,11 @@ def _check_token_exact(ro, task, tok) -> tuple[list[int], list[int]]:
     """Assert the rollout's trajectory and SFT row are token-exact; (prompt, completion token counts per turn)."""
     from clawgym.train.sft import token_exact_dataset
     from clawgym.trajectories.sft import (
-        TOKENS_KEY, drop_noise_turns, normalise_messages, to_hf_dataset, token_exact_row,
+        TOKENS_KEY,
+        drop_noise_turns,
+        normalise_messages,
+        to_hf_dataset,
+        token_exact_row,
     )
 
     assert ro.runtime == "openclaw" and ro.failure_class != "infra", (ro.failure_class, ro.error)

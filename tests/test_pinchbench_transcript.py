@@ -10,13 +10,19 @@ import json
 import textwrap
 
 import pytest
+from test_verify_runtime import TmpSandbox  # tests/ is on sys.path (pytest prepend import mode)
 
 from clawgym.tasks.pinchbench import (
-    ADAPTER_MARK, add_grade_adapter, export_pinchbench_task, grade_adapter, import_pinchbench_file,
-    parse_pinchbench_text, strip_grade_adapter, to_openclaw_transcript,
+    ADAPTER_MARK,
+    add_grade_adapter,
+    export_pinchbench_task,
+    grade_adapter,
+    import_pinchbench_file,
+    parse_pinchbench_text,
+    strip_grade_adapter,
+    to_openclaw_transcript,
 )
 from clawgym.verify import verify_task
-from test_verify_runtime import TmpSandbox  # tests/ is on sys.path (pytest prepend import mode)
 
 # The grading code walks the transcript the way pinchbench/skill graders do (tasks/task_12_skill_search.md,
 # task_22_second_brain.md: "type" == "message" entries, assistant content items of type "toolCall" / "text";

@@ -11,12 +11,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from proc_helpers import host_procs_with
 
 from clawgym.sandbox import get_factory, registry
-from clawgym.sandbox.host import cleanup
 from clawgym.sandbox.base import SandboxConfig, SandboxError
+from clawgym.sandbox.host import cleanup
 from clawgym.tasks.model import File
-from proc_helpers import host_procs_with
 
 REPO = Path(__file__).resolve().parents[1]
 

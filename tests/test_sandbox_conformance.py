@@ -16,11 +16,11 @@ import time
 import uuid
 
 import pytest
-
-from clawgym.sandbox.host import cleanup
-from clawgym.sandbox.base import SandboxError
-from clawgym.tasks.model import File
 from proc_helpers import host_procs_with, wait_gone
+
+from clawgym.sandbox.base import SandboxError
+from clawgym.sandbox.host import cleanup
+from clawgym.tasks.model import File
 
 WS = "/root/.openclaw/workspace"
 ALL = ["docker", "bwrap", "bwrap_perexec", "local"]

@@ -10,13 +10,10 @@ import time
 import uuid
 
 import pytest
+from proc_helpers import host_procs_with, wait_gone
 
 from clawgym.sandbox.base import SandboxConfig, SandboxError
 from clawgym.tasks.model import File
-from proc_helpers import host_procs_with, wait_gone
-
-
-
 
 CFG = dict(memory_mb=256, pids=128, disk_mb=64, default_timeout_s=60.0)
 WS = "/root/.openclaw/workspace"
@@ -197,8 +194,8 @@ def test_suspect_containers_are_destroyed_not_reused(dfactory):
 
 
 def test_idle_cap_and_forced_fallback(docker_factory):
-    from clawgym.sandbox.host import cleanup
     from clawgym.sandbox.docker.backend import DockerFactory
+    from clawgym.sandbox.host import cleanup
 
     f = DockerFactory(SandboxConfig(**CFG), pool_size=0, max_idle=1, use_execd=False, client=docker_factory.client)
     try:

@@ -10,10 +10,10 @@ import time
 import uuid
 
 import pytest
+from proc_helpers import host_procs_with
 
 from clawgym.sandbox.base import SandboxError
 from clawgym.tasks.model import File
-from proc_helpers import host_procs_with
 
 ALL = ["docker", "bwrap", "bwrap_perexec", "local"]
 ISOLATING = ["docker", "bwrap", "bwrap_perexec"]

@@ -12,7 +12,12 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from clawgym.trajectories.sft import (  # noqa: E402
-    SFTCleanConfig, build_sft_dataset, check_sft_rows, contaminated_tasks, save_hf_dataset, write_sft_parquet,
+    SFTCleanConfig,
+    build_sft_dataset,
+    check_sft_rows,
+    contaminated_tasks,
+    save_hf_dataset,
+    write_sft_parquet,
 )
 
 

@@ -218,7 +218,6 @@ def _host_run_score(task, program: str, tmp_path) -> float:
     """Run `program` in a copy of the task's workspace on the host (our own generated program), then grade."""
     import subprocess
     import sys
-
     import uuid
 
     ws = tmp_path / f"run-{uuid.uuid4().hex}"  # a fresh copy each time: no output of an earlier run is left

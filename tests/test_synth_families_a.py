@@ -8,7 +8,7 @@ import json
 import pytest
 
 from clawgym.synth.families import all_families, generate_procedural, get_family
-from clawgym.synth.families.base import Family, register, REGISTRY
+from clawgym.synth.families.base import REGISTRY, Family, register
 from clawgym.synth.gates import validate_many, validate_task
 from clawgym.synth.personas import expand_personas
 from clawgym.tasks.model import Task

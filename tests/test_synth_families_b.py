@@ -4,7 +4,6 @@ well-formedness, determinism, persona voicing and the official unbatched gate pa
 
 from __future__ import annotations
 
-
 import pytest
 
 from clawgym.synth.families import all_families

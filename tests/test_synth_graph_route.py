@@ -24,9 +24,10 @@ fastapi = pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
 
 
+from test_synth_llm import USAGE, make_app  # noqa: E402  (the same scripted-server app)
+
 from clawgym import lake as lk  # noqa: E402
 from clawgym.agent.servers import completion_json  # noqa: E402
-from test_synth_llm import USAGE, make_app  # noqa: E402  (the same scripted-server app)
 
 BACKEND = os.environ.get("CLAWGYM_TEST_SANDBOX") or ("bwrap" if shutil.which("bwrap") else "local")
 CATEGORY = "analysis_reasoning"

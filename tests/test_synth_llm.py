@@ -22,7 +22,13 @@ from fastapi.responses import JSONResponse  # noqa: E402
 
 from clawgym.agent.servers import completion_json  # noqa: E402
 from clawgym.synth.llm_route import (  # noqa: E402
-    TASK_SCHEMA, ClientConfig, compile_gate, generate_llm_tasks, leak_check, scaffold_files, spec_to_task,
+    TASK_SCHEMA,
+    ClientConfig,
+    compile_gate,
+    generate_llm_tasks,
+    leak_check,
+    scaffold_files,
+    spec_to_task,
 )
 
 USAGE = {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20}

@@ -18,11 +18,12 @@ import pytest
 
 pytest.importorskip("openai")
 
+from test_synth_graph_route import CATEGORY, N_PERSONAS, TASKS, spec  # noqa: E402
+from test_synth_llm import USAGE, make_app  # noqa: E402
+
 from clawgym import lake as lk  # noqa: E402
 from clawgym.agent import servers  # noqa: E402
 from clawgym.agent.servers import BearerAuth, ServerThread, completion_json, server_token  # noqa: E402
-from test_synth_graph_route import CATEGORY, N_PERSONAS, TASKS, spec  # noqa: E402
-from test_synth_llm import USAGE, make_app  # noqa: E402
 
 BACKEND = os.environ.get("CLAWGYM_TEST_SANDBOX") or ("bwrap" if shutil.which("bwrap") else "local")
 
@@ -123,8 +124,9 @@ def test_local_model_is_every_role_one_server_started_once_and_stopped(fake_serv
     assert {b["model"] for b in reqs} == {str(model_dir)}  # the server's model name
     assert {b["max_tokens"] for b in reqs} == {1024}  # the asset's max_tokens reaches every request
     # the json_schema sent is the schema gate's own (clawgym.synth.llm_route.TASK_SCHEMA), bounded to the budget
-    from clawgym.synth.llm_route import TASK_SCHEMA, bounded_schema
     from test_synth_llm_schema import unbounded
+
+    from clawgym.synth.llm_route import TASK_SCHEMA, bounded_schema
 
     sent = next(b for b in reqs if b["response_format"]["json_schema"]["name"] == "task_spec")[
         "response_format"]["json_schema"]["schema"]
@@ -163,9 +165,8 @@ def test_shared_endpoint_reference_counts(fake_server, tmp_path):
         assert [e for e, _ in fake_server.log] == ["start", "start", "stop"]  # m2's last holder left
         assert list(servers.live_endpoints().values()) == [1]
     assert [e for e, _ in fake_server.log] == ["start", "start", "stop", "stop"]
-    with pytest.raises(ValueError):
-        with servers.shared_endpoint(a):
-            raise ValueError("x")
+    with pytest.raises(ValueError), servers.shared_endpoint(a):
+        raise ValueError("x")
     assert fake_server.log[-2:] == [("start", str(tmp_path / "m1")), ("stop", str(tmp_path / "m1"))]
 
 

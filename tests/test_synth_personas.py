@@ -7,7 +7,12 @@ from types import SimpleNamespace
 import pytest
 
 from clawgym.synth.personas import (
-    Persona, expand_personas, expand_personas_llm, load_seeds, save_personas, voice,
+    Persona,
+    expand_personas,
+    expand_personas_llm,
+    load_seeds,
+    save_personas,
+    voice,
 )
 from clawgym.tasks.model import TaskError
 

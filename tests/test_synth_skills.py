@@ -3,7 +3,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from clawgym.synth.skills import (
-    DEFAULT_OPENCLAW_DIR, SHIPPED_SKILLS, default_skill_dirs, load_skills, offline_skills, parse_skill_md,
+    DEFAULT_OPENCLAW_DIR,
+    SHIPPED_SKILLS,
+    default_skill_dirs,
+    load_skills,
+    offline_skills,
+    parse_skill_md,
 )
 
 

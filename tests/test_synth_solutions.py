@@ -7,8 +7,14 @@ from __future__ import annotations
 import pytest
 
 from clawgym.synth.families import all_families, get_family
-from clawgym.synth.solutions import (program_command, program_families, program_reference, program_source,
-                                     with_program, with_program_reference)
+from clawgym.synth.solutions import (
+    program_command,
+    program_families,
+    program_reference,
+    program_source,
+    with_program,
+    with_program_reference,
+)
 from clawgym.synth.solutions._check import check_programs
 
 
@@ -190,12 +196,11 @@ def test_synthesis_records_each_tasks_program():
 def test_program_reference_field_is_validated_and_round_trips(tmp_path):
     import pyarrow.parquet as pq
 
+    from clawgym.agent.toolcore import TOOL_NAMES as AGENT_TOOLS
     from clawgym.tasks.harbor import import_harbor_task
     from clawgym.tasks.harbor_export import export_harbor_task
     from clawgym.tasks.model import TOOL_NAMES, Task, TaskError, ToolCall
     from clawgym.tasks.parquet_io import read_tasks_parquet, write_tasks_parquet
-
-    from clawgym.agent.toolcore import TOOL_NAMES as AGENT_TOOLS
 
     assert TOOL_NAMES == AGENT_TOOLS
     t = with_program(get_family("backup_retention").generate(3))

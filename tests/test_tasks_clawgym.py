@@ -10,7 +10,10 @@ import pytest
 
 from clawgym.tasks import File, Task, TaskError, Verifier, import_any
 from clawgym.tasks.clawgym_format import (
-    export_clawgym_folder, export_clawgym_task, import_clawgym_folder, import_clawgym_task,
+    export_clawgym_folder,
+    export_clawgym_task,
+    import_clawgym_folder,
+    import_clawgym_task,
 )
 
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,11 @@ import pytest
 from clawgym.tasks import File, RubricProxy, RubricRule, Task, TaskError, ToolCall, Verifier, import_any
 from clawgym.tasks.clawgym_format import import_clawgym_folder
 from clawgym.tasks.parquet_io import (
-    TASKS_SCHEMA, read_tasks_parquet, table_to_tasks, tasks_to_table, write_tasks_parquet,
+    TASKS_SCHEMA,
+    read_tasks_parquet,
+    table_to_tasks,
+    tasks_to_table,
+    write_tasks_parquet,
 )
 
 REPO = Path(__file__).resolve().parents[1]

@@ -6,13 +6,17 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_verify_runtime import TmpSandbox  # tests/ is on sys.path (pytest prepend import mode)
 
 from clawgym.tasks import TaskError, import_any
 from clawgym.tasks.pinchbench import (
-    ADAPTER_MARK, export_pinchbench_task, import_pinchbench_file, import_pinchbench_folder, parse_rubric_section,
+    ADAPTER_MARK,
+    export_pinchbench_task,
+    import_pinchbench_file,
+    import_pinchbench_folder,
+    parse_rubric_section,
 )
 from clawgym.verify import verify_task
-from test_verify_runtime import TmpSandbox  # tests/ is on sys.path (pytest prepend import mode)
 
 AUTOMATED = textwrap.dedent('''\
     ---

@@ -52,10 +52,10 @@ def _trajectory():
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from clawgym.train.base_model import make_tiny_model
-    from clawgym.train.sft import SFTRunConfig, run_sft
     import torch
 
+    from clawgym.train.base_model import make_tiny_model
+    from clawgym.train.sft import SFTRunConfig, run_sft
     from clawgym.trajectories.sft import save_hf_dataset
 
     d = tmp_path_factory.mktemp("learns")

@@ -12,7 +12,7 @@ from clawgym.lake.records import effective_rows, finished_keys
 def test_effective_rows_latest_finished_else_latest_infra():
     import datetime as dt
 
-    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+    t0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     rows = [
         {"rollout_id": "a1", "policy": "p", "task_id": "a", "failure_class": "infra", "score": None, "created_at": t0},
         {"rollout_id": "a2", "policy": "p", "task_id": "a", "failure_class": "ok", "score": 1.0,
@@ -31,8 +31,7 @@ def test_effective_rows_latest_finished_else_latest_infra():
 
 
 def _resources(data):
-    from clawgym_resources import (JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource,
-                                   SandboxResource)
+    from clawgym_resources import JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
 
     lake = LakeResource(data_dir=str(data))  # one lake, nested where data paths are needed
     return {"lake": lake, "sandbox": SandboxResource(backend="local"),

@@ -38,9 +38,10 @@ def populated_home(tmp_path, monkeypatch):
     shutil.copy(REPO / "dagster.yaml", home / "dagster.yaml")
     monkeypatch.setenv("CLAWGYM_DATA", str(data))
     monkeypatch.chdir(home)  # dagster.yaml storage paths are relative to the working directory
+    from test_dagster_graph import _families
+
     from clawgym_assets.definitions import ASSETS
     from clawgym_resources import LakeResource, SandboxResource, default_resources
-    from test_dagster_graph import _families
 
     res = {**default_resources(), "lake": LakeResource(data_dir=str(data)), "sandbox": SandboxResource(backend=BACKEND)}
     with dg.DagsterInstance.from_config(str(home)) as inst:

@@ -11,17 +11,21 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_verify_runtime import TmpSandbox  # tests/ is on sys.path (pytest prepend import mode)
 
 from clawgym.tasks import File, RubricRule, Task, Verifier
 from clawgym.tasks.model import RubricProxy
 from clawgym.verify import verify_task
 from clawgym.verify.guard import (
-    control_kind, neutralize_controls, prepare_for_verification, sanitize_git_config, verifier_env,
+    control_kind,
+    neutralize_controls,
+    prepare_for_verification,
+    sanitize_git_config,
+    verifier_env,
 )
 from clawgym.verify.judge import OfflineJudge, RubricContext, RuleInput
-from clawgym.verify.runtime import agent_output, clamp_score
 from clawgym.verify.result import VerificationResult
-from test_verify_runtime import TmpSandbox  # tests/ is on sys.path (pytest prepend import mode)
+from clawgym.verify.runtime import agent_output, clamp_score
 
 
 @pytest.mark.parametrize("path,kind", [

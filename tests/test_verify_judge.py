@@ -10,11 +10,11 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from test_verify_runtime import TmpSandbox  # tests/ is on sys.path (pytest prepend import mode)
 
 from clawgym.tasks import File, RubricRule, Task, Verifier
 from clawgym.verify import OfflineJudge, OpenAIJudge, make_judge, verify_task
 from clawgym.verify.judge import JudgeError, JudgeUnavailable, RubricContext, RuleInput, parse_judge_reply
-from test_verify_runtime import TmpSandbox  # tests/ is on sys.path (pytest prepend import mode)
 
 SECRET = "sk-test-SECRET-0123456789"
 

@@ -251,6 +251,5 @@ def test_sandbox_failure_propagates_as_infra():
             raise SandboxError("container died")
 
     t = grade_task(GRADE_OK)
-    with Dead(t.files) as sb:
-        with pytest.raises(SandboxError, match="container died"):
-            verify_task(t, sb)
+    with Dead(t.files) as sb, pytest.raises(SandboxError, match="container died"):
+        verify_task(t, sb)

@@ -9,7 +9,14 @@ OpenClaw runtime (agent runtimes are registered by name: clawgym.agent.runtimes)
 
 from clawgym.agent.loop import Limits, LoopResult, run_builtin  # noqa: F401
 from clawgym.agent.policies import (  # noqa: F401
-    AgentRequestError, ChatClient, Endpoint, InfraError, PolicySpec, RetryPolicy, get_policy, open_endpoint,
+    AgentRequestError,
+    ChatClient,
+    Endpoint,
+    InfraError,
+    PolicySpec,
+    RetryPolicy,
+    get_policy,
+    open_endpoint,
     policy_registry,
 )
 from clawgym.agent.rollout import Rollout, run_rollout, run_rollouts, workspace_diff  # noqa: F401

@@ -55,8 +55,9 @@ import os
 import random
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator, Literal
+from typing import Any, Literal
 
 from clawgym.agent.secrets import redact
 
@@ -242,7 +243,7 @@ class RetryPolicy:
     timeout_s: float = 300.0
 
     @classmethod
-    def for_kind(cls, kind: str | None) -> "RetryPolicy":
+    def for_kind(cls, kind: str | None) -> RetryPolicy:
         """A local model server on a starved CPU can take many minutes per request: re-sending it only makes
         the server compute abandoned copies, so local endpoints wait long and retry once."""
         return cls(attempts=2, timeout_s=3600.0) if kind == "local" else cls()

@@ -46,7 +46,7 @@ import json
 import os
 import threading
 import time
-from typing import Any, Optional
+from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
@@ -54,11 +54,18 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from clawgym.agent.loop import TRUNCATED_KEY, Limits, _bound_reply, _cut_reason
 from clawgym.agent.proxy_gate import PeerGate
-from clawgym.agent.proxy_log import (HEARTBEAT_MARKERS, INTERNAL_MARKERS, _usage_tokens, canonical, clean_messages,
-                                     read_log, rebuild_sessions)
+from clawgym.agent.proxy_log import (
+    HEARTBEAT_MARKERS,
+    INTERNAL_MARKERS,
+    _usage_tokens,
+    canonical,
+    clean_messages,
+    read_log,
+    rebuild_sessions,
+)
 from clawgym.agent.secrets import redact
-from clawgym.agent.tito import KV_FIELD
 from clawgym.agent.servers import AppServer, completion_json, sse_chunks
+from clawgym.agent.tito import KV_FIELD
 
 HOP_HEADERS = {"host", "content-length", "connection", "transfer-encoding", "authorization", "accept-encoding",
                "keep-alive", "te", "upgrade"}
@@ -172,7 +179,7 @@ def _as_chunk(completion: dict) -> dict:
     return chunk
 
 
-def _reply_cut(response: dict, bounds: Optional[Limits]) -> Optional[tuple]:
+def _reply_cut(response: dict, bounds: Limits | None) -> tuple | None:
     """(the response with its message cut to the caps, why) when its first choice's message breaks a size cap
     of `bounds`, else None."""
     if bounds is None:
@@ -198,7 +205,7 @@ class _StreamCaps:
         self.text = 0
         self.args: dict = {}
 
-    def over(self, chunk: dict) -> Optional[str]:
+    def over(self, chunk: dict) -> str | None:
         b = self.b
         for ch in _list(chunk.get("choices")):
             d = _obj(ch.get("delta")) if isinstance(ch, dict) else {}
@@ -279,12 +286,12 @@ class RecordingProxy(AppServer):
     sampled (clawgym.agent.tito, vLLM's ``kv_transfer_params.prompt_token_ids``). Whatever the client sends in
     that field is dropped: what the engine reads is the recorded messages, tokenized by the proxy or the engine."""
 
-    def __init__(self, upstream: str, log_path: str, api_key_env: Optional[str] = None,
-                 model: Optional[str] = None, timeout_s: float = 600.0, uds: Optional[str] = None,
-                 max_requests: Optional[int] = None, max_total_tokens: Optional[int] = None,
-                 max_wall_s: Optional[float] = None, client_token: Optional[str] = None,
-                 strict_sessions: bool = False, uds_expect: Optional[tuple] = None,
-                 bounds: Optional[Limits] = None, token_ids: bool = False, tokenizer: Optional[str] = None):
+    def __init__(self, upstream: str, log_path: str, api_key_env: str | None = None,
+                 model: str | None = None, timeout_s: float = 600.0, uds: str | None = None,
+                 max_requests: int | None = None, max_total_tokens: int | None = None,
+                 max_wall_s: float | None = None, client_token: str | None = None,
+                 strict_sessions: bool = False, uds_expect: tuple | None = None,
+                 bounds: Limits | None = None, token_ids: bool = False, tokenizer: str | None = None):
         self.upstream = upstream.rstrip("/")
         self.token_ids = token_ids
         self.tokenizer = tokenizer if token_ids else None
@@ -302,19 +309,19 @@ class RecordingProxy(AppServer):
         self.max_requests, self.max_total_tokens, self.max_wall_s = max_requests, max_total_tokens, max_wall_s
         self._usage = [0, 0]  # requests answered or in flight, tokens used
         self.bounds = bounds
-        self._stopped: Optional[str] = None  # a size cap was hit: every later request gets the final text
-        self._t_start: Optional[float] = None
+        self._stopped: str | None = None  # a size cap was hit: every later request gets the final text
+        self._t_start: float | None = None
         self.refused = 0
         self._lock = threading.Lock()
         self._seq = 0
-        self.gate: Optional[PeerGate] = None
+        self.gate: PeerGate | None = None
         os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
         self.app = self._make_app()
 
     def register_session(self, session: str, **meta) -> None:
         self.sessions[session] = meta
 
-    def _admit(self, request: Request, session: str) -> Optional[tuple]:
+    def _admit(self, request: Request, session: str) -> tuple | None:
         """None when the request may be served, else (status, reason)."""
         if self.client_token is not None:
             auth = request.headers.get("authorization") or ""
@@ -325,7 +332,7 @@ class RecordingProxy(AppServer):
             return 403, "unknown session"
         return None
 
-    def _refuse(self, request: Optional[Request], session: str, status: int, why: str, **extra) -> JSONResponse:
+    def _refuse(self, request: Request | None, session: str, status: int, why: str, **extra) -> JSONResponse:
         with self._lock:
             self.refused += 1
         entry = {"kind": "refused", "ts": time.time(), "status": status, "reason": why,
@@ -340,7 +347,7 @@ class RecordingProxy(AppServer):
         with self._lock:
             self._stopped = self._stopped or why
 
-    def _over_limit(self, session: str) -> Optional[str]:
+    def _over_limit(self, session: str) -> str | None:
         with self._lock:
             if self._stopped:
                 return self._stopped
@@ -355,7 +362,7 @@ class RecordingProxy(AppServer):
             self._usage[0] += 1
         return None
 
-    def _count(self, session: str, response: Optional[dict]) -> None:
+    def _count(self, session: str, response: dict | None) -> None:
         u = (response or {}).get("usage")
         u = u if isinstance(u, dict) else {}
         with self._lock:
@@ -369,7 +376,7 @@ class RecordingProxy(AppServer):
                 tito.remember_response(entry.get("response"), (entry.get("request") or {}).get("messages"))
         self._write(entry)
 
-    def _prompt_ids(self, session: str, body: dict) -> Optional[list]:
+    def _prompt_ids(self, session: str, body: dict) -> list | None:
         """The ids the upstream should generate this request from (a re-sent history as sampled), or None."""
         if not self.tokenizer:
             return None
@@ -391,11 +398,10 @@ class RecordingProxy(AppServer):
         line = redact(json.dumps(entry, ensure_ascii=False), extra_env=[self.api_key_env] if self.api_key_env else ())
         if self.client_token:
             line = line.replace(self.client_token, "[REDACTED]")
-        with self._lock:
-            with open(self.log_path, "a", encoding="utf-8") as f:
-                f.write(line + "\n")
+        with self._lock, open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
 
-    async def _read_request(self, request: Request) -> Optional[bytes]:
+    async def _read_request(self, request: Request) -> bytes | None:
         """The request body, or None past ``bounds.max_record_bytes`` (not read further)."""
         if self.bounds is None:
             return await request.body()
@@ -407,7 +413,7 @@ class RecordingProxy(AppServer):
             parts.append(part)
         return b"".join(parts)
 
-    async def _read_response(self, r: httpx.Response) -> Optional[bytes]:
+    async def _read_response(self, r: httpx.Response) -> bytes | None:
         """An upstream (streamed) response's body, or None past ``bounds.max_response_bytes``."""
         parts, n = [], 0
         async for part in r.aiter_bytes():
@@ -504,7 +510,7 @@ class RecordingProxy(AppServer):
             ids = await asyncio.to_thread(proxy._prompt_ids, session, body) if proxy.tokenizer else None
             upstream_body = {**body, KV_FIELD: {"prompt_token_ids": ids}} if ids else body
 
-            def stop_answer(why: str, response: Optional[dict] = None):
+            def stop_answer(why: str, response: dict | None = None):
                 """The proxy's own final text instead of a reply that broke a size cap (logged, cut)."""
                 proxy._stop(why)
                 msg = {"role": "assistant", "content": f"[clawgym] {why}: stopping here."}

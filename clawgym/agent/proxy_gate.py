@@ -15,7 +15,6 @@ import socket
 import struct
 import threading
 import time
-from typing import Optional
 
 from clawgym.agent.proxy_forwarder import pipe
 
@@ -34,20 +33,20 @@ class PeerGate:
 
     NS = ("mnt", "net")
 
-    def __init__(self, path: str, target: tuple, on_refuse=None, expect: Optional[tuple] = None,
-                 uid: Optional[int] = None):
+    def __init__(self, path: str, target: tuple, on_refuse=None, expect: tuple | None = None,
+                 uid: int | None = None):
         self.path, self.target, self.on_refuse = path, target, on_refuse
-        self.pinned: Optional[tuple] = expect
-        self.uid: Optional[int] = uid
+        self.pinned: tuple | None = expect
+        self.uid: int | None = uid
         self.admitted = threading.Event()
         self.refused = 0
         self._lock = threading.Lock()
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._thread: Optional[threading.Thread] = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._server = None
 
     @classmethod
-    def identity(cls, pid: int) -> Optional[tuple]:
+    def identity(cls, pid: int) -> tuple | None:
         """The (mnt, net) namespace links of process `pid`; None when the host cannot see them."""
         if pid <= 0:
             return None

@@ -29,7 +29,7 @@ forgeable). It is the chain of turns the proxy actually answered, in log order:
 import json
 import os
 import re
-from typing import Any, Optional
+from typing import Any
 
 from clawgym.agent.messages import text_of
 
@@ -225,7 +225,7 @@ def _is_side(msgs: list[dict], main_first: str, main_replies: set) -> bool:
 TOKEN_RECORD_SHARE = 4  # a session's sampled-token records may take 1/4 of Limits().max_record_bytes
 
 
-def _drop_token_records(messages: list[dict], max_bytes: int) -> Optional[str]:
+def _drop_token_records(messages: list[dict], max_bytes: int) -> str | None:
     """Strip the sampled-token records (TOKENS_KEY) of `messages` in place when together they are over
     `max_bytes` of JSON: they are bookkeeping (a row without them is re-tokenized from its text) and must never
     push the transcript itself over the record cap. Returns why, or None when they fit."""
@@ -247,7 +247,7 @@ def _drop_token_records(messages: list[dict], max_bytes: int) -> Optional[str]:
     return f"sampled-token records over {max_bytes} bytes: dropped from {len(with_tokens)} turns (re-tokenized)"
 
 
-def rebuild_sessions(entries: list[dict], max_token_bytes: Optional[int] = None) -> dict[str, dict]:
+def rebuild_sessions(entries: list[dict], max_token_bytes: int | None = None) -> dict[str, dict]:
     """One trajectory per session, built by the rule of the module docstring: {session: {messages, tools,
     n_requests, prompt_tokens, completion_tokens, dropped, model, divergence, side_requests, refused,
     tokens_dropped}}.
@@ -275,7 +275,7 @@ def rebuild_sessions(entries: list[dict], max_token_bytes: Optional[int] = None)
         ok = [e for e in es if e.get("status") == 200 and isinstance(e.get("response"), dict)
               and isinstance(e.get("request"), dict) and not e.get("limit")]
         dropped = len(es) - len(ok)
-        main_first: Optional[str] = None
+        main_first: str | None = None
         main_replies: set = set()
         side = 0
         kept = []

@@ -12,8 +12,10 @@ its earlier rows stay as history (readers take the latest non-infra row per task
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Callable, ContextManager, Iterable, Mapping, Sequence
+from typing import Any
 
 
 def shard_of(task_id: str, n_shards: int) -> int:
@@ -54,7 +56,7 @@ def resume_plan(tasks: Sequence, prior: Iterable[Mapping[str, Any]]) -> tuple[li
 
 
 def run_shard(tasks: Sequence, prior: Iterable[Mapping[str, Any]], policy_spec,
-              open_factory: Callable[[], ContextManager], *, policy: str, shard: int, settings=None, judge=None,
+              open_factory: Callable[[], AbstractContextManager], *, policy: str, shard: int, settings=None, judge=None,
               run_id: str = "", batch_size: int = 4, append: Callable[[list[dict]], Any],
               log: Callable[[str], Any] | None = None) -> ShardReport:
     """Roll out the tasks of one (policy, shard) partition that have no finished rollout in `prior`, with one

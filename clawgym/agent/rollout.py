@@ -27,19 +27,19 @@ import hashlib
 import json
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from clawgym.agent.loop import Limits, bound_messages, count_tool_calls, tool_types
+from clawgym.agent.messages import text_of
 from clawgym.agent.policies import Endpoint, PolicySpec, get_policy, open_endpoint
 from clawgym.agent.runtimes import AgentRuntime, get_runtime
 from clawgym.agent.secrets import redact, redact_obj
 from clawgym.agent.settings import RolloutSettings, Runtime
 from clawgym.agent.tools import TOOL_SCHEMAS
 from clawgym.sandbox.base import SandboxError, SandboxFactory
-from clawgym.agent.messages import text_of
 from clawgym.verify.result import VerificationResult
 
 FailureClass = Literal["ok", "agent_error", "limit", "infra", "unjudged"]
@@ -75,7 +75,7 @@ class Rollout(BaseModel):
     proxy_log: str | None = None  # openclaw runtime: path of the recording proxy's log
     tool_durations: list[float] = Field(default_factory=list)  # builtin runtime: seconds per tool call, in order
     meta: dict = Field(default_factory=dict)  # runtime facts (openclaw: proxy divergence, refused requests)
-    created_at: datetime = Field(default_factory=lambda: datetime.now(timezone.utc))
+    created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
     def to_row(self, shard: int = 0, run_id: str = "", max_record_bytes: int | None = None) -> dict[str, Any]:
         """A flat row in the lake's `trajectories` schema (nested values as JSON text). Never unbounded: a
@@ -160,7 +160,7 @@ def _record_limit(failure_class: str, error: str | None, cap: int, dropped: dict
     return ("limit" if failure_class in SCORED_CLASSES else failure_class), why[:MAX_ERROR_CHARS]
 
 
-def bound_record(ro: "Rollout", limits: Limits | None = None) -> "Rollout":
+def bound_record(ro: Rollout, limits: Limits | None = None) -> Rollout:
     """Bound what `ro` will store (in place; returns it), whatever its runtime produced: the transcript under
     ``limits.max_record_bytes`` (bytes of its JSON; the middle dropped with a marker message,
     clawgym.agent.loop.bound_messages; a scored rollout becomes `limit` with an error saying so, its score kept:
@@ -216,7 +216,7 @@ def workspace_diff(before: dict[str, bytes], after: dict[str, bytes]) -> list[di
     return out
 
 
-def _endpoint_cm(spec: "PolicySpec | Endpoint", task):
+def _endpoint_cm(spec: PolicySpec | Endpoint, task):
     if isinstance(spec, Endpoint):
         if spec.kind in ("oracle", "noop"):
             from clawgym.agent.servers import shared_policy_server
@@ -226,7 +226,7 @@ def _endpoint_cm(spec: "PolicySpec | Endpoint", task):
     return open_endpoint(spec, tasks=[task])
 
 
-def _attempt(task, spec: "PolicySpec | Endpoint", factory: SandboxFactory, settings: RolloutSettings,
+def _attempt(task, spec: PolicySpec | Endpoint, factory: SandboxFactory, settings: RolloutSettings,
              judge, runtime: AgentRuntime) -> Rollout:
     limits = settings.limits
     t0 = time.monotonic()
@@ -291,7 +291,7 @@ def run_rollout(task, policy: str | PolicySpec | Endpoint, factory: SandboxFacto
     if runtime is not None and runtime.name != settings.runtime:
         raise ValueError(f"run_rollout: runtime {runtime.name!r} given, settings.runtime is {settings.runtime!r}")
     if judge is not None and not hasattr(judge, "score_rules"):  # a spec (dict / str): resolved, or a clear
-        from clawgym.verify.judge import make_judge          # error now -- never at scoring time
+        from clawgym.verify.judge import make_judge  # error now -- never at scoring time
 
         judge = make_judge(judge)
     errors: list[str] = []

@@ -22,7 +22,8 @@ Built in: ``builtin`` (clawgym.agent.loop.run_builtin, the OpenAI tool loop) and
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Protocol, TypeVar, runtime_checkable
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from clawgym.agent.loop import Limits, LoopResult, run_builtin
 from clawgym.agent.tools import TOOL_SCHEMAS

@@ -30,13 +30,15 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Iterable, Iterator, Optional, Self
+from collections.abc import Iterable, Iterator
+from typing import Any, Self
 
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from clawgym.agent.messages import text_of
+
 # the per-process token of the local servers and its middleware live below the agent (the model server uses them)
 from clawgym.serve.auth import TOKEN_ENV, BearerAuth, server_token  # noqa: F401 (re-exported)
 
@@ -45,10 +47,10 @@ from clawgym.serve.auth import TOKEN_ENV, BearerAuth, server_token  # noqa: F401
 class ServerThread:
     """Serve an ASGI app on 127.0.0.1:<free port> (and optionally a unix socket) from a daemon thread."""
 
-    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, uds: Optional[str] = None):
+    def __init__(self, app, host: str = "127.0.0.1", port: int = 0, uds: str | None = None):
         self.app, self.host, self.port, self.uds = app, host, port, uds
-        self._server: Optional[uvicorn.Server] = None
-        self._thread: Optional[threading.Thread] = None
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
 
     def start(self, timeout: float = 20.0) -> "ServerThread":
         socks = []
@@ -192,8 +194,8 @@ class AppServer:
     None / "" = no such check (the recording proxy checks its own per-rollout client token)."""
 
     app: Any
-    token: Optional[str] = None
-    _thread: Optional[ServerThread] = None
+    token: str | None = None
+    _thread: ServerThread | None = None
 
     def start(self) -> Self:
         """Serve `self.app` on a free 127.0.0.1 port (no-op when already serving)."""
@@ -239,7 +241,7 @@ class PolicyServer(AppServer):
     with :meth:`register`.
     `token`: the bearer token clients must send (None: this process's :func:`server_token`; "": none)."""
 
-    def __init__(self, token: Optional[str] = None):
+    def __init__(self, token: str | None = None):
         self.token = server_token() if token is None else token
         self.tasks: dict[str, Any] = {}
         self.fail_next: list[int] = []  # fault injection: statuses to answer to the next requests
@@ -268,9 +270,9 @@ class PolicyServer(AppServer):
         best = None
         for t in list(self.tasks.values()):
             instr = t.instruction.strip()
-            if instr and any(instr in u for u in users):
-                if best is None or len(instr) > len(best.instruction.strip()):
-                    best = t
+            longer = best is None or len(instr) > len(best.instruction.strip())
+            if instr and longer and any(instr in u for u in users):
+                best = t
         return best
 
     def reply(self, kind: str, task, body: dict) -> dict:
@@ -336,7 +338,7 @@ class PolicyServer(AppServer):
 
 
 
-_SHARED: Optional[PolicyServer] = None
+_SHARED: PolicyServer | None = None
 _SHARED_LOCK = threading.Lock()
 
 

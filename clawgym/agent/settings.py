@@ -52,7 +52,7 @@ class RolloutSettings:
         if self.runtime not in runtime_names():
             raise ValueError(f"RolloutSettings.runtime: {self.runtime!r} is not one of {', '.join(runtime_names())}")
 
-    def replace(self, **changes: Any) -> "RolloutSettings":
+    def replace(self, **changes: Any) -> RolloutSettings:
         """A copy with `changes` (dataclasses.replace)."""
         return replace(self, **changes)
 

@@ -20,8 +20,9 @@ from __future__ import annotations
 import json
 import posixpath
 import shlex
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable
+from typing import Any
 
 MAX_OUTPUT_CHARS = 50_000  # any tool output longer than this is cut and marked
 READ_DEFAULT_LINES = 2000

@@ -16,12 +16,22 @@ also runs inside a sandbox: a reference solution is applied the same way by both
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from clawgym.agent import toolcore
 from clawgym.agent.toolcore import (  # noqa: F401  (the public surface, re-exported)
-    EXEC_DEFAULT_TIMEOUT_S, EXEC_MAX_TIMEOUT_S, MAX_OUTPUT_CHARS, READ_DEFAULT_LINES, TOOL_NAMES, PatchError,
-    ToolArgError, ToolResult, apply_hunks, parse_arguments, parse_patch, truncate_output,
+    EXEC_DEFAULT_TIMEOUT_S,
+    EXEC_MAX_TIMEOUT_S,
+    MAX_OUTPUT_CHARS,
+    READ_DEFAULT_LINES,
+    TOOL_NAMES,
+    PatchError,
+    ToolArgError,
+    ToolResult,
+    apply_hunks,
+    parse_arguments,
+    parse_patch,
+    truncate_output,
 )
 from clawgym.sandbox.base import Sandbox, SandboxError
 

@@ -9,8 +9,9 @@ suite's `bench_results` and `bench_scores` rows as `on_suite` hands them over.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 from clawgym.bench.stats import OVERALL, ScoreRow, summarize
 

@@ -2,5 +2,13 @@
 clawgym.agent uses them too, and the agent is below the bench)."""
 
 from clawgym.stats import (  # noqa: F401
-    OVERALL, Comparison, ScoreRow, bootstrap_ci, compare, flag_reason, pass_at_k, summarize, task_means,
+    OVERALL,
+    Comparison,
+    ScoreRow,
+    bootstrap_ci,
+    compare,
+    flag_reason,
+    pass_at_k,
+    summarize,
+    task_means,
 )

@@ -14,7 +14,7 @@ def resolve_dir(path: str) -> Path:
 
 
 def load_suite_folder(path: str, *, suite: str, split: str = "bench", fmt: str = "auto",
-                      base_images: "dict[str, str] | None" = None):
+                      base_images: dict[str, str] | None = None):
     """ImportReport of a folder. fmt auto: PinchBench when the folder holds *.md task files, else ClawGym.
     fmt "harbor": Harbor task folders (a task that cannot run offline here is one recorded error naming the task,
     file and line; `base_images` maps a FROM image to a local one)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from clawgym.lake import modes
-from clawgym.lake.io import lake_root, remote_parts, data_root, table_dir
+from clawgym.lake.io import data_root, lake_root, remote_parts, table_dir
 from clawgym.lake.schemas import PARTITIONS, TABLES, duckdb_type, file_schema, schema
 from clawgym.lake.store import as_remote, is_remote
 

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 ESC = "\u241b"  # ␛ SYMBOL FOR ESCAPE
 VERSION = 1

@@ -17,9 +17,10 @@ import os
 import re
 import secrets
 import time
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -125,7 +126,7 @@ def to_table(name: str, rows: Iterable[Mapping[str, Any]] | pa.Table, *, for_fil
     if isinstance(rows, pa.Table):
         rows = rows.to_pylist()
     rows = list(rows)
-    now = _dt.datetime.now(_dt.timezone.utc)
+    now = _dt.datetime.now(_dt.UTC)
     cols: dict[str, list] = {}
     for f in sch:
         vals = [r.get(f.name) for r in rows]

@@ -22,8 +22,8 @@ import contextlib
 import os
 import stat
 import threading
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Iterator, Mapping
 
 SHARED_ENV = "CLAWGYM_SHARED_GROUP"
 PRIVATE_UMASK, SHARED_UMASK = 0o077, 0o027

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 # Rollout failure classes (clawgym.agent.rollout.FailureClass) by what they mean for a score:
 SCORED_CLASSES = ("ok", "agent_error", "limit")  # the model's own result: scored (failures normally 0)
@@ -12,7 +13,7 @@ UNSCORED_CLASSES = ("infra", "unjudged")  # our machinery failed / no rubric jud
 FINISHED = ("ok", "agent_error", "limit", "unjudged")  # done for resume; infra is retried
 TRAJECTORY_KEY = ("policy", "task_id", "repeat")
 BENCH_RESULT_KEY = ("model", "suite", "task_id", "repeat")
-_MIN_TS = _dt.datetime.min.replace(tzinfo=_dt.timezone.utc)
+_MIN_TS = _dt.datetime.min.replace(tzinfo=_dt.UTC)
 
 
 def task_row(task, source: str) -> dict[str, Any]:
@@ -88,7 +89,7 @@ def _key(row: Mapping, keys: Sequence[str]) -> tuple:
 def _when(row: Mapping) -> _dt.datetime:
     t = row.get("created_at")
     if isinstance(t, _dt.datetime):
-        return t if t.tzinfo else t.replace(tzinfo=_dt.timezone.utc)
+        return t if t.tzinfo else t.replace(tzinfo=_dt.UTC)
     return _MIN_TS
 
 

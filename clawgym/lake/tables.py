@@ -4,8 +4,9 @@ same :class:`LakeTables` methods over its own ``read``."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import pyarrow as pa
 
@@ -97,7 +98,7 @@ class Lake(LakeTables):
         self.root = io.lake_root(root)
 
     @classmethod
-    def at(cls, data_dir: str | Path | None = None) -> "Lake":
+    def at(cls, data_dir: str | Path | None = None) -> Lake:
         """The lake of a data root (``<data_dir>/lake``; default <repo>/data/lake)."""
         return cls(io.data_root(data_dir) / "lake")
 

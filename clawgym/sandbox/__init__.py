@@ -15,7 +15,11 @@ PermissionError for symlinks/FIFOs/paths outside the workspace and /tmp); infra 
 """
 
 from clawgym.sandbox.base import (  # noqa: F401
-    ExecResult, Sandbox, SandboxConfig, SandboxError, SandboxFactory,
+    ExecResult,
+    Sandbox,
+    SandboxConfig,
+    SandboxError,
+    SandboxFactory,
 )
 from clawgym.sandbox.registry import sandbox_backend  # noqa: F401
 

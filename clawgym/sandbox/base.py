@@ -11,8 +11,9 @@ from __future__ import annotations
 import abc
 import threading
 import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar, Iterable
+from typing import TYPE_CHECKING, ClassVar
 
 from clawgym import DEFAULT_WORKSPACE
 
@@ -163,7 +164,7 @@ class Sandbox(abc.ABC):
         """All regular files of the workspace: {relative path: content}."""
         return {p: self.read_file(p) for p in self.list_files(".")}
 
-    def export_workspace(self) -> "WorkspaceExport":
+    def export_workspace(self) -> WorkspaceExport:
         """The workspace as data for the verifier's clean room (clawgym.sandbox.host.export): regular files with
         their bytes and clean modes, directories, symlinks resolved inside the workspace as they are now (or
         dropped), special files dropped. Host-side backends walk it without following links; this default
@@ -182,7 +183,7 @@ class Sandbox(abc.ABC):
             self.write_file(f"{p}/.clawgym-dir", b"")
             self.remove(f"{p}/.clawgym-dir")
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -220,7 +221,7 @@ class SandboxFactory(abc.ABC):
         self._close_rooms()
 
     # ---- clean rooms ------------------------------------------------------------------------
-    def rooms(self) -> "SandboxFactory":
+    def rooms(self) -> SandboxFactory:
         """The factory of this factory's *clean rooms*: sandboxes of the same backend and config from a pool
         of their own, that only ever hold verifications -- no agent phase ever runs in one. Made on first use,
         closed with this factory. A room factory's own rooms() is itself."""
@@ -234,7 +235,7 @@ class SandboxFactory(abc.ABC):
                 self._rooms = r
             return r
 
-    def _make_rooms(self) -> "SandboxFactory":
+    def _make_rooms(self) -> SandboxFactory:
         """A sibling factory for rooms(): this class with the same config and constructor settings
         (`_init_kwargs`, recorded by the backend's __init__)."""
         return type(self)(self.config, **self.__dict__.get("_init_kwargs", {}))
@@ -286,7 +287,7 @@ class SandboxFactory(abc.ABC):
         for sb in list(self.__dict__.get("_open_sandboxes", ())):
             sb.close()
 
-    def __enter__(self) -> "SandboxFactory":
+    def __enter__(self) -> SandboxFactory:
         return self
 
     def __exit__(self, *exc) -> None:

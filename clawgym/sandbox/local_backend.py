@@ -13,11 +13,11 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import signal
-import time
 import posixpath
+import signal
 import threading
-from typing import Iterable
+import time
+from collections.abc import Iterable
 
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError, SandboxFactory
 from clawgym.sandbox.host import cleanup

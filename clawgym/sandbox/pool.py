@@ -30,7 +30,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Generic, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Generic, TypeVar
 
 from clawgym.sandbox.base import Sandbox, SandboxError, SandboxFactory
 from clawgym.sandbox.host import cleanup
@@ -55,7 +56,7 @@ class RecyclingPool(Generic[T]):
                                         destroys it, e.g. bwrap without server mode)
     Handles (the sandboxes handed out) need `wait_quiet(timeout) -> bool` (CountedHostFileMixin)."""
 
-    def __init__(self, name: str, *, create: Callable[[], T], reset: Callable[[T], "str | None"],
+    def __init__(self, name: str, *, create: Callable[[], T], reset: Callable[[T], str | None],
                  destroy: Callable[[T], None], sweep: Callable[[T], bool],
                  describe: Callable[[T], tuple[str, str]], poolable: Callable[[T], bool] = lambda _i: True,
                  pool_size: int = 2, max_idle: int | None = None, max_uses: int = 200, max_starting: int = 4,

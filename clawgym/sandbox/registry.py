@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 from clawgym.sandbox.base import SandboxConfig, SandboxError, SandboxFactory
 

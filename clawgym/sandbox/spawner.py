@@ -15,16 +15,17 @@ import queue
 import signal
 import subprocess
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
-_queue: "queue.SimpleQueue | None" = None
+_queue: queue.SimpleQueue | None = None
 _lock = threading.Lock()
 
 
-def _loop(q: "queue.SimpleQueue") -> None:
+def _loop(q: queue.SimpleQueue) -> None:
     while True:
         fn, fut = q.get()
         if fut.set_running_or_notify_cancel():

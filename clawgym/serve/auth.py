@@ -10,7 +10,7 @@ import json
 import os
 import secrets as _secrets
 import threading
-from typing import Iterable
+from collections.abc import Iterable
 
 # ---- the per-process token of the local servers ------------------------------------------------------
 TOKEN_ENV = "CLAWGYM_SERVER_TOKEN"  # named like a secret: clawgym.agent.secrets redacts its value everywhere

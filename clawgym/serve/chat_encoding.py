@@ -170,10 +170,10 @@ def apply_tool_chat_template(tokenizer):
     if not has_generation_markers(training):  # pragma: no cover - TRL contract
         raise RuntimeError("TRL's training chat template lacks {% generation %} markers")
     tokenizer.chat_template = training
-    if tokenizer.pad_token is None or tokenizer.pad_token == tokenizer.eos_token:
-        # a distinct pad token keeps the end-of-turn token trainable; SmolLM2 has <|endoftext|>
-        if "<|endoftext|>" in tokenizer.get_vocab():
-            tokenizer.pad_token = "<|endoftext|>"
+    # a distinct pad token keeps the end-of-turn token trainable; SmolLM2 has <|endoftext|>
+    if (tokenizer.pad_token is None or tokenizer.pad_token == tokenizer.eos_token) \
+            and "<|endoftext|>" in tokenizer.get_vocab():
+        tokenizer.pad_token = "<|endoftext|>"
     return tokenizer
 
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 STARTS: dict[str, int] = {}  # key -> how many times its engine was started in this process
 
@@ -113,7 +114,7 @@ class Warm:
         self._release.set()
         self._thread.join(timeout)
 
-    def __enter__(self) -> "Warm":
+    def __enter__(self) -> Warm:
         return self
 
     def __exit__(self, *exc: Any) -> None:

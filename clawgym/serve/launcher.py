@@ -41,8 +41,8 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import httpx
 
@@ -325,7 +325,7 @@ class ModelServer:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
-    def __enter__(self) -> "ModelServer":
+    def __enter__(self) -> ModelServer:
         self.start()
         return self
 

@@ -33,8 +33,9 @@ import hashlib
 import itertools
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from clawgym.synth.families.base import Ctx, Family, csv_text, json_text, yaml_text
 
@@ -104,7 +105,7 @@ class State:
     result_kind: str = ""  # "mapping" (key -> number) or "records" (list of dicts)
     result_fields: tuple[str, ...] = ()  # records: the fields; mapping: (key column, value column)
     ordered: bool = False  # the result's records are in an asked order
-    comp: "Composition | None" = None
+    comp: Composition | None = None
     # fields a transform made or renamed: the result uses each of them, so every step shows in the deliverable
     touched: list[str] = field(default_factory=list)
     dupe_ids: set = field(default_factory=set)  # ids of the records the file repeats
@@ -123,7 +124,7 @@ class Step:
 
     sentence: str
     code: str
-    apply: Callable[["State"], None] | None = None
+    apply: Callable[[State], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -614,9 +615,7 @@ def valid(c: Composition) -> bool:
     # derived one would not show either
     if c.reduce in ("group_sum", "group_count") and "rename" in c.transforms:
         return False
-    if c.reduce == "group_count" and "derive" in c.transforms:
-        return False
-    return True
+    return not (c.reduce == "group_count" and "derive" in c.transforms)
 
 
 def all_compositions() -> list[Composition]:

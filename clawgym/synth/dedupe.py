@@ -7,8 +7,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from clawgym.tasks.model import CATEGORIES, Task
 

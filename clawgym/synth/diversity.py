@@ -10,7 +10,8 @@ task instructions (the whole request an agent sees). Library code: the embedder 
 from __future__ import annotations
 
 import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

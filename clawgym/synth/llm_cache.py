@@ -70,7 +70,7 @@ class InFlightLimiter:
         self.current = 0
         self.peak = 0
 
-    def __enter__(self) -> "InFlightLimiter":
+    def __enter__(self) -> InFlightLimiter:
         self._sem.acquire()
         with self._lock:
             self.current += 1

@@ -42,7 +42,7 @@ class ClientConfig:
     price_per_1k_completion: float | None = None  # overrides price_per_1k_tokens for completion tokens
 
     @classmethod
-    def coerce(cls, cfg: "ClientConfig | dict[str, Any] | None") -> "ClientConfig":
+    def coerce(cls, cfg: ClientConfig | dict[str, Any] | None) -> ClientConfig:
         """A ClientConfig from a ClientConfig, a dict (unknown keys ignored) or None (defaults)."""
         if cfg is None:
             return cls()

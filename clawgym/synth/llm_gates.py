@@ -26,6 +26,7 @@ from clawgym.synth.exploits import HACK_BOUND
 from clawgym.synth.gates import GateCache, TaskValidation, validate_many
 from clawgym.tasks.model import Task
 
+
 def llm_gate_of(v: TaskValidation, has_reference: bool = True) -> str:
     """The first gate a failed validation did not pass (the names of clawgym.synth.pipeline.LLM_GATES)."""
     if v.reason.startswith("infra"):
@@ -68,7 +69,7 @@ class GateBatcher:
         self._thread = threading.Thread(target=self._dispatch, name="llm-gate-dispatch", daemon=True)
         self._thread.start()
 
-    def __enter__(self) -> "GateBatcher":
+    def __enter__(self) -> GateBatcher:
         return self
 
     def __exit__(self, *exc) -> None:

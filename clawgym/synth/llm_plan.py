@@ -12,7 +12,8 @@ auditor, n_llm, skill_fraction, categories, max_repairs, llm_workers, max_in_fli
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 
 class PlanError(ValueError):

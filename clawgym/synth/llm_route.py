@@ -35,16 +35,31 @@ import json
 import logging
 import os
 import random
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from clawgym.synth.llm_cache import ResponseCache
 from clawgym.synth.llm_client import ClientConfig, LLMReplyError, _chat_json, _Runtime
 from clawgym.synth.llm_prompts import (  # noqa: F401  (re-exported: the route's public names stay importable here)
-    AUDIT_SCHEMA, BOUNDS, REVIEW_SCHEMA, RUBRIC_KEYS, SYSTEM_AUDIT, SYSTEM_GEN, SYSTEM_REVIEW, TASK_SCHEMA,
-    _gen_prompt, _repair_prompt, bounded_schema,
+    AUDIT_SCHEMA,
+    BOUNDS,
+    REVIEW_SCHEMA,
+    RUBRIC_KEYS,
+    SYSTEM_AUDIT,
+    SYSTEM_GEN,
+    SYSTEM_REVIEW,
+    TASK_SCHEMA,
+    _gen_prompt,
+    _repair_prompt,
+    bounded_schema,
 )
 from clawgym.synth.llm_spec import (  # noqa: F401
-    PLACEHOLDER, _task_view, compile_gate, leak_check, scaffold_files, spec_to_task,
+    PLACEHOLDER,
+    _task_view,
+    compile_gate,
+    leak_check,
+    scaffold_files,
+    spec_to_task,
 )
 from clawgym.tasks.model import Task
 

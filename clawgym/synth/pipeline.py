@@ -26,7 +26,12 @@ from typing import Any
 
 from clawgym.synth.families.base import all_families, generate_procedural, get_family
 from clawgym.synth.gates import (
-    Rejected, TaskValidation, dedupe, rejected_from_validations, split_by_family, validate_many,
+    Rejected,
+    TaskValidation,
+    dedupe,
+    rejected_from_validations,
+    split_by_family,
+    validate_many,
 )
 from clawgym.synth.solutions import with_program
 from clawgym.tasks.model import Task

@@ -8,8 +8,9 @@ with their suite, and the figures it reports (gate counts, diversity).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 ROUTES = ("procedural", "llm", "both")
 

@@ -11,8 +11,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 VERIFIERS_STAGE = "verifiers"  # the `stage` of a rejection by the verifiers (synthesis rejections: the gate's name)
 

@@ -2,10 +2,19 @@
 
 from pathlib import Path
 
-from clawgym.tasks.model import (  # noqa: F401
-    CATEGORIES, CATEGORY_LABELS, RUBRIC_SCALE, File, RubricProxy, RubricRule, Task, TaskError, ToolCall, Verifier,
-)
 from clawgym.tasks._io import ImportReport  # noqa: F401
+from clawgym.tasks.model import (  # noqa: F401
+    CATEGORIES,
+    CATEGORY_LABELS,
+    RUBRIC_SCALE,
+    File,
+    RubricProxy,
+    RubricRule,
+    Task,
+    TaskError,
+    ToolCall,
+    Verifier,
+)
 from clawgym.tasks.reader import Limits  # noqa: F401
 
 

@@ -7,9 +7,9 @@ import shutil
 import stat
 import tempfile
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 from clawgym.tasks.model import File, Task, TaskError
 from clawgym.tasks.names import safe_join
@@ -26,7 +26,7 @@ class ImportReport:
     def ok(self) -> bool:
         return not self.errors
 
-    def extend(self, other: "ImportReport") -> None:
+    def extend(self, other: ImportReport) -> None:
         self.tasks.extend(other.tasks)
         self.errors.extend(other.errors)
 

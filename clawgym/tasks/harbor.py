@@ -113,7 +113,7 @@ def _read_program(label: str, solution: list[File], limits: Limits | None) -> li
 
 
 # ----------------------------------------------------------------------------------------------- import ----
-def is_harbor_task_dir(p: "str | Path") -> bool:
+def is_harbor_task_dir(p: str | Path) -> bool:
     """A folder holding a task.toml (a Harbor task folder)."""
     p = Path(p)
     return p.is_dir() and (p / TASK_TOML).is_file()
@@ -240,9 +240,9 @@ def _meta_str(meta: dict, key: str, default: str = "") -> str:
     return v if isinstance(v, str) else default
 
 
-def import_harbor_task(dir: "str | Path", *, suite: str | None = None, split: str | None = None,
+def import_harbor_task(dir: str | Path, *, suite: str | None = None, split: str | None = None,
                        limits: Limits | None = None, suite_budget: Budget | None = None, follow_root: bool = True,
-                       base_images: dict[str, str] | None = None, local_images: "tuple[str, ...] | None" = None
+                       base_images: dict[str, str] | None = None, local_images: tuple[str, ...] | None = None
                        ) -> Task:
     """One Harbor task folder -> Task (see the module docstring). TaskError naming the file and field on bad
     input. `base_images` maps a FROM image to a local one (e.g. {"ubuntu:24.04": "clawgym-sandbox:latest"});
@@ -427,9 +427,9 @@ def _entries(root: Path) -> list[Path]:
                        or (p / "tests").exists()))
 
 
-def import_harbor_folder(dir: "str | Path", *, suite: str | None = None, split: str | None = None,
+def import_harbor_folder(dir: str | Path, *, suite: str | None = None, split: str | None = None,
                          limits: Limits | None = None, base_images: dict[str, str] | None = None,
-                         local_images: "tuple[str, ...] | None" = None, runnable_only: bool = False) -> ImportReport:
+                         local_images: tuple[str, ...] | None = None, runnable_only: bool = False) -> ImportReport:
     """A Harbor task folder, or a dataset folder of them -> ImportReport (one TaskError per bad task).
     `runnable_only`: a task that cannot run offline here (`offline_problems`) is reported as one TaskError
     naming the task, the file and the line instead of being returned (the bench suite's mode)."""

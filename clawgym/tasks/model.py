@@ -276,7 +276,7 @@ class Task(BaseModel):
         return self.model_dump_json()
 
     @classmethod
-    def from_json(cls, s: str | bytes) -> "Task":
+    def from_json(cls, s: str | bytes) -> Task:
         return cls.model_validate_json(s)
 
 

@@ -58,7 +58,7 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def safe_join(root: "str | os.PathLike", *parts: str) -> Path:
+def safe_join(root: str | os.PathLike, *parts: str) -> Path:
     """root / parts, refusing (ValueError) any part that is absolute or holds '..', '.' or an empty component,
     and any result that (after resolving the symlinks that already exist on the way) is not under root.
     Each part may hold '/' separated components (e.g. a workspace file path)."""

@@ -10,15 +10,15 @@ import io
 import json
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from clawgym.tasks._io import ImportReport, atomic_write_bytes, task_error
-from clawgym.tasks.reader import DEFAULT_LIMITS, Limits
 from clawgym.tasks.model import File, RubricRule, Task, TaskError, ToolCall, Verifier
+from clawgym.tasks.reader import DEFAULT_LIMITS, Limits
 
 FILE_TYPE = pa.struct([("path", pa.string()), ("content", pa.binary()), ("mode", pa.int32())])
 

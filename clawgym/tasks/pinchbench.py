@@ -277,7 +277,7 @@ def _workspace_files(fm: dict, file: str, md_path: Path, assets_dir: Path | None
 
 
 # ------------------------------------------------------------- transcripts (OpenAI -> OpenClaw) ----
-def to_openclaw_transcript(messages) -> "list[dict]":
+def to_openclaw_transcript(messages) -> list[dict]:
     """OpenAI-style chat messages -> OpenClaw session transcript entries, as PinchBench's grade() reads them.
 
     Stdlib only and self-contained (no module globals): its source is what runs inside the sandbox (see

@@ -94,7 +94,7 @@ class TaskDir:
     close(). `label` is how errors name the folder (e.g. ``task_0042``); `follow_root` allows the folder
     itself to be a symlink (only for a path the user named explicitly, never for an entry of a suite)."""
 
-    def __init__(self, root: "str | Path", label: str, *, limits: Limits | None = None,
+    def __init__(self, root: str | Path, label: str, *, limits: Limits | None = None,
                  suite: Budget | None = None, task: Budget | None = None, follow_root: bool = False):
         self.root, self.label = Path(root), label
         self.limits = limits or DEFAULT_LIMITS
@@ -120,7 +120,7 @@ class TaskDir:
             os.close(self.fd)
             self.fd = -1
 
-    def __enter__(self) -> "TaskDir":
+    def __enter__(self) -> TaskDir:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -320,7 +320,7 @@ class TaskDir:
         return files
 
 
-def read_single_file(path: "str | Path", label: str = "", *, limits: Limits | None = None,
+def read_single_file(path: str | Path, label: str = "", *, limits: Limits | None = None,
                      suite: Budget | None = None, task: Budget | None = None, field: str | None = None) -> bytes:
     """One file named by its own path (its folder is the caller's; the file itself is opened without
     following a symlink, with the hard-link and size checks of TaskDir). Errors name it `label`/<name>."""

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 from clawgym.fsatomic import replace_dir
 from clawgym.tasks.names import check_name, safe_join

@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from clawgym.fsatomic import replace_dir
+
 # the tool-calling chat template is the rows' business (clawgym.serve.chat_encoding): re-exported here
 from clawgym.serve.chat_encoding import SMOL_IDENTITY, apply_tool_chat_template  # noqa: F401
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 # clawgym's defaults for trl.SFTConfig (TRL's own differ: lr 2e-5, batch 8, max_length 1024, seed 42, …)
 SFT_DEFAULTS: dict[str, Any] = {

@@ -12,8 +12,9 @@ new seeds of the training families, held-out compositions = new compositions of 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 HELD_IN = "held-in: new seeds of the training families"
 HELD_OUT_COMPOSITIONS = "held-out compositions of seen operations"

@@ -23,16 +23,23 @@ import dataclasses
 import inspect
 import threading
 import time
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from clawgym.agent.tools import TOOL_SCHEMAS, execute_tool
 from clawgym.tasks.model import Task
 from clawgym.train.base_model import DEFAULT_BASE_DIR
 from clawgym.train.config import (
-    GRPO_DEFAULTS, bf16_optimizer, check_fields, grpo_config_class, precision, resolve_device, weights_dtype,
+    GRPO_DEFAULTS,
+    bf16_optimizer,
+    check_fields,
+    grpo_config_class,
+    precision,
+    resolve_device,
+    weights_dtype,
 )
 from clawgym.train.record import CheckpointRecord
 
@@ -77,7 +84,7 @@ class GRPORunConfig:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "GRPORunConfig":
+    def from_dict(cls, d: dict) -> GRPORunConfig:
         from clawgym.train.config import TrainConfigError, field_names
 
         names = {f.name for f in dataclasses.fields(cls)}

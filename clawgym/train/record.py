@@ -11,7 +11,7 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ RECORD_FILE = "clawgym_checkpoint.json"
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 @dataclass
@@ -72,7 +72,7 @@ class CheckpointRecord:
                 "final_reward": self.reward_curve[-1]["reward"] if self.reward_curve else None}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CheckpointRecord":
+    def from_dict(cls, d: dict[str, Any]) -> CheckpointRecord:
         """From `to_dict`'s layout (derived ``*_json`` keys are ignored; an unknown key is an error)."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known - {"hyperparams_json", "loss_curve_json", "reward_curve_json"})
@@ -89,7 +89,7 @@ class CheckpointRecord:
         return out
 
     @classmethod
-    def load(cls, folder: str | os.PathLike) -> "CheckpointRecord | None":
+    def load(cls, folder: str | os.PathLike) -> CheckpointRecord | None:
         """The record saved in a model folder, or None when it has none."""
         p = Path(folder) / RECORD_FILE
         if not p.exists():

@@ -26,8 +26,17 @@ from typing import Any
 
 from clawgym.train.base_model import DEFAULT_BASE_DIR
 from clawgym.train.config import (
-    LORA_DEFAULTS, SFT_DEFAULTS, TrainConfigError, bf16_optimizer, check_fields, field_names, lora_config_class,
-    precision, resolve_device, sft_config_class, weights_dtype,
+    LORA_DEFAULTS,
+    SFT_DEFAULTS,
+    TrainConfigError,
+    bf16_optimizer,
+    check_fields,
+    field_names,
+    lora_config_class,
+    precision,
+    resolve_device,
+    sft_config_class,
+    weights_dtype,
 )
 from clawgym.train.record import CheckpointRecord, read_registry_row
 
@@ -67,7 +76,7 @@ class SFTRunConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "SFTRunConfig":
+    def from_dict(cls, d: dict) -> SFTRunConfig:
         names = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - names)
         if unknown:

@@ -33,17 +33,23 @@ import json
 import os
 import re
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from clawgym.fsatomic import replace_dir
-from clawgym.tasks.model import Task
 from clawgym.agent.messages import text_of
+from clawgym.fsatomic import replace_dir
 from clawgym.serve.chat_encoding import (  # noqa: F401 (re-exported: clawgym.trajectories.sft's names)
-    CONTROL_TEXT, TOKENS_KEY, ControlTextError, control_text_count, control_tokens, encode_chat,
+    CONTROL_TEXT,
+    TOKENS_KEY,
+    ControlTextError,
+    control_text_count,
+    control_tokens,
+    encode_chat,
     load_tokenizer,
 )
+from clawgym.tasks.model import Task
 
 DEFAULT_TOKENIZER = "data/models/smollm2-135m-instruct"
 

@@ -1,9 +1,21 @@
 """Verifier runtime: code checks, rubric judges, hybrid scoring."""
 
 from clawgym.verify.judge import (  # noqa: F401
-    Judge, JudgeError, OfflineJudge, OpenAIJudge, RubricContext, RuleInput, floor_to_scale, make_judge,
+    Judge,
+    JudgeError,
+    OfflineJudge,
+    OpenAIJudge,
+    RubricContext,
+    RuleInput,
+    floor_to_scale,
+    make_judge,
 )
 from clawgym.verify.result import VerificationResult  # noqa: F401
 from clawgym.verify.runtime import (  # noqa: F401
-    mean_of_checks, parse_last_float, verify_after_agent, verify_noop, verify_noop_many, verify_task,
+    mean_of_checks,
+    parse_last_float,
+    verify_after_agent,
+    verify_noop,
+    verify_noop_many,
+    verify_task,
 )

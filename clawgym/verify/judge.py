@@ -28,8 +28,9 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from clawgym.tasks.model import RUBRIC_SCALE, RubricRule
 
@@ -392,11 +393,11 @@ JUDGE_SETTINGS = {"base_url": "CLAWGYM_JUDGE_BASE_URL", "model": "CLAWGYM_JUDGE_
 
 JUDGE_DICT_FIELDS = ("base_url", "model", "api_key_env", "max_retries", "backoff_s", "timeout_s", "max_tokens",
                      "max_chars", "response_format")
-_DICT_JUDGES: dict[tuple, "OpenAIJudge"] = {}
+_DICT_JUDGES: dict[tuple, OpenAIJudge] = {}
 _DICT_LOCK = threading.Lock()
 
 
-def _judge_from_dict(spec: Mapping[str, Any]) -> "OpenAIJudge":
+def _judge_from_dict(spec: Mapping[str, Any]) -> OpenAIJudge:
     """An OpenAIJudge from a dict spec, checked field by field (JudgeConfigError naming the field). Equal
     specs (and key) share one judge, so what it learnt about the endpoint (response_format) is kept."""
     extra = sorted(str(k) for k in spec if k not in JUDGE_DICT_FIELDS)

@@ -52,7 +52,7 @@ class VerificationResult:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "VerificationResult":
+    def from_dict(cls, d: dict[str, Any]) -> VerificationResult:
         """The result a record (``to_dict``) holds; its keys that are no field go to ``extra``."""
         d = _fields_of(d)
         if "weights" in d:

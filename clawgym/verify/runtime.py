@@ -26,12 +26,18 @@ import json
 import math
 import secrets
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from clawgym.sandbox.base import SandboxError
 from clawgym.tasks.model import Task
 from clawgym.verify.guard import (
-    SIDE, Prepared, UnsafeWorkspace, prepare_for_verification, seal_reward, seal_workspace,
+    SIDE,
+    Prepared,
+    UnsafeWorkspace,
+    prepare_for_verification,
+    seal_reward,
+    seal_workspace,
 )
 from clawgym.verify.judge import Judge, JudgeError, OfflineJudge, RubricContext, RuleInput, make_judge
 from clawgym.verify.result import VerificationResult

@@ -47,7 +47,12 @@ import time
 from clawgym.sandbox import guest, spawner
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError
 from clawgym.sandbox.bwrap.args import (
-    _supports, _system_args, available, bwrap_path, find_rootfs, no_keyrings_filter,
+    _supports,
+    _system_args,
+    available,
+    bwrap_path,
+    find_rootfs,
+    no_keyrings_filter,
 )
 from clawgym.sandbox.host import cleanup, execd_client, nsipc
 from clawgym.sandbox.host.cgroups import Cgroup
@@ -425,7 +430,7 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         return False
 
     # -- recycling (server mode) ----------------------------------------------------------------
-    def _handoff(self) -> "BwrapSandbox":
+    def _handoff(self) -> BwrapSandbox:
         """A new handle on this sandbox's bwrap, server, cgroup and state, for the factory to reset and
         hand out again; this handle is closed."""
         new = object.__new__(BwrapSandbox)
@@ -607,7 +612,7 @@ class BwrapFactory(PooledFactory):
     def available(cls, config: SandboxConfig) -> tuple[bool, str]:
         return available()
 
-    def _make_rooms(self) -> "BwrapFactory":
+    def _make_rooms(self) -> BwrapFactory:
         """The clean rooms' factory: the same settings, its sandboxes under the no-keyrings seccomp filter. Nothing a
         verification runs (bash, python3, git, pytest, node) uses kernel keys, and without them a room's reset is
         done from the host alone (BwrapSandbox._quiesce), as docker's is."""

@@ -79,7 +79,7 @@ class DockerSandbox(DockerExecMixin, CountedHostFileMixin, Sandbox):
     backend = "docker"
     isolating = True
 
-    def __init__(self, config: SandboxConfig, factory: "DockerFactory", slot: Slot):
+    def __init__(self, config: SandboxConfig, factory: DockerFactory, slot: Slot):
         super().__init__(config)
         self._factory = factory
         self._api = factory.client.api

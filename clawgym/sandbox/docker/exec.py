@@ -194,7 +194,7 @@ class DockerExecMixin:
                 raw.settimeout(max(0.001, min(left, next_poll - now, 5.0)))
                 try:
                     chunk = raw.recv(1 << 16)
-                except socket.timeout:
+                except TimeoutError:
                     if exited_at is None and time.monotonic() >= next_poll:
                         if not self._api.exec_inspect(eid).get("Running"):
                             exited_at = time.monotonic()

@@ -243,10 +243,9 @@ def _run(conn, req: dict) -> None:
                     pending += b
                 else:
                     conn_open = False
-            elif fd in outs:
-                if not pump(fd):
-                    os.close(fd)
-                    del outs[fd]
+            elif fd in outs and not pump(fd):
+                os.close(fd)
+                del outs[fd]
         if w and in_w is not None:
             try:
                 n = os.write(in_w, pending)

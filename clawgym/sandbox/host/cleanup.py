@@ -32,7 +32,7 @@ LABEL = "clawgym.sandbox"
 LABEL_PID = "clawgym.pid"
 LABEL_HOST = "clawgym.host"
 
-_live: "weakref.WeakSet" = weakref.WeakSet()
+_live: weakref.WeakSet = weakref.WeakSet()
 _lock = threading.Lock()
 _installed = False
 
@@ -115,9 +115,7 @@ def _alive(pid: int | None) -> bool:
 def _keep(owner: int | None, pid: int | None, orphans_only: bool) -> bool:
     if pid is not None and owner != pid:
         return False
-    if orphans_only and _alive(owner):
-        return False
-    return True
+    return not (orphans_only and _alive(owner))
 
 
 def _docker_client():

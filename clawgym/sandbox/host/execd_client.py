@@ -13,8 +13,8 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from clawgym.sandbox.host.proc import cap_append
 
@@ -132,7 +132,7 @@ def pump(sock: socket.socket, stdin: bytes | None, deadline: float, max_output: 
             sock.settimeout(max(0.001, min(left, wait)))
             try:
                 chunk = sock.recv(1 << 16)
-            except socket.timeout:
+            except TimeoutError:
                 if exited_at is not None and not swept:
                     swept = True  # background processes keep the output open: kill them
                     if sweep is not None:

@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING
 
 from clawgym.sandbox.host import cleanup
 from clawgym.sandbox.host.fstree import (
-    _O_DIR, FS_IMMUTABLE_FL, _remove_at, _seal_at, _seal_fd, _set_fs_flags, iter_tree,
+    _O_DIR,
+    FS_IMMUTABLE_FL,
+    _remove_at,
+    _seal_at,
+    _seal_fd,
+    _set_fs_flags,
+    iter_tree,
 )
 
 if TYPE_CHECKING:
@@ -235,7 +241,7 @@ class HostFS:
         return sorted(out)
 
     def export(self, max_file: int | None = None, max_entries: int = 50_000,
-               max_bytes: int | None = None) -> "WorkspaceExport":
+               max_bytes: int | None = None) -> WorkspaceExport:
         """The workspace as data (clawgym.sandbox.host.export): regular files with their bytes and clean modes,
         directories, symlinks resolved inside the workspace at this moment or dropped, everything else
         dropped. Never follows a link, never blocks on a FIFO; an entry that cannot be read is dropped and
@@ -471,7 +477,7 @@ class HostFileMixin:
         finally:
             self._leave()
 
-    def export_workspace(self) -> "WorkspaceExport":
+    def export_workspace(self) -> WorkspaceExport:
         """See Sandbox.export_workspace (HostFS.export)."""
         self._enter()
         try:

@@ -41,7 +41,7 @@ def sandbox_env(config, env: dict | None = None) -> dict[str, str]:
     return {str(k): str(v) for k, v in e.items()}
 
 
-def strip_xattrs(path: "str | int") -> None:
+def strip_xattrs(path: str | int) -> None:
     """Remove every extended attribute of `path` itself (a path, never followed if a symlink, or an open fd),
     default and access ACLs included, then check none is left (raises OSError). A directory a reset keeps (HOME,
     /tmp, the workspace) belongs to the sandbox user, who may set a default ACL on it: chmod leaves that in place

@@ -3,7 +3,15 @@
 import importlib
 
 from clawgym.synth.families.base import (  # noqa: F401
-    REGISTRY, Ctx, Family, GradeCode, all_families, family, generate_procedural, get_family, register,
+    REGISTRY,
+    Ctx,
+    Family,
+    GradeCode,
+    all_families,
+    family,
+    generate_procedural,
+    get_family,
+    register,
 )
 
 FAMILY_MODULES = ("productivity", "systems", "analysis", "content", "planning", "software")

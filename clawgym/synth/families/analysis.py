@@ -6,7 +6,16 @@ import datetime as dt
 from collections import Counter, defaultdict
 
 from clawgym.synth.families.base import (
-    PRODUCTS, Ctx, csv_text, dirty_number, dirty_text, family, json_text, md_table_text, people, r2,
+    PRODUCTS,
+    Ctx,
+    csv_text,
+    dirty_number,
+    dirty_text,
+    family,
+    json_text,
+    md_table_text,
+    people,
+    r2,
 )
 
 CAT = "analysis_reasoning"

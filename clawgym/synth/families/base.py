@@ -24,9 +24,10 @@ import io
 import json
 import random
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -227,7 +228,7 @@ class Mutation:
 class Ctx:
     """What a family's build() fills. Deterministic: everything random comes from ctx.rng."""
 
-    def __init__(self, family: "Family", seed: int, persona: Any = None):
+    def __init__(self, family: Family, seed: int, persona: Any = None):
         self.family = family
         self.seed = seed
         self.persona = persona

@@ -368,7 +368,7 @@ def trip_option_planner(ctx: Ctx) -> None:
     if not ok_h:
         hotels[0].update(rating=4.5, km_from_center=1.0)
         ok_h = [hotels[0]]
-    combos = sorted(((f["price_usd"] + h["nightly_usd"] * nights, f["id"], h["id"]) for f in ok_f for h in ok_h))
+    combos = sorted((f["price_usd"] + h["nightly_usd"] * nights, f["id"], h["id"]) for f in ok_f for h in ok_h)
     cons["budget_usd"] = combos[0][0] + rng.randint(0, 300)
     within = [c for c in combos if c[0] <= cons["budget_usd"]]
     best = within[0]

@@ -6,7 +6,14 @@ import datetime as dt
 import re
 
 from clawgym.synth.families.base import (
-    Ctx, csv_text, dirty_text, family, first_names, json_text, md_table_text, people,
+    Ctx,
+    csv_text,
+    dirty_text,
+    family,
+    first_names,
+    json_text,
+    md_table_text,
+    people,
 )
 
 CAT = "productivity_collaboration"

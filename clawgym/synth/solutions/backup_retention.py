@@ -1,5 +1,6 @@
-import os
 import json
+import os
+
 import yaml
 
 n = yaml.safe_load(open("backups/policy.yaml"))["per_host"]["keep_newest"]

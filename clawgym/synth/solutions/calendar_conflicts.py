@@ -1,5 +1,5 @@
-import os
 import json
+import os
 
 ev = sorted(json.load(open("input/calendar.json"))["events"], key=lambda e: e["id"])
 out = []

@@ -1,4 +1,5 @@
 import os
+
 import yaml
 
 dow = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]

@@ -1,5 +1,6 @@
-import os
 import json
+import os
+
 import yaml
 
 mods = {m["id"]: m for m in yaml.safe_load(open("course/modules.yaml"))["modules"]}

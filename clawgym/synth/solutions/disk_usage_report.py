@@ -1,5 +1,5 @@
-import os
 import csv
+import os
 
 rows, files = [], []
 for d in sorted(os.listdir("data")):

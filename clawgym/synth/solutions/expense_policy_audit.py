@@ -1,5 +1,6 @@
-import os
 import csv
+import os
+
 import yaml
 
 p = yaml.safe_load(open("input/policy.yaml"))

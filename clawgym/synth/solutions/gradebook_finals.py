@@ -1,5 +1,6 @@
-import os
 import csv
+import os
+
 import yaml
 
 p = yaml.safe_load(open("input/grading_policy.yaml"))

@@ -1,5 +1,6 @@
-import os
 import json
+import os
+
 import yaml
 
 th = yaml.safe_load(open("config/thresholds.yaml"))["alert_when_at_or_above"]

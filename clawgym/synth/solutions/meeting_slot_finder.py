@@ -1,8 +1,9 @@
 # args: earliest (\d+)-minute slot
+import json
 import os
 import re
 import sys
-import json
+
 import yaml
 
 dur = int(sys.argv[1])

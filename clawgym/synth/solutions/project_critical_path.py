@@ -1,6 +1,7 @@
+import json
 import os
 import re
-import json
+
 import yaml
 
 ts = yaml.safe_load(open("plan/tasks.yaml"))["tasks"]

@@ -1,5 +1,6 @@
-import os
 import json
+import os
+
 import yaml
 
 r = yaml.safe_load(open("input/seo_rules.yaml"))

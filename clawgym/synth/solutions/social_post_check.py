@@ -1,6 +1,7 @@
-import os
 import csv
+import os
 import re
+
 import yaml
 
 lim = yaml.safe_load(open("input/channels.yaml"))

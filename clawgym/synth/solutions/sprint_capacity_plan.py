@@ -1,6 +1,7 @@
-import os
 import csv
 import json
+import os
+
 import yaml
 
 tm = yaml.safe_load(open("backlog/team.yaml"))

@@ -1,5 +1,6 @@
-import os
 import json
+import os
+
 import yaml
 
 o = json.load(open("trip/options.json"))

@@ -1,5 +1,6 @@
-import os
 import json
+import os
+
 import yaml
 
 a = yaml.safe_load(open("input/assets.yaml"))

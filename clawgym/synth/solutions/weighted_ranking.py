@@ -1,6 +1,7 @@
-import os
 import glob
 import json
+import os
+
 import yaml
 
 rb = yaml.safe_load(open("input/rubric.yaml"))

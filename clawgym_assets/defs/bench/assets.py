@@ -1,6 +1,5 @@
 """Bench domain: suites, per-model scores with CIs, the leaderboard."""
 
-from typing import Dict, List
 
 import dagster as dg
 
@@ -8,13 +7,17 @@ from clawgym.lake import Table, TaskSource, bench_source
 from clawgym.lake.records import counts, task_row, tasks_from_table
 from clawgym.tasks.names import check_name
 from clawgym_assets._util import failure_on_value_error, md_counts, md_table
-from clawgym_assets.partitions import model_partitions, suite_partitions
+from clawgym_assets.defs.lake.resources import LakeResource
 from clawgym_assets.defs.rollouts.config import RolloutConfig
+from clawgym_assets.defs.rollouts.resources import (
+    JudgeResource,
+    ModelEndpointsResource,
+    OpenClawResource,
+    SandboxResource,
+)
 from clawgym_assets.defs.synthesis.assets import synthetic_tasks, verifiers
 from clawgym_assets.defs.training.assets import checkpoints
-from clawgym_assets.defs.lake.resources import LakeResource
-from clawgym_assets.defs.rollouts.resources import (JudgeResource, ModelEndpointsResource, OpenClawResource,
-                                                    SandboxResource)
+from clawgym_assets.partitions import model_partitions, suite_partitions
 
 GROUP = "bench"
 
@@ -43,7 +46,7 @@ class BenchTasksConfig(dg.Config):
     pinchbench_dir: str = ""  # a PinchBench tasks/ folder ("" = suite left empty)
     harbor_dir: str = ""  # a Harbor task or dataset folder ("" = suite left empty)
     # FROM image -> local image, e.g. {"ubuntu:24.04": "clawgym-sandbox:latest"}
-    harbor_base_images: Dict[str, str] = {}
+    harbor_base_images: dict[str, str] = {}
     limit: int = 0  # 0 = all tasks of the suite
     procedural_n: int = 200  # procedural suite size, balanced over the six categories (ClawGym-Bench has 200)
     strong_policy: str = "oracle"  # once both have bench results, prefer tasks that separate them
@@ -96,7 +99,7 @@ def bench_tasks(context: dg.AssetExecutionContext, config: BenchTasksConfig,
 
 
 class BenchScoresConfig(RolloutConfig):  # + max_turns, max_wall_s, ..., attempts, retries (RolloutConfig)
-    suites: List[str] = ["procedural"]
+    suites: list[str] = ["procedural"]
     repeats: int = 1  # >1 gives pass@k
     n_boot: int = 2000
     seed: int = 0

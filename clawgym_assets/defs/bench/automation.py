@@ -4,7 +4,8 @@ import datetime as _dt
 
 import dagster as dg
 
-from clawgym.lake import Lake, data_root as _data_root
+from clawgym.lake import Lake
+from clawgym.lake import data_root as _data_root
 from clawgym.tasks.names import is_name
 from clawgym_assets.defs.bench.assets import bench_scores
 from clawgym_assets.defs.lake.resources import LakeResource
@@ -49,7 +50,7 @@ def new_checkpoint_sensor(context: dg.SensorEvaluationContext, lake: LakeResourc
              description="Weekly: re-score every registered model / checkpoint.")
 def weekly_rescore_schedule(context: dg.ScheduleEvaluationContext):
     keys = context.instance.get_dynamic_partitions(model_partitions.name)
-    stamp = (context.scheduled_execution_time or _dt.datetime.now(_dt.timezone.utc)).strftime("%Y-%m-%d")
+    stamp = (context.scheduled_execution_time or _dt.datetime.now(_dt.UTC)).strftime("%Y-%m-%d")
     if not keys:
         return dg.SkipReason("no models registered")
     return [dg.RunRequest(partition_key=k, run_key=f"rescore-{k}-{stamp}") for k in keys]

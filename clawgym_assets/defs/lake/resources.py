@@ -4,8 +4,8 @@ domain uses it; the resources that need data paths nest this one. Its settings c
 stored or logged."""
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Optional
 
 import dagster as dg
 
@@ -36,7 +36,7 @@ class LakeResource(LakeTables, dg.ConfigurableResource):
     shared_group: bool = False
 
     @classmethod
-    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "LakeResource":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "LakeResource":
         """The lake of the environment: CLAWGYM_DATA, CLAWGYM_LAKE_URI, CLAWGYM_S3_ENDPOINT_URL, CLAWGYM_S3_REGION
         (else AWS_REGION / AWS_DEFAULT_REGION); the AWS_* credentials as dg.EnvVar when set and the lake is on
         object storage (a local lake never depends on them)."""

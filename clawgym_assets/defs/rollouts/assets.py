@@ -1,7 +1,6 @@
 """Rollouts domain: trajectories (policy × shard), steps, the SFT dataset."""
 
 import json
-from typing import List
 
 import dagster as dg
 
@@ -10,18 +9,22 @@ from clawgym.lake.codec import decode_text, loads
 from clawgym.lake.records import counts, effective_rows, group_mean, outcome, outcome_counts
 from clawgym.tasks.names import check_name
 from clawgym_assets._util import failure_on_value_error, md_counts, md_histogram, md_table
-from clawgym_assets.partitions import DEFAULT_SHARDS, SUITES, n_shards_of, trajectory_partitions_def
-from clawgym_assets.defs.rollouts.config import RolloutConfig
-from clawgym_assets.defs.synthesis.assets import imported_tasks, synthetic_tasks, verifiers
 from clawgym_assets.defs.lake.resources import LakeResource
-from clawgym_assets.defs.rollouts.resources import (JudgeResource, ModelEndpointsResource, OpenClawResource,
-                                                    SandboxResource)
+from clawgym_assets.defs.rollouts.config import RolloutConfig
+from clawgym_assets.defs.rollouts.resources import (
+    JudgeResource,
+    ModelEndpointsResource,
+    OpenClawResource,
+    SandboxResource,
+)
+from clawgym_assets.defs.synthesis.assets import imported_tasks, synthetic_tasks, verifiers
+from clawgym_assets.partitions import DEFAULT_SHARDS, SUITES, n_shards_of, trajectory_partitions_def
 
 GROUP = "rollouts"
 
 
 class TrajectoriesConfig(RolloutConfig):  # + max_turns, max_wall_s, ..., attempts, retries (RolloutConfig)
-    sources: List[str] = ["synthetic"]  # which task sources to roll out (train split only)
+    sources: list[str] = ["synthetic"]  # which task sources to roll out (train split only)
     batch_size: int = 4  # rollouts per appended part file (the resume granularity)
     limit: int = 0  # 0 = every task of the shard
 
@@ -114,7 +117,7 @@ trajectories, steps = build_rollout_assets()  # the default graph's (DEFAULT_SHA
 class SftConfig(dg.Config):
     min_score: float = 1.0  # keep trajectories scoring at least this
     max_tokens: int = 8192
-    policies: List[str] = []  # [] = every policy in the lake
+    policies: list[str] = []  # [] = every policy in the lake
     contamination_threshold: float = 0.9  # vs bench tasks (all-MiniLM-L6-v2 cosine)
     contamination_scope: str = "family"  # family | all | workspace (only the bench task itself; SFTCleanConfig)
 

@@ -4,8 +4,8 @@ checkpoints are served and the OpenClaw runtime. Each resource reads its own env
 
 import contextlib
 import os
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Iterator, Mapping, Optional
 
 import dagster as dg
 
@@ -26,7 +26,7 @@ class SandboxResource(dg.ConfigurableResource):
     bwrap_server: bool = True
 
     @classmethod
-    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "SandboxResource":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "SandboxResource":
         """$CLAWGYM_SANDBOX (the backend, default auto) and $CLAWGYM_BWRAP_SERVER (0 = a bwrap per exec)."""
         env = os.environ if env is None else env
         return cls(backend=env.get("CLAWGYM_SANDBOX", "auto"), bwrap_server=env.get("CLAWGYM_BWRAP_SERVER", "1") != "0")
@@ -62,7 +62,7 @@ class ModelEndpointsResource(dg.ConfigurableResource):
     server_device: str = "cpu"
 
     @classmethod
-    def from_env(cls, lake: LakeResource, env: Optional[Mapping[str, str]] = None) -> "ModelEndpointsResource":
+    def from_env(cls, lake: LakeResource, env: Mapping[str, str] | None = None) -> "ModelEndpointsResource":
         """The endpoints JSON bound as dg.EnvVar("CLAWGYM_ENDPOINTS") when that is set (it may hold keys: resolved
         in the run, never stored), on the given lake."""
         env = os.environ if env is None else env
@@ -98,7 +98,7 @@ class JudgeResource(dg.ConfigurableResource):
     api_key_env: str = "OPENAI_API_KEY"  # the NAME of the env var holding the key
 
     @classmethod
-    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "JudgeResource":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "JudgeResource":
         from clawgym.verify.judge import JUDGE_SETTINGS
 
         env = os.environ if env is None else env
@@ -137,7 +137,7 @@ class OpenClawResource(dg.ConfigurableResource):
     timeout_s: int = 600
 
     @classmethod
-    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "OpenClawResource":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "OpenClawResource":
         """$CLAWGYM_OPENCLAW=1 turns it on; $CLAWGYM_OPENCLAW_DIR, $CLAWGYM_PROXY_SOCK_DIR, $CLAWGYM_PROXY_LOG_DIR and
         $CLAWGYM_SKILL_DIRS fill the fields of those names."""
         env = os.environ if env is None else env
@@ -157,7 +157,7 @@ class OpenClawResource(dg.ConfigurableResource):
         return resolve_openclaw_dir(self.tools_dir or None, self.install_dir or None,
                                     default=self.install_dir or None)
 
-    def opts(self) -> Optional[dict]:
+    def opts(self) -> dict | None:
         if not self.enabled:
             return None
         o = {"install_dir": self.resolved_install_dir(), "timeout_s": self.timeout_s}
@@ -168,7 +168,7 @@ class OpenClawResource(dg.ConfigurableResource):
         return o
 
 
-def rollout_resources(lake: LakeResource, env: Optional[Mapping[str, str]] = None) -> dict:
+def rollout_resources(lake: LakeResource, env: Mapping[str, str] | None = None) -> dict:
     """The rollout domain's resources from the environment, the endpoints nested on `lake`."""
     return {
         "sandbox": SandboxResource.from_env(env),

@@ -1,7 +1,6 @@
 """Synthesis domain: personas, skills, imported and synthetic tasks, mock workspaces, verifiers."""
 
 import contextlib
-from typing import List
 
 import dagster as dg
 
@@ -9,10 +8,14 @@ from clawgym.lake import TRAIN_SOURCES, RejectedBy, Table, TaskSource
 from clawgym.lake.records import counts, group_mean, task_row
 from clawgym.synth.synthetic import ROUTES
 from clawgym_assets._util import md_counts, md_histogram, md_table
-from clawgym_assets.partitions import LLM_SHARDS, llm_shard_partitions
 from clawgym_assets.defs.lake.resources import LakeResource
-from clawgym_assets.defs.rollouts.resources import (JudgeResource, ModelEndpointsResource, OpenClawResource,
-                                                    SandboxResource)
+from clawgym_assets.defs.rollouts.resources import (
+    JudgeResource,
+    ModelEndpointsResource,
+    OpenClawResource,
+    SandboxResource,
+)
+from clawgym_assets.partitions import LLM_SHARDS, llm_shard_partitions
 
 GROUP = "synthesis"
 
@@ -76,9 +79,7 @@ class ImportedTasksConfig(dg.Config):
           description="A task suite imported from a folder (ClawGym task dirs or PinchBench markdown).")
 def imported_tasks(context: dg.AssetExecutionContext, config: ImportedTasksConfig,
                    lake: LakeResource) -> dg.MaterializeResult:
-    from clawgym.bench.suites import load_suite_folder
-
-    from clawgym.bench.suites import resolve_dir
+    from clawgym.bench.suites import load_suite_folder, resolve_dir
 
     if not resolve_dir(config.folder).is_dir():
         context.log.warning(f"imported_tasks: folder {resolve_dir(config.folder)} does not exist; no tasks imported")
@@ -106,7 +107,7 @@ class LLMRouteConfig(dg.Config):
     seed: int = 0
     n_llm: int = 8  # LLM candidates (persona-driven + skill-grounded)
     skill_fraction: float = 0.25  # share of the LLM candidates grounded in a skill (the rest: a persona)
-    categories: List[str] = []  # [] = the whole category taxonomy
+    categories: list[str] = []  # [] = the whole category taxonomy
     generator: str = "generator"  # endpoint name of the task generator (ModelEndpointsResource)
     reviewer: str = ""  # endpoint name of the reviewer ("" = the generator's)
     auditor: str = ""  # endpoint name of the auditor ("" = the reviewer's)
@@ -120,11 +121,11 @@ class LLMRouteConfig(dg.Config):
 class SyntheticTasksConfig(LLMRouteConfig):
     route: str = "procedural"  # procedural (offline default) | llm | both (llm needs named endpoints)
     n: int = 24  # procedural tasks (route procedural | both)
-    families: List[str] = []  # [] = all registered families
+    families: list[str] = []  # [] = all registered families
     heldout_per_category: int = 1  # whole families per category kept out of training (procedural bench)
-    heldout_families: List[str] = []  # exactly these families are held out ([] = heldout_per_category per category)
+    heldout_families: list[str] = []  # exactly these families are held out ([] = heldout_per_category per category)
     bench_new_seeds: int = 0  # per family, this many new seeds (1000, 1001, ...) join the bench (held-in rows)
-    new_seed_families: List[str] = []  # the families that get those new seeds ([] = every generated family)
+    new_seed_families: list[str] = []  # the families that get those new seeds ([] = every generated family)
     gates: bool = True  # run the procedural tasks through the synthesis gates here (in the sandbox)
     dedupe_threshold: float = 0.90  # MiniLM cosine at or above which a task is a near-duplicate
     workers: int = 1  # gate workers (sandboxes) for the procedural tasks

@@ -4,18 +4,18 @@ SFT on the sft table, or GRPO on training tasks with verifier rewards from sandb
 import dataclasses
 import hashlib
 from pathlib import Path
-from typing import Any, Dict
+from typing import Any
 
 import dagster as dg
 
 from clawgym.tasks.names import check_name, safe_join
 from clawgym.train.record import RECORD_FILE, CheckpointRecord
 from clawgym_assets._util import failure_on_value_error
-from clawgym_assets.partitions import checkpoint_partitions, model_partitions
-from clawgym_assets.defs.rollouts.assets import sft_dataset
 from clawgym_assets.defs.lake.resources import LakeResource
+from clawgym_assets.defs.rollouts.assets import sft_dataset
 from clawgym_assets.defs.rollouts.resources import ModelEndpointsResource, SandboxResource
 from clawgym_assets.defs.training.resources import TrainerResource
+from clawgym_assets.partitions import checkpoint_partitions, model_partitions
 
 GROUP = "training"
 
@@ -68,7 +68,7 @@ class CheckpointConfig(dg.Config):
     parent: str = ""  # the model this one is compared against on the leaderboard ("" = the base policy)
     method: str = "sft"  # sft: TRL SFTTrainer on the sft table | grpo: TRL GRPOTrainer, verifier rewards
     # grpo: trl.GRPOConfig fields by TRL's names (over clawgym.train.config.GRPO_DEFAULTS)
-    grpo_config: Dict[str, Any] = {}
+    grpo_config: dict[str, Any] = {}
     grpo_tasks: int = 8  # training tasks (split "train", lowest task ids first)
     grpo_families: list[str] = []  # only tasks of these families ([] = any)
     score_workers: int = 8  # parallel sandboxes scoring one generation batch

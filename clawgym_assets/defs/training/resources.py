@@ -3,7 +3,8 @@ as a subprocess. `training_resources` gives the set the default definitions bind
 
 import os
 import sys
-from typing import Any, Dict, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import dagster as dg
 
@@ -24,13 +25,13 @@ class TrainerResource(dg.ConfigurableResource):
     gradient_accumulation_steps: int = 1
     max_length: int = 4096  # the demo's rows reach ~4K tokens: shorter cuts their final answer and stop token
     use_cpu: bool = True
-    sft_config: Dict[str, Any] = {}  # further trl.SFTConfig fields, by TRL's names
+    sft_config: dict[str, Any] = {}  # further trl.SFTConfig fields, by TRL's names
     # LoRA (peft) instead of full fine-tuning
     lora: bool = False
-    lora_config: Dict[str, Any] = {}  # peft.LoraConfig fields over clawgym.train.config.LORA_DEFAULTS
+    lora_config: dict[str, Any] = {}  # peft.LoraConfig fields over clawgym.train.config.LORA_DEFAULTS
 
     @classmethod
-    def from_env(cls, env: Optional[Mapping[str, str]] = None) -> "TrainerResource":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "TrainerResource":
         """$CLAWGYM_SFT_STEPS sets max_steps (default 4)."""
         env = os.environ if env is None else env
         return cls(max_steps=int(env.get("CLAWGYM_SFT_STEPS", "4")))
@@ -65,6 +66,6 @@ class TrainerResource(dg.ConfigurableResource):
             raise TrainConfigError(f"TrainerResource: {e}") from e
 
 
-def training_resources(env: Optional[Mapping[str, str]] = None) -> dict:
+def training_resources(env: Mapping[str, str] | None = None) -> dict:
     """The training domain's resources from the environment."""
     return {"trainer": TrainerResource.from_env(env), "pipes_subprocess_client": dg.PipesSubprocessClient()}
