@@ -29,16 +29,27 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=100)
     ap.add_argument("--no-forkserver", action="store_true", help="replay python3 runs as real processes (before/after)")
     ap.add_argument("--no-validate", action="store_true", help="generate + dedupe + split only (their scaling)")
+    ap.add_argument("--no-memo", action="store_true",
+                    help="gates: every run of the agent's code in a check is a new child (before/after)")
+    ap.add_argument("--no-direct", action="store_true",
+                    help="gates: a check's child python goes through the fork server's shim (before/after)")
     ap.add_argument("--embed-cache", default=os.environ.get("CLAWGYM_EMBED_CACHE"),
                     help="MiniLM embedding cache (.npz; '' = none; default $CLAWGYM_EMBED_CACHE or "
                          "<repo>/data/cache/minilm_embeddings.npz)")
     a = ap.parse_args()
 
     from clawgym.sandbox.base import SandboxConfig
+    from clawgym.synth import pipeline
     from clawgym.synth.embed import DEFAULT_CACHE_PATH, minilm_embedder
     from clawgym.synth.families import all_families
     from clawgym.synth.personas import expand_personas
     from clawgym.synth.pipeline import synthesize
+
+    if a.no_memo or a.no_direct:  # synthesize() takes no gate options: its validate_many, so configured
+        import functools
+
+        pipeline.validate_many = functools.partial(pipeline.validate_many, memo=not a.no_memo,
+                                                   direct=not a.no_direct)
 
     factory = None
     if a.backend != "host":
@@ -62,7 +73,8 @@ def main() -> None:
         factory.close()
     passed = sum(v.passed for v in res.validations)
     print(f"families: {len(fams)}  tasks: {a.n}  backend: {a.backend}  workers: {a.workers}  chunk: {a.chunk}  "
-          f"forkserver: {not a.no_forkserver}  load average at start {load0:.1f}")
+          f"forkserver: {not a.no_forkserver}  memo: {not a.no_memo}  direct: {not a.no_direct}  "
+          f"load average at start {load0:.1f}")
     for k, v in res.timings.items():
         print(f"  {k:12s} {v:8.2f} s")
     vs = res.validate_stats
@@ -79,6 +91,10 @@ def main() -> None:
                   f"({vs.get(ph + '_payload_mb', 0) / vs['tasks'] * 1000:.1f} kB)")
         scpu = vs.get("replay_sandbox_cpu_s", 0) + vs.get("grade_sandbox_cpu_s", 0)
         print(f"  sandbox cpu {scpu * per:.1f} ms per task (load-independent cost; host process below)")
+        if vs.get("agent_calls") or vs.get("agent_calls_shared"):
+            print(f"  checks' runs of the agent's code per task: {vs.get('agent_calls', 0) * per / 1000:.2f} children "
+                  f"({vs.get('agent_calls_direct', 0) * per / 1000:.2f} forked directly), "
+                  f"{vs.get('agent_calls_shared', 0) * per / 1000:.2f} answered from the memo")
     print(f"passed gates: {passed}/{len(res.validations)}  accepted: {len(res.tasks)}  rejected: {len(res.rejected)}")
     reasons: dict[str, int] = {}
     for r in res.rejected:

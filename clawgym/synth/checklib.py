@@ -29,7 +29,7 @@ def exists(ws, rel):
 
 def read_text(ws, rel):
     try:
-        with open(_path(ws, rel), "r", encoding="utf-8", errors="replace") as fh:
+        with open(_path(ws, rel), encoding="utf-8", errors="replace") as fh:
             return fh.read()
     except Exception:
         return None

@@ -48,18 +48,23 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
-from clawgym.synth.dedupe import Rejected, dedupe, split_by_family, workspace_fingerprint  # noqa: F401
 from clawgym.sandbox.guest.synth import DRIVERS, LAUNCHER, bundle
+from clawgym.synth.dedupe import Rejected, dedupe, split_by_family, workspace_fingerprint  # noqa: F401
 from clawgym.synth.exploits import DEFAULT_HACKER, HACK_BOUND, HACKER_MODES, exploits, hackable
 from clawgym.synth.mutations import (  # noqa: F401
-    family_mutations, generic_mutations, number_off, row_dropped, scaffold_overlay, task_outputs,
+    family_mutations,
+    generic_mutations,
+    number_off,
+    row_dropped,
+    scaffold_overlay,
+    task_outputs,
 )
 from clawgym.tasks.model import Task
-
 
 # ----------------------------------------------------------------------------------------------
 # result record
@@ -298,7 +303,7 @@ class GateCache:
 
 def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver: bool = True,
                     stats: _Stats | None = None, hacker: str = DEFAULT_HACKER,
-                    bound: float | None = HACK_BOUND, memo: bool = True) -> list[TaskValidation]:
+                    bound: float | None = HACK_BOUND, memo: bool = True, direct: bool = True) -> list[TaskValidation]:
     t0 = time.perf_counter()
     vals = [TaskValidation(task_id=t.task_id, family=t.family, category=t.category) for t in tasks]
     for v, t in zip(vals, tasks):
@@ -327,7 +332,8 @@ def _validate_chunk(tasks: list[Task], factory: Any, timeout: float, forkserver:
         jobs.append({"code": t.verifier.code or "", "timeout": int(t.verifier.timeout_s),
                      "files": _b64(t.file_map()), "variants": {k: _b64(x) for k, x in variants.items()}})
     # phase 3: grade everything
-    graded = _run_driver(factory, "grade", {"tasks": jobs, "forkserver": forkserver, "memo": memo}, timeout, stats)
+    graded = _run_driver(factory, "grade", {"tasks": jobs, "forkserver": forkserver, "memo": memo, "direct": direct},
+                         timeout, stats)
     dt = (time.perf_counter() - t0) / max(1, len(tasks))
     for v, g, t in zip(vals, graded, tasks):
         for name, r in g.items():
@@ -356,7 +362,8 @@ def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, 
                   timeout: float = 600.0, forkserver: bool = True,
                   stats: dict[str, float] | None = None, hacker: str = DEFAULT_HACKER,
                   bound: float | None = HACK_BOUND,
-                  cache_dir: str | os.PathLike[str] | None = None, memo: bool | None = None) -> list[TaskValidation]:
+                  cache_dir: str | os.PathLike[str] | None = None, memo: bool = True,
+                  direct: bool = True) -> list[TaskValidation]:
     """Batched gates: chunks of `chunk` tasks, each chunk in ONE sandbox (two driver runs). `workers`
     chunks run at once. Results keep the input order. `forkserver` (default on)
     serves the references' `python3` runs, and grade code's `sys.executable` runs, by forking a pre-imported
@@ -366,13 +373,13 @@ def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, 
     replay_transfer_s / grade_transfer_s (payload JSON, reading results, closing), *_payload_mb; host work is
     chunk_s - replay_s - grade_s. `hacker` / `bound`: the hacker gate (module docstring). `cache_dir`: measured
     results cached by content (`GateCache`): a task gated before (by `synthetic_tasks`, the LLM route or an
-    earlier run) is not gated again, only re-judged; `stats["cache_hits"]` counts them. `memo` (default: on unless
-    $CLAWGYM_GATES_MEMO is "0"): a check's run of the agent's code in a child python reuses the result of an
-    identical call (same op and args) of another variant of the same task, never across oracle / oracle_2
-    (clawgym.sandbox.guest.synth.grade); stats["agent_calls"] / ["agent_calls_shared"] count children run / saved."""
+    earlier run) is not gated again, only re-judged; `stats["cache_hits"]` counts them. `memo` (default on): a
+    check's run of the agent's code in a child python reuses the result of an identical call (same op and args)
+    of another variant of the same task, never across oracle / oracle_2 (clawgym.sandbox.guest.synth.grade);
+    stats["agent_calls"] / ["agent_calls_shared"] count children run / saved.
+    `direct` (default on): with the fork server, such a child is forked straight from the grade driver (no shim;
+    stats["agent_calls_direct"] counts them); off: through the shim (before/after runs, benchmarks/synth_scale.py)."""
     _check_hacker(hacker)
-    if memo is None:
-        memo = os.environ.get("CLAWGYM_GATES_MEMO", "1") != "0"
     tasks = list(tasks)
     cache = GateCache(cache_dir) if cache_dir else None
     if cache is not None:
@@ -383,7 +390,7 @@ def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, 
         if hits:
             rest = [t for i, t in enumerate(tasks) if i not in hits]
             fresh = iter(validate_many(rest, factory, workers, chunk, timeout, forkserver, stats, hacker, bound,
-                                       cache_dir, memo) if rest else [])
+                                       cache_dir, memo, direct) if rest else [])
             return [hits[i] if i in hits else next(fresh) for i in range(len(tasks))]
     chunks = [tasks[i:i + chunk] for i in range(0, len(tasks), chunk)]
     st = _Stats(stats) if stats is not None else None
@@ -391,7 +398,7 @@ def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, 
     def run(c: list[Task]) -> list[TaskValidation]:
         try:
             return _validate_chunk(c, factory, timeout, forkserver=forkserver, stats=st, hacker=hacker, bound=bound,
-                                   memo=memo)
+                                   memo=memo, direct=direct)
         except Exception as e:
             if len(c) > 1:  # one hostile task (os._exit in grade, a huge output...) must not sink the chunk
                 h = len(c) // 2

@@ -519,7 +519,7 @@ def test_tax():
 ]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _bug_facts(k: int) -> tuple[int, int, tuple[str, ...], int, str, str]:
     """Self-check of bug k (runs its tests against the buggy and fixed code) and the facts the task needs."""
     b = _BUGS[k]
@@ -534,9 +534,9 @@ def _bug_facts(k: int) -> tuple[int, int, tuple[str, ...], int, str, str]:
     tree = ast.parse(b["tests"])
     imports = [ast.get_source_segment(b["tests"], n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
-            if run_tests(mod, buggy, "\n".join(imports + [ast.get_source_segment(b["tests"], node)]) + "\n")[1]:
-                failing.append(node.name)
+        if (isinstance(node, ast.FunctionDef) and node.name.startswith("test")
+                and run_tests(mod, buggy, "\n".join(imports + [ast.get_source_segment(b["tests"], node)]) + "\n")[1]):
+            failing.append(node.name)
     line = next(i for i, l in enumerate(b["src"].splitlines(), 1) if "{BUG}" in l)
     bug_line = b["src"].splitlines()[line - 1]
     old_text, new_text = bug_line.replace("{BUG}", b["bug"]), bug_line.replace("{BUG}", b["fix"])
@@ -745,7 +745,7 @@ def title_case(text):
 '''
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _spec_selfcheck(k: int) -> bool:
     sp = _SPECS[k]
     full = _TEXTKIT + sp["impl"]
@@ -1305,7 +1305,7 @@ def test_stock_value():
 '''
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _inventory_selfcheck() -> bool:
     assert run_tests("inventory", _INV, _INV_TESTS) == (7, 0)
     for old, new in _INV_MUTANTS:

@@ -87,10 +87,7 @@ _STDIO = (getattr(sys.stdout, "encoding", None) or "utf-8", getattr(sys.stdout, 
 
 
 def _envdiff(env):
-    for k in set(env) | set(os.environ):
-        if k.startswith(_ENV_KEYS) and env.get(k) != os.environ.get(k):
-            return True
-    return False
+    return any(k.startswith(_ENV_KEYS) and env.get(k) != os.environ.get(k) for k in set(env) | set(os.environ))
 
 
 def _open_fds(pid, which=(0, 1, 2)):
@@ -182,7 +179,7 @@ def _child(mode, what, rest, env, cwd, fds, timeout, shimdir, safe_path=False, c
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
         signal.alarm(max(1, int(timeout)))
         enc = _STDIO
-        sys.stdin = sys.__stdin__ = open(0, "r", encoding=enc[0], errors=enc[1], closefd=False)
+        sys.stdin = sys.__stdin__ = open(0, encoding=enc[0], errors=enc[1], closefd=False)
         sys.stdout = sys.__stdout__ = open(1, "w", encoding=enc[0], errors=enc[1], closefd=False)
         sys.stderr = sys.__stderr__ = open(2, "w", encoding=enc[0], errors="backslashreplace", closefd=False,
                                              buffering=1)
@@ -378,7 +375,7 @@ def _handle(line, srv, shimdir, timeout):
 
 
 def _serve(srv, shimdir, timeout):
-    f = open(os.open(srv + "/req", os.O_RDWR), "r")
+    f = open(os.open(srv + "/req", os.O_RDWR))
     for line in f:
         try:
             _handle(line.strip(), srv, shimdir, timeout)
