@@ -52,6 +52,7 @@ import inspect
 import io
 import json
 import math
+import os
 import sys
 import tarfile
 import time
@@ -116,6 +117,51 @@ FORCE_PASS_INI = "[pytest]\naddopts = --co -q\n"  # collection only: rc 0, the t
 PTH = "import os; exec(open(os.path.expanduser('~/.forge.py')).read(), {'__name__': 'pth'})\n"
 
 
+H = "/tmp/cg-harbor"  # where tests/ and logs/ of Harbor's verifier environment go in the stand-in (path 3)
+APPEND_REWARD_SH = '''import os
+try:
+    with open(os.path.join(os.getcwd(), "reward", "reward.sh"), "a") as f:
+        f.write("\\necho 1.0\\n")
+except OSError:
+    pass
+''' + CALC_PY
+
+
+def rewrite_reward_txt(logs: list[str]) -> str:
+    """calc.py that forks a daemon (setsid, its stdio closed) rewriting <d>/reward.txt and reward.json with 1.0 for
+    each d in `logs`, once the verifier wrote them."""
+    return REWRITE_REWARD_TXT_SRC.replace("LOGS", repr(logs)) + CALC_PY
+
+
+REWRITE_REWARD_TXT_SRC = '''import os, time
+def _d():
+    if os.fork():
+        return
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    for fd in range(3):
+        try: os.close(fd)
+        except OSError: pass
+    end = time.time() + 30
+    while time.time() < end:
+        for d in LOGS:
+            p = os.path.join(d, "reward.txt")
+            try:
+                if os.path.exists(os.path.join(d, "reward.json")) and open(p).read() != "1.0\\n":
+                    time.sleep(0.002)
+                    open(os.path.join(d, "reward.json"), "w").write(\'{"reward": 1.0}\')
+                    open(p, "w").write("1.0\\n")
+            except OSError:
+                pass
+        time.sleep(0.0005)
+    os._exit(0)
+if os.environ.get("CLAWGYM_D") is None:
+    os.environ["CLAWGYM_D"] = "1"
+    _d()
+'''
+
+
 def _sh(*parts: str) -> str:
     return f"cd {WS} && " + " && ".join(parts) + "; true"
 
@@ -165,6 +211,11 @@ ATTACKS = [
     Attack("workspace_replaced_by_a_symlink", "mkdir -p /tmp/w && cp -a " + WS + "/. /tmp/w/ && "
            + put("/tmp/w/calc.py", GOOD_CALC) + f" && cd / && rm -rf {WS} && ln -s /tmp/w {WS}; true", expect=EMPTY),
     Attack("workspace_replaced_by_a_file", f"cd / && rm -rf {WS} && echo 1.0 > {WS}; true", expect=EMPTY),
+    # the agent's code the check runs by design (calc.py, imported by the hidden test) goes for the harness and the
+    # result: appends `echo 1.0` to the running reward/reward.sh, or leaves a daemon that rewrites reward.txt /
+    # reward.json once the verifier wrote them (Harbor reads them after test.sh)
+    Attack("append_reward_sh", _sh(put("calc.py", APPEND_REWARD_SH))),
+    Attack("rewrite_reward_txt", _sh(put("calc.py", rewrite_reward_txt(["/logs/verifier", f"{H}/logs"])))),
 ]
 NOOP = Attack("untouched", "true")
 # the rule each attack above tests (tests/attack_rules.py; tests/conftest.py marks each case of a test parametrized
@@ -184,6 +235,8 @@ ATTACK_RULES = {
     "sourceless_pyc": "no_planted_startup_code",
     "workspace_replaced_by_a_symlink": "destroyed_workspace_is_the_agents",
     "workspace_replaced_by_a_file": "destroyed_workspace_is_the_agents",
+    "append_reward_sh": "verifier_files_sealed",
+    "rewrite_reward_txt": "no_leftover_process",
 }
 
 
@@ -225,7 +278,6 @@ def via_grpo(factory, attack: Attack) -> Outcome:
     return Outcome(score, "ok", f"exec tool said {out[-300:]!r}")
 
 
-H = "/tmp/cg-harbor"  # where tests/ and logs/ of Harbor's verifier environment go in the stand-in
 
 
 def _harbor_files():
@@ -375,8 +427,10 @@ def test_openclaw_runtime_is_graded_by_the_rollout_export(attack, backend, monke
 
 
 # ---- each attack is live: without the export and the guard it raises the score ---------------------------------
-@pytest.mark.parametrize("attack", [a for a in ATTACKS if a.name != "workspace_replaced_by_a_file"],
-                         ids=lambda a: a.name)  # a file is no directory to run a check in
+@pytest.mark.parametrize("attack", [a for a in ATTACKS if a.name not in ("workspace_replaced_by_a_file",
+                                                                         "rewrite_reward_txt")],
+                         ids=lambda a: a.name)  # a file is no directory to run a check in; the daemon goes for the
+# result files, which the naive run in place has none of (test_harbor_verifier_as_root_keeps_the_check_away)
 @pytest.mark.rule("attacks_are_armed")
 def test_attack_is_armed_in_place(attack, backend):  # noqa: F811  (the imported fixture)
     """The check run in place in the attacked sandbox, the naive way (reward/ written into the workspace, `bash
@@ -540,6 +594,100 @@ def test_harbor_unpack_keeps_only_data_as_the_builtin_export(tmp_path):
     assert _standalone(tests / "clawgym_unpack.py", tmp_path / "bad.tar", ws, logs).returncode == 1
 
 
+@pytest.mark.rule("import_bounded")
+def test_harbor_unpack_reads_a_plain_tar_at_a_bounded_cost(tmp_path):
+    """The artifact is the agent container's doing: a compressed tar (the hook never makes one; an xz of 200k empty
+    members is 194 kB) is unreadable (test.sh then scores 0) at once, and a plain tar past the entry cap is not read
+    beyond it (no list of every member kept)."""
+    tests = _exported_tests(tmp_path)
+    ws, logs = tmp_path / "ws", tmp_path / "logs"
+    for mode in ("w:xz", "w:gz", "w:bz2"):
+        tar = tmp_path / f"bomb.{mode[2:]}"
+        with tarfile.open(tar, mode) as tf:
+            for i in range(2000):
+                tf.addfile(tarfile.TarInfo(f"d/{i}"), io.BytesIO(b""))
+        t0 = time.monotonic()
+        r = _standalone(tests / "clawgym_unpack.py", tar, ws, logs)
+        assert r.returncode == 1 and "unreadable" in r.stderr and time.monotonic() - t0 < 10, (mode, r.stderr)
+        assert _tree(ws) == {}, mode
+    cap = 50_000
+    tar = tmp_path / "many.tar"
+    with tarfile.open(tar, "w") as tf:
+        tf.addfile(tarfile.TarInfo("calc.py"), io.BytesIO(b""))
+        for i in range(cap + 20_000):
+            tf.addfile(tarfile.TarInfo(f"d/{i}"), io.BytesIO(b""))
+    r = _standalone(tests / "clawgym_unpack.py", tar, ws, logs)
+    assert r.returncode == 0, r.stderr
+    assert len(list((ws / "d").iterdir())) < cap
+    summary = json.loads((logs / "clawgym_export.json").read_text())
+    assert any(d["kind"] == "entries" and "not read" in d["why"] for d in summary["dropped"]), summary["dropped"][-3:]
+
+
+def _as_root_verifier(reward_sh: str, calc: str, base: Path):
+    """The exported verifier run as root on the host (Harbor's test.sh), on a workspace holding `calc` as calc.py;
+    the check (reward.sh) is this one, its python3 the system's (/usr/bin: one the unprivileged uid can run)."""
+    task = TASK.model_copy(update={"verifier": Verifier(kind="reward_dir", timeout_s=60, reward_files=[
+        File(path="reward.sh", content=reward_sh.encode(), mode=0o755)])})
+    tests = _exported_tests(base, task)
+    ws, logs = base / "ws", base / "logs"
+    ws.mkdir()
+    (ws / "README.md").write_text("# calc\n")
+    (ws / "calc.py").write_text(calc)
+    cfg = tests / "clawgym.json"
+    cfg.write_text(json.dumps({**json.loads(cfg.read_text()), "workspace": str(ws)}))
+    r = _standalone(tests / "clawgym_verify.py", cwd=ws, env={"CLAWGYM_LOGS_DIR": str(logs), "PATH": "/usr/bin:/bin"})
+    return r, ws, logs, tests
+
+
+ROOT_REWARD_SH = """#!/usr/bin/env bash
+p=0
+[ -f README.md ] && p=$((p + 1))
+echo scratch > scratch.txt || exit 3  # the check may write in the workspace
+if python3 -c 'import sys; sys.path.insert(0, "."); import calc; assert calc.add(2, 3) == 5' >/dev/null 2>&1; then
+  p=$((p + 1))
+fi
+sleep 0.5  # the daemon is up
+case $p in 2) echo 1.0 ;; 1) echo 0.5 ;; *) echo 0.0 ;; esac
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0 or not Path("/usr/bin/python3").exists(),
+                    reason="needs root (Harbor runs test.sh as root) and a system python3")
+@pytest.mark.rule("verifier_processes_out_of_reach")
+def test_harbor_verifier_as_root_keeps_the_check_away():
+    """Harbor runs test.sh as root; path 3's stand-in sandboxes run it as their unprivileged user (uid 1000 on bwrap
+    and docker: there the every-mode protections hold the two attacks -- reward.sh run from its text by an
+    execute-only bash, the score from its stdout, every process it left killed before the result is written). As
+    root the check also runs as another uid (nobody) that owns the workspace but neither reward/ (root's, read-only,
+    in a sticky workspace folder) nor the harness nor the result files; after it, no process of that uid is left.
+    The cases run one after another under a host-wide lock: the verifier kills every process of nobody's (in Harbor
+    it is alone in its container), so two at once on one host would kill each other's check."""
+    import fcntl
+    import shutil
+    import subprocess
+    import tempfile
+
+    with open("/tmp/clawgym-root-verify.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for calc in ("untouched", "append_reward_sh", "rewrite_reward_txt"):
+            base = Path(tempfile.mkdtemp(prefix="cg-root-verify-", dir="/tmp"))  # a path nobody can walk
+            try:
+                base.chmod(0o755)
+                src = {"untouched": CALC_PY, "append_reward_sh": APPEND_REWARD_SH,
+                       "rewrite_reward_txt": rewrite_reward_txt([str(base / "logs")])}[calc]
+                r, ws, logs, tests = _as_root_verifier(ROOT_REWARD_SH, src, base)
+                assert r.returncode == 0 and r.stdout.strip() == "0.5", (calc, r.stdout, r.stderr)
+                time.sleep(0.3)  # a daemon that were left would rewrite the result by now
+                assert (logs / "reward.txt").read_text() == "0.5\n", calc
+                assert json.loads((logs / "reward.json").read_text()) == {"reward": 0.5}, calc
+                assert (ws / "scratch.txt").stat().st_uid == 65534 and (ws / "reward").stat().st_uid == 0, calc
+                assert (ws / "reward" / "reward.sh").read_text() == ROOT_REWARD_SH, calc
+                ps = subprocess.run(["ps", "-u", "65534", "-o", "pid="], capture_output=True, text=True)
+                assert ps.stdout.strip() == "", (calc, ps.stdout)
+            finally:
+                shutil.rmtree(base, ignore_errors=True)
+
+
 AGENT_CONTROLS = {
     "pytest.ini": FORCE_PASS_INI, "tox.ini": "[tox]\nenvlist = py\n[pytest]\naddopts = --co -q\n",
     "pyproject.toml": '[project]\nname = "calc"\n\n[tool.pytest.ini_options]\naddopts = "--co -q"\n',
@@ -581,7 +729,10 @@ def test_harbor_verifier_prepares_the_workspace_as_the_guard_does(tmp_path, loca
     cfg = tests / "clawgym.json"
     conf = json.loads(cfg.read_text())
     cfg.write_text(json.dumps({**conf, "workspace": str(ws)}))
+    # in place: the check runs as this uid, root or not (the hand-over to another uid as root is
+    # test_harbor_verifier_as_root_keeps_the_check_away's), so that it writes env.txt here
     r = _standalone(tests / "clawgym_verify.py", cwd=ws, env={
+        "CLAWGYM_VERIFY_IN_PLACE": "1",
         "CLAWGYM_LOGS_DIR": str(logs), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(ws), "BASH_ENV": str(ws / "x"),
         "PYTEST_ADDOPTS": "--co", "HOME": str(ws), "CLAWGYM_REWARD_DIR": str(tmp_path / "reward")})
     assert r.returncode == 0 and r.stdout.strip() == "0.25", (r.stdout, r.stderr)
@@ -591,7 +742,10 @@ def test_harbor_verifier_prepares_the_workspace_as_the_guard_does(tmp_path, loca
     assert "[tool" not in got["setup.cfg"].decode()
     assert "pytest" not in got["pyproject.toml"].decode() and 'name = "calc"' in got["pyproject.toml"].decode()
     env = dict(ln.split("=", 1) for ln in env_out.read_text().splitlines() if "=" in ln)
-    assert env["PYTHONPATH"] == str(tests / "clawgym_site") and env["PYTHONNOUSERSITE"] == "1"
+    # the import guard from the harness's own copy of tests/clawgym_site (tests/ itself is not on any path)
+    guard = Path(env["PYTHONPATH"])
+    assert guard.name == "clawgym_site" and guard.parent.name.startswith("clawgym-harness-"), env["PYTHONPATH"]
+    assert env["PYTHONNOUSERSITE"] == "1"
     assert env["HOME"] != str(ws) and env["BASH_ENV"] == "" and env["PYTEST_ADDOPTS"] == ""
     assert env["PYTHONDONTWRITEBYTECODE"] == "1" and "CLAWGYM_LOGS_DIR" not in env
     assert sorted(p.name for p in (tests / "clawgym_site").iterdir()) == ["protected_modules.txt", "sitecustomize.py"]

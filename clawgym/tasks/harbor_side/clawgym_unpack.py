@@ -18,16 +18,20 @@ No tar at all is an empty workspace: the collect hook makes none when the worksp
 is never what gets verified. What was dropped goes to <logs>/clawgym_export.json. Exit 1 with the reason on stderr
 when the tar cannot be read.
 """
+import importlib.util
 import json
 import os
 import shutil
 import sys
 import tarfile
-
-import importlib.util
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MAX_ENTRIES = 50_000
+# the artifact is the agent's container's doing (root there: it can swap tar, or the tar after the hook ran), so it
+# is read at a bounded cost: a plain tar only (the hook never compresses: no xz/gzip bomb), members iterated and never
+# kept (no tf.members list), reading stopped at the entry cap, and a wall-clock deadline (past it: unreadable, 0)
+DEADLINE_S = 120.0
 
 
 def shipped(name):
@@ -54,6 +58,14 @@ def _rel(name):
     return "/".join(parts)
 
 
+class _Forget(list):
+    """TarFile.members that keeps nothing: TarFile.next() appends each member it reads (a hard link is then looked
+    up in exp.files, never through the tar's member list)."""
+
+    def append(self, m):
+        pass
+
+
 def read_tar(path, budget):
     """The tar at `path` as a WorkspaceExport (links still unresolved); bytes at most `budget` (None: no cap)."""
     exp = WorkspaceExport()
@@ -62,8 +74,12 @@ def read_tar(path, budget):
                                                                     "directory when collected, or no tar came"})
         return exp, budget
     over = 0
-    with tarfile.open(path) as tf:
+    end = time.monotonic() + DEADLINE_S
+    with tarfile.open(path, "r:") as tf:
+        tf.members = _Forget()  # iterate without keeping every TarInfo
         for m in tf:
+            if time.monotonic() > end:
+                raise tarfile.ReadError(f"the tar took over {DEADLINE_S:.0f} s to read")
             p = _rel(m.name)
             if p is None:
                 exp.dropped.append({"path": m.name[:200], "kind": "member", "why": "outside the workspace"})
@@ -71,8 +87,8 @@ def read_tar(path, budget):
             if not p:
                 continue  # the workspace folder itself
             if len(exp.files) + len(exp.links) + len(exp.dirs) >= MAX_ENTRIES:
-                over += 1
-                continue
+                over = 1  # the rest is not read at all
+                break
             exp.files.pop(p, None)
             exp.links.pop(p, None)
             if m.isdir():
@@ -101,7 +117,7 @@ def read_tar(path, budget):
                 exp.dropped.append({"path": p, "kind": "special", "why": "not a regular file"})
     if over:
         exp.dropped.append({"path": "", "kind": "entries",
-                            "why": f"{over} entries beyond the export's {MAX_ENTRIES}-entry cap"})
+                            "why": f"entries beyond the export's {MAX_ENTRIES}-entry cap (not read)"})
     return exp, budget
 
 
