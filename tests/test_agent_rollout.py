@@ -78,7 +78,6 @@ def test_verification_is_typed_and_stored_as_its_record():
     """Rollout.verification is the VerificationResult itself; the lake gets its record (the same keys as always:
     DuckDB's json_extract, bench and CLI readers), and a record read back is validated into the type, keys that
     are no field kept in `extra` and written back flat."""
-    import dataclasses
 
     from pydantic import ValidationError
 
@@ -91,7 +90,7 @@ def test_verification_is_typed_and_stored_as_its_record():
     assert isinstance(v, VerificationResult) and v.task_id == ro.task_id and v.score == 1.0 and v.export
     text = ro.to_row()["verification_json"]
     rec = json.loads(text)
-    assert list(rec) == [x.name for x in dataclasses.fields(VerificationResult) if x.name != "extra"]
+    assert list(rec) == [name for name in VerificationResult.model_fields if name != "extra"]
     assert text == json.dumps(v.to_dict(), ensure_ascii=False, default=str)
     assert rec["weights"] == list(v.weights) and rec["export"] == v.export and rec["subscores"] == v.subscores
     back = Rollout.model_validate_json(ro.model_dump_json())

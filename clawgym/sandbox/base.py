@@ -11,9 +11,10 @@ from __future__ import annotations
 import abc
 import threading
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from clawgym import DEFAULT_WORKSPACE
 
@@ -190,7 +191,9 @@ class Sandbox(abc.ABC):
         self.close()
 
 
-_ROOMS_LOCK = threading.Lock()
+_S = TypeVar("_S", bound=Sandbox)
+_ROOMS_LOCK = threading.Lock()  # held while a factory's rooms() factory is made (once per factory)
+_STATE_LOCK = threading.Lock()  # held for a moment: taking a factory's rooms to close them, its first _adopt()
 
 
 class SandboxFactory(abc.ABC):
@@ -199,9 +202,24 @@ class SandboxFactory(abc.ABC):
     Backends register themselves with `clawgym.sandbox.registry.sandbox_backend(name)`; get_factory(name)
     finds them there. The pool operations (warm, settle, idle, stats) are answered by every factory: the
     recycling backends (docker, bwrap) by their clawgym.sandbox.pool.RecyclingPool, the others with the
-    defaults below (nothing pooled, closing is immediate)."""
+    defaults below (nothing pooled, closing is immediate).
+
+    The factory's own state below is declared here with its defaults (class attributes, shadowed per instance
+    on first write), so it reads the same whether or not a subclass's __init__ calls this one's."""
 
     name: str = "abstract"
+
+    # ---- the factory's state ------------------------------------------------------------------
+    #: The constructor settings beyond the config (keywords), recorded by the backend's __init__: the rooms()
+    #: factory is made with them (`_make_rooms`). Default: none.
+    _init_kwargs: Mapping[str, Any] = MappingProxyType({})
+    #: This factory is another's rooms() factory (its own rooms() is itself). Set once, by the factory that made it.
+    _is_room: bool = False
+    #: The rooms() factory, once made; None before, and again once closed (`_close_rooms`).
+    _rooms: SandboxFactory | None = None
+    #: The sandboxes this factory handed out (`_adopt`) and has not seen closed: factory.close() closes them.
+    #: Made on the first _adopt().
+    _open_sandboxes: weakref.WeakSet[Sandbox] | None = None
 
     def __init__(self, config: SandboxConfig | None = None):
         self.config = config or SandboxConfig()
@@ -225,10 +243,10 @@ class SandboxFactory(abc.ABC):
         """The factory of this factory's *clean rooms*: sandboxes of the same backend and config from a pool
         of their own, that only ever hold verifications -- no agent phase ever runs in one. Made on first use,
         closed with this factory. A room factory's own rooms() is itself."""
-        if self.__dict__.get("_is_room"):
+        if self._is_room:
             return self
         with _ROOMS_LOCK:
-            r = self.__dict__.get("_rooms")
+            r = self._rooms
             if r is None:
                 r = self._make_rooms()
                 r._is_room = True
@@ -238,10 +256,13 @@ class SandboxFactory(abc.ABC):
     def _make_rooms(self) -> SandboxFactory:
         """A sibling factory for rooms(): this class with the same config and constructor settings
         (`_init_kwargs`, recorded by the backend's __init__)."""
-        return type(self)(self.config, **self.__dict__.get("_init_kwargs", {}))
+        return type(self)(self.config, **self._init_kwargs)
 
     def _close_rooms(self) -> None:
-        r = self.__dict__.pop("_rooms", None)
+        """Close the rooms() factory, if one was made (once: a second call finds none); the next rooms() makes
+        another."""
+        with _STATE_LOCK:
+            r, self._rooms = self._rooms, None
         if r is not None:
             r.close()
 
@@ -270,7 +291,7 @@ class SandboxFactory(abc.ABC):
         return {}
 
     # ---- shared helpers for backends ----------------------------------------------------
-    def _adopt(self, sb: Sandbox, files: Iterable) -> Sandbox:
+    def _adopt(self, sb: _S, files: Iterable) -> _S:
         """Fill a just-opened sandbox with `files` and track it (closed by factory.close()); a failure
         while writing closes it before re-raising."""
         try:
@@ -278,13 +299,18 @@ class SandboxFactory(abc.ABC):
         except BaseException:
             sb.close()
             raise
-        tracked = self.__dict__.setdefault("_open_sandboxes", weakref.WeakSet())
+        tracked = self._open_sandboxes
+        if tracked is None:
+            with _STATE_LOCK:
+                if self._open_sandboxes is None:
+                    self._open_sandboxes = weakref.WeakSet()
+                tracked = self._open_sandboxes
         tracked.add(sb)
         return sb
 
     def _close_adopted(self) -> None:
         """Close every sandbox this factory handed out and has not seen closed."""
-        for sb in list(self.__dict__.get("_open_sandboxes", ())):
+        for sb in list(self._open_sandboxes or ()):
             sb.close()
 
     def __enter__(self) -> SandboxFactory:

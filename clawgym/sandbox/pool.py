@@ -31,7 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from clawgym.sandbox.base import Sandbox, SandboxError, SandboxFactory
 from clawgym.sandbox.host import cleanup
@@ -149,12 +149,13 @@ class RecyclingPool(Generic[T]):
     def give_back(self, item: T, handle, reusable: bool = True) -> None:
         """`handle` (the sandbox that held `item`) was closed: reset and pool the item in the background, or
         destroy it. Once the pool is closed it is destroyed here, before this returns."""
-        item.uses = getattr(item, "uses", 0) + 1
+        counted: Any = item  # items carry an int `uses` (set here on their first return)
+        counted.uses = uses = getattr(counted, "uses", 0) + 1
         with self._cv:
             self._out = max(0, self._out - 1)
             closed = self._closed
             if not closed:
-                ok = bool(reusable) and item.uses < self.max_uses
+                ok = bool(reusable) and uses < self.max_uses
                 self._queue.append((item, handle, ok))
                 self._coming += ok
                 if self._reaper is None or not self._reaper.is_alive():
@@ -255,7 +256,7 @@ class RecyclingPool(Generic[T]):
             if item is not None and not poolable:  # e.g. no server mode here: a pool would hold idle dirs
                 self.pool_size = 0
             keep = poolable and not self._closed
-            if keep:
+            if keep and item is not None:  # (poolable: there is an item)
                 self._ready.append(item)
                 self._failures = 0
         if item is not None and not keep:
