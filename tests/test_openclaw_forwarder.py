@@ -21,14 +21,13 @@ import threading
 import types
 
 import pytest
+from hostile_endpoint import HostileEndpoint, exec_call
 
 from clawgym.agent import openclaw as oc
 from clawgym.agent.loop import Limits
 from clawgym.agent.proxy import read_log, rebuild_sessions
 from clawgym.agent.proxy_gate import PeerGate
 from clawgym.sandbox import get_factory
-
-from hostile_endpoint import HostileEndpoint, exec_call
 
 pytestmark = pytest.mark.rule("proxy_channel_is_the_rollouts")  # tests/attack_rules.py
 

@@ -11,8 +11,14 @@ import time
 
 import pytest
 
-from clawgym.agent.openclaw import (FORWARDER, SANDBOX_PORT, SANDBOX_SOCK_DIR, openclaw_sandbox_config,
-                                    proxy_sock_dir, rollout_socket)
+from clawgym.agent.openclaw import (
+    FORWARDER,
+    SANDBOX_PORT,
+    SANDBOX_SOCK_DIR,
+    openclaw_sandbox_config,
+    proxy_sock_dir,
+    rollout_socket,
+)
 from clawgym.agent.proxy import RecordingProxy, read_log, rebuild_sessions
 from clawgym.sandbox import get_factory
 
