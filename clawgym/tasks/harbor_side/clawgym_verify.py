@@ -167,9 +167,13 @@ def run_check(argv, ws, env, timeout, stdin=b""):
         raise
     n_out, n_err = os.fstat(out.fileno()).st_size, os.fstat(err.fileno()).st_size  # what it wrote by its exit
     kill_left()
-    out.seek(0)
-    err.seek(0)
-    return rc, out.read(n_out).decode(errors="replace"), err.read(n_err).decode(errors="replace")
+    return rc, _tail(out, n_out), _tail(err, n_err)
+
+
+def _tail(fh, n, cap=8 << 20):
+    """The last `cap` bytes of the first `n` of `fh`, as text (the score is the last line)."""
+    fh.seek(max(0, n - cap))
+    return fh.read(min(n, cap)).decode(errors="replace")
 
 
 def harness(env):
