@@ -66,7 +66,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hostile_endpoint import HostileEndpoint, exec_call, put  # noqa: E402
 from test_reward_hacking import (  # noqa: E402,F401  (backend: the docker/bwrap fixture, reused)
-    BASH_RC, FAST_RETRY, FORGE_ATEXIT, PYTEST_CONFTEST, SHIMS, STALE_PYC, USER_SITE, WS, backend,
+    BASH_RC,
+    FAST_RETRY,
+    FORGE_ATEXIT,
+    PYTEST_CONFTEST,
+    SHIMS,
+    STALE_PYC,
+    USER_SITE,
+    WS,
+    backend,
 )
 
 from clawgym.agent.loop import Limits, LoopResult  # noqa: E402

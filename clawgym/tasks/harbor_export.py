@@ -28,7 +28,14 @@ from typing import Any
 import clawgym.sandbox.host.export as host_export
 from clawgym.tasks._io import AtomicDir, write_tree
 from clawgym.tasks.harbor import (
-    DEFAULT_BASE_IMAGE, DOCKERFILE, EXPORT_DIR, EXPORT_TAR, INSTRUCTION, PROGRAM_FILE, TASK_TOML, _side,
+    DEFAULT_BASE_IMAGE,
+    DOCKERFILE,
+    EXPORT_DIR,
+    EXPORT_TAR,
+    INSTRUCTION,
+    PROGRAM_FILE,
+    TASK_TOML,
+    _side,
 )
 from clawgym.tasks.model import File, Task, TaskError
 from clawgym.tasks.names import check_name, safe_join
@@ -250,7 +257,7 @@ def harbor_task_files(task: Task, *, base_image: str = DEFAULT_BASE_IMAGE, separ
     return files
 
 
-def export_harbor_task(task: Task, out_dir: "str | Path", **kw) -> Path:
+def export_harbor_task(task: Task, out_dir: str | Path, **kw) -> Path:
     """Write `task` as a Harbor task folder at out_dir (the task folder itself; replaced atomically).
     Keywords: base_image (default clawgym-sandbox:latest), separate (the clean-room verifier; default True),
     cpus, memory_mb, storage_mb."""
@@ -261,7 +268,7 @@ def export_harbor_task(task: Task, out_dir: "str | Path", **kw) -> Path:
     return out
 
 
-def export_harbor_dataset(tasks: list[Task], out_dir: "str | Path", *, name: str = "clawgym", **kw) -> list[Path]:
+def export_harbor_dataset(tasks: list[Task], out_dir: str | Path, *, name: str = "clawgym", **kw) -> list[Path]:
     """Each task to out_dir/<task_id>/ (Harbor runs the folder: `harbor run -p out_dir -a oracle`), plus
     out_dir/clawgym_dataset.json listing the tasks and their metadata. Only folders directly inside out_dir
     are created or replaced (names are checked, paths go through safe_join)."""
