@@ -12,3 +12,6 @@ from clawgym.stats import (  # noqa: F401
     summarize,
     task_means,
 )
+
+__all__ = ["OVERALL", "Comparison", "ScoreRow", "bootstrap_ci", "compare", "flag_reason", "pass_at_k", "summarize",
+           "task_means"]
