@@ -146,3 +146,39 @@ def test_vllm_server_mode_is_the_embedded_engine_where_trl_can_sync_weights(tmp_
             run_grpo(GRPORunConfig(base_model=str(tmp_path / "no-model"), output_dir=str(out), grpo_config=server),
                      [], factory=None)
         assert not out.exists()  # refused before anything was written or loaded
+
+
+def test_an_infra_failure_of_the_reward_is_neutral_not_a_crash_or_a_zero():
+    """A room that fails (SandboxError) must not end the TRL run nor score the sample 0: the sample gets its
+    group's mean (advantage ~0) and the log names the failure; a sample the agent broke still scores."""
+    from clawgym.sandbox.base import SandboxError
+    from clawgym.tasks.model import File, Task, Verifier
+    from clawgym.train.grpo import SandboxEnvFactory, make_reward_func, neutral_rewards
+
+    task = Task(task_id="sum-1", instruction="Write the sum of input/data.txt to output/answer.txt",
+                files=[File(path="input/data.txt", content=b"1 2 3\n")], verifier=Verifier(kind="grade", code=GRADE))
+    real = _factory()
+
+    class BrokenRooms:  # the agents' sandboxes work; the room the check would run in cannot start
+        def open(self, files):
+            return real.open(files)
+
+        def rooms(self):
+            raise SandboxError("room engine down")
+
+    good, broken = SandboxEnvFactory({task.task_id: task}, real), SandboxEnvFactory({task.task_id: task}, BrokenRooms())
+    envs = [good(), broken(), good()]
+    for e in envs:
+        e.reset(task_id="sum-1")
+    envs[0].write("output/answer.txt", "6\n")
+    envs[1].write("output/answer.txt", "6\n")
+    envs[2].exec(command="rm -rf /root/.openclaw/workspace/input")  # the agent's own damage: scored, not infra
+    log: list = []
+    done = [{"role": "assistant", "content": "done"}]
+    rewards = make_reward_func(2, log)(None, [done] * 3, environments=envs, task_id=["sum-1"] * 3)
+    assert rewards[0] == pytest.approx(1.0)
+    assert rewards[2] < 1.0
+    assert rewards[1] == pytest.approx((rewards[0] + rewards[2]) / 2)  # the group's mean, not 0 and not raised
+    assert "room engine down" in log[1]["infra"] and "infra" not in log[0] and "infra" not in log[2]
+    assert all(e.sandbox is None for e in envs)  # every sandbox closed, the failed one too
+    assert neutral_rewards([None, None, 0.5], ["a", "a", "b"]) == [0.0, 0.0, 0.5]

@@ -110,6 +110,7 @@ class SandboxEnv:
         self.sandbox = None
         self.task: Task | None = None
         self.calls: list[dict] = []
+        self.infra_error: str | None = None  # why the last `_score` could not score (the sandbox failed)
 
     def reset(self, task_id: str | None = None, **kwargs) -> str | None:
         self._close()
@@ -130,17 +131,28 @@ class SandboxEnv:
             return "Not run: no sandbox (the environment was not reset with a task)."
         return execute_tool(self.sandbox, name, args, max_timeout_s=Limits().tool_timeout_s).content
 
-    def _score(self, transcript: list | None) -> float:
+    def _score(self, transcript: list | None) -> float | None:
         """The reward: the task's verifier in a clean room (clawgym.verify.verify_after_agent: this sandbox's
-        workspace exported as data, this sandbox closed, the check run in a room of `factory.rooms()`)."""
+        workspace exported as data, this sandbox closed, the check run in a room of `factory.rooms()`).
+
+        None when the sandbox machinery failed (a SandboxError: the room or the engine, never the agent's doing:
+        a workspace the agent destroyed exports as what is there and scores it). An infra failure is not the
+        policy's score, so it must neither reach TRL as an exception (one broken room would end the run) nor as
+        0.0 (it would teach the policy to avoid whatever it did); `make_reward_func` gives it a neutral reward.
+        What went wrong is kept in `infra_error`."""
+        from clawgym.sandbox.base import SandboxError
         from clawgym.verify.runtime import verify_after_agent
 
+        self.infra_error = None
         if self.sandbox is None or self.task is None:
             return 0.0
         try:
             res = verify_after_agent(self.task, self.sandbox, self.factory.rooms(), transcript=transcript or [],
                                      judge="offline")
             return float(res.score or 0.0)
+        except SandboxError as e:
+            self.infra_error = f"{type(e).__name__}: {e}"[:500]
+            return None
         finally:
             self._close()
 
@@ -229,15 +241,30 @@ def _transcript(completion: Any) -> list:
     return [{"role": "assistant", "content": str(completion)}]
 
 
+def neutral_rewards(scores: list[float | None], groups: list[Any]) -> list[float]:
+    """`scores` with each None (a sample whose verification failed for infra reasons) replaced by the mean of the
+    scored samples of its group (GRPO's group: the same prompt, here the same task_id), else 0.0 where the whole
+    group failed. Its advantage is then about 0: the sample teaches nothing, where 0.0 would punish it."""
+    by: dict[Any, list[float]] = {}
+    for s, g in zip(scores, groups):
+        if s is not None:
+            by.setdefault(g, []).append(s)
+    return [s if s is not None else (sum(by[g]) / len(by[g]) if by.get(g) else 0.0) for s, g in zip(scores, groups)]
+
+
 def make_reward_func(workers: int = 8, log: list | None = None):
-    """A TRL reward function: verify_task in each sample's own sandbox (in parallel)."""
+    """A TRL reward function: verify_task in each sample's own sandbox (in parallel). A sample whose sandbox
+    failed gets a neutral reward (`neutral_rewards`) and is logged with `infra` set to what went wrong."""
 
     def verifier_reward(prompts, completions, environments=None, task_id=None, **kwargs) -> list[float]:
         envs = environments or []
         with ThreadPoolExecutor(max_workers=max(1, min(workers, len(envs)))) as ex:
-            scores = list(ex.map(lambda ec: ec[0]._score(_transcript(ec[1])), zip(envs, completions)))
+            raw = list(ex.map(lambda ec: ec[0]._score(_transcript(ec[1])), zip(envs, completions)))
+        ids = list(task_id or [None] * len(raw))
+        scores = neutral_rewards(raw, ids)
         if log is not None:
-            log.extend({"task_id": t, "reward": s} for t, s in zip(task_id or [None] * len(scores), scores))
+            log.extend({"task_id": t, "reward": s, **({"infra": env.infra_error} if r is None else {})}
+                       for t, s, r, env in zip(ids, scores, raw, envs))
         return scores
 
     return verifier_reward
@@ -426,7 +453,8 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> Che
     png = plot_rewards(curve, out / "reward.png", f"GRPO reward — {cfg.name or out.name}")
     hyper = {"grpo_config": trl_fields, "score_workers": cfg.score_workers, "system_prompt": cfg.system_prompt,
              "resume": cfg.resume, "dataset_version": cfg.dataset_version, "precision": precision(trl_fields),
-             "tokens": {"token_exact": len(reward_log), "retokenized": 0, "tokenized_by": "trl_grpo_sampling"}}
+             "tokens": {"token_exact": len(reward_log), "retokenized": 0, "tokenized_by": "trl_grpo_sampling"},
+             "infra_rewards": sum(1 for r in reward_log if "infra" in r)}  # samples a failed sandbox left neutral
     rec = CheckpointRecord(
         checkpoint=cfg.name or out.name, path=str(out), base=cfg.base_model, parent=cfg.base_model,
         algorithm="grpo", data_version=cfg.dataset_version, n_tasks=len(tasks), steps=int(trainer.state.global_step),
@@ -439,5 +467,6 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> Che
     return rec
 
 
-__all__ = ["GRPORunConfig", "SandboxEnv", "SandboxEnvFactory", "tool_method", "make_reward_func", "task_prompts",
+__all__ = ["GRPORunConfig", "SandboxEnv", "SandboxEnvFactory", "tool_method", "make_reward_func", "neutral_rewards",
+           "task_prompts",
            "run_grpo", "vllm_server_mode", "plot_rewards", "GPU_RECIPE", "guard_control_text", "grpo_tokenizer"]
