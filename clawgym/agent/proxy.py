@@ -46,6 +46,7 @@ import json
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -439,199 +440,10 @@ class RecordingProxy(AppServer):
 
     def _make_app(self) -> FastAPI:
         app = FastAPI(title="clawgym recording proxy")
-        proxy = self
-        client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=10.0))
-
-        async def models_impl(request: Request, session: str):
-            bad = proxy._admit(request, session)
-            if bad:
-                return proxy._refuse(request, session, *bad)
-            try:
-                r = await client.get(proxy.upstream + "/models", headers=proxy._headers(request, session))
-                return Response(r.content, status_code=r.status_code, media_type="application/json")
-            except httpx.HTTPError as e:
-                return JSONResponse({"error": {"message": f"upstream unreachable: {type(e).__name__}"}}, 502)
-
-        async def chat_impl(request: Request, session: str):
-            t0 = time.time()
-            bad = proxy._admit(request, session)
-            if bad:  # refused before the body is even read: nothing of it is forwarded or recorded
-                return proxy._refuse(request, session, *bad)
-            raw = await proxy._read_request(request)
-            if raw is None:  # over max_record_bytes: not read further, nothing of it recorded
-                with proxy._lock:
-                    proxy._seq += 1
-                    seq = proxy._seq
-                why = f"record size limit: request body over max_record_bytes ({proxy.bounds.max_record_bytes} bytes)"
-                proxy._stop(why)
-                proxy._log({"session": session, "seq": seq, "ts": t0, "status": 413, "limit": why, "latency_s": 0.0})
-                return JSONResponse({"error": {"message": f"refused by the clawgym proxy: {why}",
-                                               "type": "limit"}}, status_code=413)
-            try:
-                body = json.loads(raw)
-                if not isinstance(body, dict):
-                    raise ValueError("not an object")
-            except Exception:
-                return JSONResponse({"error": {"message": "invalid JSON body"}}, status_code=400)
-            with proxy._lock:
-                proxy._seq += 1
-                seq = proxy._seq
-            if proxy.model:
-                body["model"] = proxy.model
-            # what the engine reads is what the record says it read: only OpenAI's sampling fields go upstream (an
-            # engine's own extensions, structured_outputs / logit_bias / chat_template_kwargs / kv_transfer_params,
-            # would let a client choose the "model's" text or the prompt behind the record), and only the text of
-            # messages the template renders (a content part of another type, or a key such as reasoning_content,
-            # is rendered by some templates and read by no trajectory)
-            dropped = request_fields(body)
-            if dropped:
-                entry_extra = {"dropped_fields": dropped}
-            else:
-                entry_extra = {}
-            if proxy.token_ids:  # the proxy's own choice, whatever the client sent
-                body["return_token_ids"] = True
-                body["logprobs"] = True
-            headers = proxy._headers(request, session)
-            entry: dict[str, Any] = {"session": session, "seq": seq, "ts": t0, "request": body,
-                                     "stream": bool(body.get("stream")), **entry_extra}
-            why = proxy._over_limit(session)
-            if why:
-                msg = {"role": "assistant", "content": f"[clawgym] {why}: stopping here."}
-                usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-                entry.update(status=200, limit=why, response=completion_json(msg, body.get("model", ""), usage),
-                             latency_s=0.0)
-                proxy._log(entry)
-                if body.get("stream"):
-                    return StreamingResponse(sse_chunks(msg, body.get("model", ""), usage, True),
-                                             media_type="text/event-stream")
-                return JSONResponse(entry["response"])
-            url = proxy.upstream + "/chat/completions"
-            # rendering and matching a long history is CPU work: off the event loop
-            ids = await asyncio.to_thread(proxy._prompt_ids, session, body) if proxy.tokenizer else None
-            upstream_body = {**body, KV_FIELD: {"prompt_token_ids": ids}} if ids else body
-
-            def stop_answer(why: str, response: dict | None = None):
-                """The proxy's own final text instead of a reply that broke a size cap (logged, cut)."""
-                proxy._stop(why)
-                msg = {"role": "assistant", "content": f"[clawgym] {why}: stopping here."}
-                usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
-                entry.update(status=200, limit=why, latency_s=time.time() - t0,
-                             response=response or completion_json(msg, body.get("model", ""), usage))
-                proxy._log(entry)
-                return JSONResponse(completion_json(msg, body.get("model", ""), usage))
-
-            if not body.get("stream"):
-                try:
-                    r = await client.send(client.build_request("POST", url, json=upstream_body, headers=headers),
-                                          stream=True)
-                    try:
-                        content = await proxy._read_response(r)
-                    finally:
-                        await r.aclose()
-                except httpx.HTTPError as e:
-                    entry.update(status=502, error=f"upstream unreachable: {type(e).__name__}: {e}",
-                                 latency_s=time.time() - t0)
-                    proxy._log(entry)
-                    return JSONResponse({"error": {"message": entry["error"], "type": "upstream_error"}}, 502)
-                if content is None:
-                    return stop_answer(f"reply size limit: the model's reply exceeded max_response_bytes "
-                                       f"({proxy.bounds.max_response_bytes} bytes); not read further")
-                entry.update(status=r.status_code, latency_s=time.time() - t0)
-                try:
-                    data = json.loads(content)
-                except Exception:
-                    data = None
-                if r.status_code == 200 and isinstance(data, dict):
-                    hit = _reply_cut(data, proxy.bounds)
-                    if hit is not None:
-                        return stop_answer(hit[1], hit[0])
-                    entry["response"] = data
-                else:
-                    entry["error"] = content[:2000].decode(errors="replace")
-                proxy._log(entry)
-                return Response(content, status_code=r.status_code,
-                                media_type=r.headers.get("content-type", "application/json"))
-
-            req = client.build_request("POST", url, json=upstream_body, headers=headers)
-            try:
-                r = await client.send(req, stream=True)
-            except httpx.HTTPError as e:
-                entry.update(status=502, error=f"upstream unreachable: {type(e).__name__}: {e}",
-                             latency_s=time.time() - t0)
-                proxy._log(entry)
-                return JSONResponse({"error": {"message": entry["error"], "type": "upstream_error"}}, 502)
-            if r.status_code != 200:
-                content = await r.aread()
-                await r.aclose()
-                entry.update(status=r.status_code, error=content.decode(errors="replace")[:2000],
-                             latency_s=time.time() - t0)
-                proxy._log(entry)
-                return Response(content, status_code=r.status_code,
-                                media_type=r.headers.get("content-type", "application/json"))
-
-            async def relay():
-                chunks: list[dict] = []
-                buf = b""
-                done = False  # upstream sent [DONE]
-                b = proxy.bounds
-                caps = _StreamCaps(b) if b is not None else None
-                n_bytes = 0
-                try:
-                    async for part in r.aiter_raw():
-                        buf += part  # parse before yielding: the client may hang up right after the last chunk
-                        n_bytes += len(part)
-                        why = None
-                        if b is not None and n_bytes > b.max_response_bytes:
-                            why = f"reply size limit: the model's reply exceeded max_response_bytes " \
-                                  f"({b.max_response_bytes} bytes); stream cut"
-                        while b"\n" in buf and why is None:
-                            line, buf = buf.split(b"\n", 1)
-                            line = line.strip()
-                            if line.startswith(b"data:"):
-                                payload = line[5:].strip()
-                                if payload == b"[DONE]":
-                                    done = True
-                                elif payload:
-                                    try:
-                                        parsed = json.loads(payload)
-                                    except Exception:
-                                        continue
-                                    if not isinstance(parsed, dict):  # not a chunk: relayed, not merged
-                                        continue
-                                    chunks.append(parsed)
-                                    why = caps.over(chunks[-1]) if caps is not None else None
-                                    if why is not None:
-                                        chunks.pop()
-                                    elif len(chunks) >= 256:  # merged as it goes: memory stays bounded
-                                        chunks = [_as_chunk(merge_stream(chunks))]
-                        if why is not None:  # this part is not relayed; the client gets the end of a stream
-                            proxy._stop(why)
-                            merged = merge_stream(chunks)
-                            hit = _reply_cut(merged, b)
-                            entry.update(status=200, limit=why, response=hit[0] if hit else merged)
-                            yield b"\n\ndata: [DONE]\n\n"
-                            return
-                        yield part
-                    done = True
-                except Exception as e:  # client went away or upstream broke mid-stream
-                    entry.update(status=599, error=f"stream broken: {type(e).__name__}: {e}")
-                    raise
-                finally:
-                    # also reached on cancellation (the client closed after the last chunk): a stream that
-                    # completed upstream is a 200 whatever the client did afterwards
-                    if "status" not in entry and done:
-                        entry.update(status=200, response=merge_stream(chunks))
-                    elif "status" not in entry:
-                        entry.update(status=499, error="client closed the stream before it completed")
-                    await r.aclose()
-                    entry["latency_s"] = time.time() - t0
-                    proxy._log(entry)
-
-            return StreamingResponse(relay(), status_code=200,
-                                     media_type=r.headers.get("content-type", "text/event-stream"))
+        routes = _ProxyRoutes(self, httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s, connect=10.0)))
 
         # each endpoint twice: session from the X-Clawgym-Session header (else "default"), or from the URL
-        for method, tail, impl in (("POST", "chat/completions", chat_impl), ("GET", "models", models_impl)):
+        for method, tail, impl in (("POST", "chat/completions", routes.chat), ("GET", "models", routes.models)):
             by_header, by_url = _session_routes(impl)
             name = tail.replace("/", "_")
             app.add_api_route(f"/v1/{tail}", by_header, methods=[method], name=name)
@@ -673,6 +485,254 @@ class RecordingProxy(AppServer):
             self.gate.stop()
             self.gate = None
         super().stop()
+
+
+def _json_object(raw: bytes) -> dict | None:
+    """`raw` parsed as JSON when it is an object, else None."""
+    try:
+        body = json.loads(raw)
+    except Exception:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+@dataclass
+class _Turn:
+    """One admitted chat request on its way upstream: its log entry is filled in as the answer arrives."""
+
+    session: str
+    t0: float
+    body: dict
+    headers: dict
+    entry: dict[str, Any]
+
+    @property
+    def model(self) -> str:
+        return self.body.get("model", "")
+
+
+class _ProxyRoutes:
+    """The proxy's two endpoints (chat completions, models) over its upstream `client`; every check and record is
+    the RecordingProxy's (`proxy`), in the order the module's docstring gives."""
+
+    def __init__(self, proxy: RecordingProxy, client: httpx.AsyncClient):
+        self.proxy = proxy
+        self.client = client
+
+    async def models(self, request: Request, session: str):
+        proxy = self.proxy
+        bad = proxy._admit(request, session)
+        if bad:
+            return proxy._refuse(request, session, *bad)
+        try:
+            r = await self.client.get(proxy.upstream + "/models", headers=proxy._headers(request, session))
+            return Response(r.content, status_code=r.status_code, media_type="application/json")
+        except httpx.HTTPError as e:
+            return JSONResponse({"error": {"message": f"upstream unreachable: {type(e).__name__}"}}, 502)
+
+    async def chat(self, request: Request, session: str):
+        proxy = self.proxy
+        t0 = time.time()
+        bad = proxy._admit(request, session)
+        if bad:  # refused before the body is even read: nothing of it is forwarded or recorded
+            return proxy._refuse(request, session, *bad)
+        raw = await proxy._read_request(request)
+        if raw is None:  # over max_record_bytes: not read further, nothing of it recorded
+            return self._request_too_large(session, t0)
+        body = _json_object(raw)
+        if body is None:
+            return JSONResponse({"error": {"message": "invalid JSON body"}}, status_code=400)
+        turn = self._admitted_turn(request, session, t0, body)
+        why = proxy._over_limit(session)
+        if why:
+            return self._limit_answer(turn, why)
+        # rendering and matching a long history is CPU work: off the event loop
+        ids = await asyncio.to_thread(proxy._prompt_ids, session, body) if proxy.tokenizer else None
+        upstream_body = {**body, KV_FIELD: {"prompt_token_ids": ids}} if ids else body
+        if not body.get("stream"):
+            return await self._forward(turn, upstream_body)
+        return await self._forward_stream(turn, upstream_body)
+
+    def _request_too_large(self, session: str, t0: float) -> JSONResponse:
+        """The 413 of a request body over max_record_bytes (logged with "limit"; every later request is stopped)."""
+        proxy = self.proxy
+        with proxy._lock:
+            proxy._seq += 1
+            seq = proxy._seq
+        why = f"record size limit: request body over max_record_bytes ({proxy.bounds.max_record_bytes} bytes)"
+        proxy._stop(why)
+        proxy._log({"session": session, "seq": seq, "ts": t0, "status": 413, "limit": why, "latency_s": 0.0})
+        return JSONResponse({"error": {"message": f"refused by the clawgym proxy: {why}",
+                                       "type": "limit"}}, status_code=413)
+
+    def _admitted_turn(self, request: Request, session: str, t0: float, body: dict) -> _Turn:
+        """Number the request, pin its model, keep only the fields the record reads (`body`, in place) and make its
+        log entry and upstream headers."""
+        proxy = self.proxy
+        with proxy._lock:
+            proxy._seq += 1
+            seq = proxy._seq
+        if proxy.model:
+            body["model"] = proxy.model
+        # what the engine reads is what the record says it read: only OpenAI's sampling fields go upstream (an
+        # engine's own extensions, structured_outputs / logit_bias / chat_template_kwargs / kv_transfer_params,
+        # would let a client choose the "model's" text or the prompt behind the record), and only the text of
+        # messages the template renders (a content part of another type, or a key such as reasoning_content,
+        # is rendered by some templates and read by no trajectory)
+        dropped = request_fields(body)
+        if dropped:
+            entry_extra = {"dropped_fields": dropped}
+        else:
+            entry_extra = {}
+        if proxy.token_ids:  # the proxy's own choice, whatever the client sent
+            body["return_token_ids"] = True
+            body["logprobs"] = True
+        headers = proxy._headers(request, session)
+        entry: dict[str, Any] = {"session": session, "seq": seq, "ts": t0, "request": body,
+                                 "stream": bool(body.get("stream")), **entry_extra}
+        return _Turn(session, t0, body, headers, entry)
+
+    def _limit_answer(self, turn: _Turn, why: str):
+        """The proxy's own final text past a limit (streamed when the request asked for a stream)."""
+        msg = {"role": "assistant", "content": f"[clawgym] {why}: stopping here."}
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        turn.entry.update(status=200, limit=why, response=completion_json(msg, turn.model, usage), latency_s=0.0)
+        self.proxy._log(turn.entry)
+        if turn.body.get("stream"):
+            return StreamingResponse(sse_chunks(msg, turn.model, usage, True), media_type="text/event-stream")
+        return JSONResponse(turn.entry["response"])
+
+    def _stop_answer(self, turn: _Turn, why: str, response: dict | None = None) -> JSONResponse:
+        """The proxy's own final text instead of a reply that broke a size cap (logged, cut)."""
+        self.proxy._stop(why)
+        msg = {"role": "assistant", "content": f"[clawgym] {why}: stopping here."}
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        turn.entry.update(status=200, limit=why, latency_s=time.time() - turn.t0,
+                          response=response or completion_json(msg, turn.model, usage))
+        self.proxy._log(turn.entry)
+        return JSONResponse(completion_json(msg, turn.model, usage))
+
+    def _unreachable(self, turn: _Turn, e: httpx.HTTPError) -> JSONResponse:
+        """The 502 of an upstream that could not be reached (logged)."""
+        turn.entry.update(status=502, error=f"upstream unreachable: {type(e).__name__}: {e}",
+                          latency_s=time.time() - turn.t0)
+        self.proxy._log(turn.entry)
+        return JSONResponse({"error": {"message": turn.entry["error"], "type": "upstream_error"}}, 502)
+
+    async def _forward(self, turn: _Turn, upstream_body: dict) -> Response:
+        """A non-streamed request: the upstream's reply read up to max_response_bytes, checked against the size
+        caps, logged and relayed."""
+        proxy, client, entry = self.proxy, self.client, turn.entry
+        url = proxy.upstream + "/chat/completions"
+        try:
+            r = await client.send(client.build_request("POST", url, json=upstream_body, headers=turn.headers),
+                                  stream=True)
+            try:
+                content = await proxy._read_response(r)
+            finally:
+                await r.aclose()
+        except httpx.HTTPError as e:
+            return self._unreachable(turn, e)
+        if content is None:
+            return self._stop_answer(turn, f"reply size limit: the model's reply exceeded max_response_bytes "
+                                           f"({proxy.bounds.max_response_bytes} bytes); not read further")
+        entry.update(status=r.status_code, latency_s=time.time() - turn.t0)
+        try:
+            data = json.loads(content)
+        except Exception:
+            data = None
+        if r.status_code == 200 and isinstance(data, dict):
+            hit = _reply_cut(data, proxy.bounds)
+            if hit is not None:
+                return self._stop_answer(turn, hit[1], hit[0])
+            entry["response"] = data
+        else:
+            entry["error"] = content[:2000].decode(errors="replace")
+        proxy._log(entry)
+        return Response(content, status_code=r.status_code,
+                        media_type=r.headers.get("content-type", "application/json"))
+
+    async def _forward_stream(self, turn: _Turn, upstream_body: dict) -> Response:
+        """A streamed request: an upstream error is logged and relayed whole, a 200 stream chunk by chunk
+        (:meth:`_relay`)."""
+        proxy, client, entry = self.proxy, self.client, turn.entry
+        url = proxy.upstream + "/chat/completions"
+        req = client.build_request("POST", url, json=upstream_body, headers=turn.headers)
+        try:
+            r = await client.send(req, stream=True)
+        except httpx.HTTPError as e:
+            return self._unreachable(turn, e)
+        if r.status_code != 200:
+            content = await r.aread()
+            await r.aclose()
+            entry.update(status=r.status_code, error=content.decode(errors="replace")[:2000],
+                         latency_s=time.time() - turn.t0)
+            proxy._log(entry)
+            return Response(content, status_code=r.status_code,
+                            media_type=r.headers.get("content-type", "application/json"))
+        return StreamingResponse(self._relay(turn, r), status_code=200,
+                                 media_type=r.headers.get("content-type", "text/event-stream"))
+
+    async def _relay(self, turn: _Turn, r: httpx.Response):
+        """Relay the upstream's stream `r`, merging its chunks for the log as they pass; cut where it breaks a cap
+        (the client then gets the end of a stream). The entry is logged however the stream ends."""
+        proxy, entry = self.proxy, turn.entry
+        chunks: list[dict] = []
+        buf = b""
+        done = False  # upstream sent [DONE]
+        b = proxy.bounds
+        caps = _StreamCaps(b) if b is not None else None
+        n_bytes = 0
+        try:
+            async for part in r.aiter_raw():
+                buf += part  # parse before yielding: the client may hang up right after the last chunk
+                n_bytes += len(part)
+                why = None
+                if b is not None and n_bytes > b.max_response_bytes:
+                    why = f"reply size limit: the model's reply exceeded max_response_bytes " \
+                          f"({b.max_response_bytes} bytes); stream cut"
+                while b"\n" in buf and why is None:
+                    line, buf = buf.split(b"\n", 1)
+                    line = line.strip()
+                    if line.startswith(b"data:"):
+                        payload = line[5:].strip()
+                        if payload == b"[DONE]":
+                            done = True
+                        elif payload:
+                            try:
+                                parsed = json.loads(payload)
+                            except Exception:
+                                continue
+                            if not isinstance(parsed, dict):  # not a chunk: relayed, not merged
+                                continue
+                            chunks.append(parsed)
+                            why = caps.over(chunks[-1]) if caps is not None else None
+                            if why is not None:
+                                chunks.pop()
+                            elif len(chunks) >= 256:  # merged as it goes: memory stays bounded
+                                chunks = [_as_chunk(merge_stream(chunks))]
+                if why is not None:  # this part is not relayed; the client gets the end of a stream
+                    proxy._stop(why)
+                    merged = merge_stream(chunks)
+                    hit = _reply_cut(merged, b)
+                    entry.update(status=200, limit=why, response=hit[0] if hit else merged)
+                    yield b"\n\ndata: [DONE]\n\n"
+                    return
+                yield part
+            done = True
+        except Exception as e:  # client went away or upstream broke mid-stream
+            entry.update(status=599, error=f"stream broken: {type(e).__name__}: {e}")
+            raise
+        finally:
+            # also reached on cancellation (the client closed after the last chunk): a stream that
+            # completed upstream is a 200 whatever the client did afterwards
+            if "status" not in entry and done:
+                entry.update(status=200, response=merge_stream(chunks))
+            elif "status" not in entry:
+                entry.update(status=499, error="client closed the stream before it completed")
+            await r.aclose()
+            entry["latency_s"] = time.time() - turn.t0
+            proxy._log(entry)
 
 
 def _session_routes(impl):
