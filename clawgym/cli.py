@@ -34,7 +34,7 @@ PARTITION_KINDS = {"model": "model", "policy": "policy", "checkpoint": "checkpoi
 def _entry(ctx: typer.Context) -> None:
     # an entry point: the data root and what the command writes in it (lake, catalog, caches, checkpoints, logs)
     # are owner-only, or group-readable with $CLAWGYM_SHARED_GROUP=1 (clawgym.lake.modes)
-    shared = modes.shared_from_env()
+    shared = modes.shared_from_env(os.environ)
     ctx.with_resource(modes.configured(shared))
     modes.protect(_data_dir(), shared)
 

@@ -149,7 +149,7 @@ def test_shared_group_setting_opens_them_to_the_group(tmp_path, monkeypatch):
 
     monkeypatch.setenv("CLAWGYM_SHARED_GROUP", "1")
     res = LakeResource.from_env()
-    assert res.shared_group and lk.modes.shared_from_env()
+    assert res.shared_group and lk.modes.shared_from_env(os.environ)
     with lk.modes.configured(res.shared_group):
         root = tmp_path / "data" / "lake"
         part = lk.write_table("tasks", [{"task_id": "t"}], {"source": "synthetic"}, root=root)

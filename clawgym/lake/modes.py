@@ -14,7 +14,7 @@ to the owning group. Nothing is ever world-readable. Three layers:
   the sandbox backends make their host-side state folders with ``os.mkdir(…, 0o755)`` and the verifier's uid
   (docker) then cannot enter a 0700 HOME (seen: "cd: /root/.openclaw/workspace: Permission denied").
 
-The library never reads the environment: :func:`shared_from_env` is for the entry points."""
+The library never reads the environment: the entry points hand theirs to :func:`shared_from_env`."""
 
 from __future__ import annotations
 
@@ -31,9 +31,9 @@ _lock = threading.Lock()
 _shared = False
 
 
-def shared_from_env(env: Mapping[str, str] | None = None) -> bool:
-    """True when $CLAWGYM_SHARED_GROUP is 1 / true / yes / on (entry points only)."""
-    env = os.environ if env is None else env
+def shared_from_env(env: Mapping[str, str]) -> bool:
+    """True when `env` (an entry point's environment, which it passes in) has $CLAWGYM_SHARED_GROUP = 1 / true /
+    yes / on."""
     return (env.get(SHARED_ENV) or "").strip().lower() in ("1", "true", "yes", "on")
 
 
