@@ -333,6 +333,8 @@ def via_harbor(factory, attack: Attack) -> Outcome:
             score = float(ver.read_file(f"{H}/logs/reward.txt").decode().strip())
         except Exception as e:
             return Outcome(None, "infra", f"no reward.txt ({type(e).__name__}: {e}); {detail}")
+        iso = json.loads(ver.read_file(f"{H}/logs/clawgym_isolation.json"))  # the stand-in's test.sh is not root
+        assert iso["separate_uid"] is False and iso["check_user"] == 1000 and "not root" in iso["why"], iso
     return Outcome(score, "ok", detail)
 
 
@@ -688,6 +690,7 @@ def test_harbor_verifier_as_root_keeps_the_check_away():
                 time.sleep(0.3)  # a daemon that were left would rewrite the result by now
                 assert (logs / "reward.txt").read_text() == "0.5\n", calc
                 assert json.loads((logs / "reward.json").read_text()) == {"reward": 0.5}, calc
+                assert json.loads((logs / "clawgym_isolation.json").read_text())["separate_uid"] is True, calc
                 assert (ws / "scratch.txt").stat().st_uid == 65534 and (ws / "reward").stat().st_uid == 0, calc
                 assert (ws / "reward" / "reward.sh").read_text() == ROOT_REWARD_SH, calc
                 ps = subprocess.run(["ps", "-u", "65534", "-o", "pid="], capture_output=True, text=True)

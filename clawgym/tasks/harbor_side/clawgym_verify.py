@@ -459,6 +459,19 @@ def write_result(logs, name, text):
         fh.write(text)
 
 
+def isolation():
+    """What separates the check from this process, for the record (<logs>/clawgym_isolation.json): as root, the
+    check's own uid; otherwise nothing but what every mode does, since a process of the same uid can signal this
+    one and write its files, and an unprivileged user namespace is refused in the images this runs in (docker's
+    default seccomp profile, a sandbox with max_user_namespaces 0). A score from a non-root verifier is then only
+    as trustworthy as its image's user: clawgym's own in-place run seals the workspace from the host instead."""
+    if ROOT:
+        return {"check_user": NOBODY, "separate_uid": True}
+    return {"check_user": os.geteuid(), "separate_uid": False,
+            "why": "in place (clawgym seals from the host)" if os.environ.get("CLAWGYM_VERIFY_IN_PLACE") == "1"
+            else "the verifier is not root: the check shares its uid"}
+
+
 def main():
     """Verify, write reward.txt and reward.json, print the score."""
     global ROOT
@@ -473,6 +486,7 @@ def main():
     detail = {}
     error = None
     env, h = {}, None
+    write_result(logs, "clawgym_isolation.json", json.dumps(isolation()))
     try:
         env, h = prepare(ws, logs)
         x = (run_reward_dir(cfg, ws, detail, env, h) if cfg["kind"] == "reward_dir"
