@@ -57,6 +57,7 @@ import json
 import os
 import re
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -255,8 +256,9 @@ def import_harbor_task(dir: str | Path, *, suite: str | None = None, split: str 
         return _import(td, label, suite, split, base_images or {}, set(local_images or LOCAL_IMAGES))
 
 
-def _import(td: TaskDir, label: str, suite: str | None, split: str | None, base_images: dict[str, str],
-            local: set[str]) -> Task:
+def _read_toml(td: TaskDir, label: str) -> tuple[str, str, dict]:
+    """(instruction.md's text, task.toml's text, task.toml parsed); TaskError when one is missing, the
+    instruction is empty or the TOML does not parse."""
     if td.kind(INSTRUCTION) == "missing":
         raise TaskError(f"{label}/{INSTRUCTION}", None, "missing (a Harbor task needs instruction.md)")
     instruction = td.read_text(INSTRUCTION)
@@ -269,7 +271,22 @@ def _import(td: TaskDir, label: str, suite: str | None, split: str | None, base_
         conf = tomllib.loads(toml_text)
     except tomllib.TOMLDecodeError as e:
         raise TaskError(f"{label}/{TASK_TOML}", None, f"is not valid TOML: {e}") from None
-    fname = f"{label}/{TASK_TOML}"
+    return instruction, toml_text, conf
+
+
+@dataclass
+class _Settings:
+    """task.toml's fields the import reads, checked."""
+
+    meta: dict
+    agent_timeout: float
+    verifier_timeout: float
+    verifier_env: dict
+    skills_dir: str | None
+
+
+def _settings(conf: dict, fname: str) -> _Settings:
+    """The checked fields of task.toml `conf` (TaskError naming `fname` and the field otherwise)."""
 
     def table(key: str) -> dict:
         v = conf.get(key, {})
@@ -293,8 +310,12 @@ def _import(td: TaskDir, label: str, suite: str | None, split: str | None, base_
     skills_dir = env.get("skills_dir")
     if skills_dir is not None and (not isinstance(skills_dir, str) or not skills_dir.startswith("/")):
         raise TaskError(fname, "environment.skills_dir", "must be an absolute path")
+    return _Settings(meta, agent_timeout, verifier_timeout, venv, skills_dir)
 
-    # every part of the folder
+
+def _read_parts(td: TaskDir, label: str) -> tuple[list[File], list[File], list[File], list[File]]:
+    """Every part of the folder: (environment/, tests/, solution/, the other files); TaskError on a file kind
+    that is not allowed or a missing tests/test.sh."""
     env_files = td.read_tree("environment")
     tests = td.read_tree("tests")
     solution = td.read_tree("solution")
@@ -311,7 +332,12 @@ def _import(td: TaskDir, label: str, suite: str | None, split: str | None, base_
             raise TaskError(td.name(name), None, f"is a {k} (not allowed in task files)")
     if not any(f.path == "test.sh" for f in tests):
         raise TaskError(f"{label}/{TEST_SH}", None, "missing (the Harbor verifier entry point)")
+    return env_files, tests, solution, others
 
+
+def _read_dockerfile(label: str, env_files: list[File]) -> tuple[File | None, dict | None, str]:
+    """(environment/Dockerfile, parsed, its WORKDIR: /app by default); TaskError when it is not UTF-8 text or
+    its WORKDIR is /."""
     dockerfile = next((f for f in env_files if f.path == "Dockerfile"), None)
     df = None
     if dockerfile is not None:
@@ -319,16 +345,19 @@ def _import(td: TaskDir, label: str, suite: str | None, split: str | None, base_
         if dtext is None:
             raise TaskError(f"{label}/{DOCKERFILE}", None, "is not UTF-8 text")
         df = parse_dockerfile(dtext)
-    image = df["from"][-1][1] if df and df["from"] else None
-    base = base_images.get(image, image) if image else None
     workdir = (df or {}).get("workdir") or "/app"  # Harbor's tasks use /app by convention
     if not workdir.startswith("/"):
         workdir = "/" + workdir
     workdir = workdir.rstrip("/") or "/"
     if workdir == "/":
         raise TaskError(f"{label}/{DOCKERFILE}", "WORKDIR", "is / (a workspace must be a folder below /)")
+    return dockerfile, df, workdir
 
-    # the workspace: what the Dockerfile COPYs from its context into the WORKDIR; skills into skills/
+
+def _workspace(df: dict | None, env_files: list[File], workdir: str, skills_dir: str | None
+               ) -> tuple[dict[str, File], list[str], str | None]:
+    """The workspace: what the Dockerfile COPYs from its context into the WORKDIR, skills into skills/.
+    Returns (workspace files by path, notes on what was not reproduced, "skills" when the skills were copied)."""
     ctx = {f.path: f for f in env_files}
     ws_files: dict[str, File] = {}
     notes: list[str] = []
@@ -367,6 +396,49 @@ def _import(td: TaskDir, label: str, suite: str | None, split: str | None, base_
                 rel = p[len(strip):]
                 tgt = f"{target}/{rel}" if target else rel
                 ws_files[tgt] = File(path=tgt, content=ctx[p].content, mode=ctx[p].mode)
+    return ws_files, notes, skills_rel
+
+
+def _reward_files(tests: list[File], cfg: dict) -> list[File]:
+    """The reward_dir verifier: reward.sh running tests/test.sh through harbor_run.py with `cfg`, and tests/."""
+    reward_sh = "#!/usr/bin/env bash\n# a Harbor task's tests/test.sh, run by clawgym (clawgym.tasks.harbor)\n" \
+                'exec python3 "$(dirname "$0")/harbor_run.py"\n'
+    reward_files = [File(path="reward.sh", content=reward_sh.encode(), mode=0o755),
+                    File(path="harbor_run.py", content=_side("harbor_run.py").encode()),
+                    File(path="harbor.json", content=(json.dumps(cfg, indent=1) + "\n").encode())]
+    reward_files += [File(path=f"tests/{f.path}", content=f.content, mode=f.mode) for f in tests]
+    return reward_files
+
+
+def _task_id(meta: dict, label: str, fname: str) -> str:
+    """[metadata] clawgym_task_id, else the folder's name, as a valid task id (TaskError when none can be made)."""
+    task_id = _meta_str(meta, "clawgym_task_id") or label
+    if not is_name(task_id):
+        task_id = to_name(task_id, "")
+        if not task_id:
+            raise TaskError(fname, "metadata.clawgym_task_id", f"is not a valid task id ({NAME_RULE})")
+    return task_id
+
+
+def _difficulty(meta: dict) -> int:
+    """[metadata] difficulty: an int as it is, easy / medium / hard as 1 / 2 / 3, else 2."""
+    diff = meta.get("difficulty")
+    return diff if isinstance(diff, int) and not isinstance(diff, bool) else \
+        {"easy": 1, "medium": 2, "hard": 3}.get(str(diff).lower(), 2)
+
+
+def _import(td: TaskDir, label: str, suite: str | None, split: str | None, base_images: dict[str, str],
+            local: set[str]) -> Task:
+    instruction, toml_text, conf = _read_toml(td, label)
+    fname = f"{label}/{TASK_TOML}"
+    st = _settings(conf, fname)
+    meta, verifier_timeout, skills_dir = st.meta, st.verifier_timeout, st.skills_dir
+    env_files, tests, solution, others = _read_parts(td, label)
+    dockerfile, df, workdir = _read_dockerfile(label, env_files)
+    image = df["from"][-1][1] if df and df["from"] else None
+    base = base_images.get(image, image) if image else None
+
+    ws_files, notes, skills_rel = _workspace(df, env_files, workdir, skills_dir)
     for ln, cmd in (df or {}).get("run", []):
         if not _NET_RE.search(cmd):
             notes.append(f"{DOCKERFILE} line {ln}: RUN {cmd[:80]} not run (the sandbox image is used as it is)")
@@ -377,32 +449,20 @@ def _import(td: TaskDir, label: str, suite: str | None, split: str | None, base_
     problems = _problems(label, df, test_text, base, local)
     own = any(f.path == "clawgym_verify.py" and VERIFY_MARK in f.text.splitlines()[0] for f in tests)
     cfg = {"workdir": workdir, "timeout_s": verifier_timeout, "clawgym_verifier": own,
-           "env": {str(k): str(v) for k, v in venv.items()}}
+           "env": {str(k): str(v) for k, v in st.verifier_env.items()}}
     if skills_dir and skills_rel:
         cfg["extra_paths"] = {skills_dir.rstrip("/"): skills_rel}
-    reward_sh = "#!/usr/bin/env bash\n# a Harbor task's tests/test.sh, run by clawgym (clawgym.tasks.harbor)\n" \
-                'exec python3 "$(dirname "$0")/harbor_run.py"\n'
-    reward_files = [File(path="reward.sh", content=reward_sh.encode(), mode=0o755),
-                    File(path="harbor_run.py", content=_side("harbor_run.py").encode()),
-                    File(path="harbor.json", content=(json.dumps(cfg, indent=1) + "\n").encode())]
-    reward_files += [File(path=f"tests/{f.path}", content=f.content, mode=f.mode) for f in tests]
+    reward_files = _reward_files(tests, cfg)
     reference, why = _reference(label, solution, cfg)
     if why:
         notes.append(why)
 
-    task_id = _meta_str(meta, "clawgym_task_id") or label
-    if not is_name(task_id):
-        task_id = to_name(task_id, "")
-        if not task_id:
-            raise TaskError(fname, "metadata.clawgym_task_id", f"is not a valid task id ({NAME_RULE})")
+    task_id = _task_id(meta, label, fname)
     sp = split or _meta_str(meta, "split")
     sp = sp if sp in ("train", "bench") else "bench"
     family = _meta_str(meta, "family")
     family = family if is_name(family) else ""
     seed = meta.get("seed")
-    diff = meta.get("difficulty")
-    difficulty = diff if isinstance(diff, int) and not isinstance(diff, bool) else \
-        {"easy": 1, "medium": 2, "hard": 3}.get(str(diff).lower(), 2)
     source = {"format": FORMAT, "dirname": label, "harbor": {
         "task_toml": toml_text, "config": json.loads(json.dumps(conf, default=str)),
         "dockerfile": dockerfile.text if dockerfile else None, "image": image, "base_image": base,
@@ -415,10 +475,11 @@ def _import(td: TaskDir, label: str, suite: str | None, split: str | None, base_
         fname, task_id=task_id, suite=suite or to_name(_meta_str(meta, "suite") or "harbor", "harbor"), split=sp,
         route="imported", family=family or "harbor", category=_meta_str(meta, "category"),
         subcategory=_meta_str(meta, "subcategory"), seed=seed if isinstance(seed, int) else None,
-        difficulty=difficulty, instruction=instruction, files=sorted(ws_files.values(), key=lambda f: f.path),
+        difficulty=_difficulty(meta), instruction=instruction,
+        files=sorted(ws_files.values(), key=lambda f: f.path),
         verifier=Verifier(kind="reward_dir", reward_files=reward_files, timeout_s=verifier_timeout + 30.0),
         reference=reference, program_reference=_read_program(label, solution, td.limits), workspace_dir=workdir,
-        timeout_s=agent_timeout, source=source)
+        timeout_s=st.agent_timeout, source=source)
 
 
 def _entries(root: Path) -> list[Path]:
