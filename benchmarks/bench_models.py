@@ -203,14 +203,14 @@ def main() -> None:
 
     from clawgym.agent import Limits, run_rollouts
     from clawgym.bench.stats import compare
-    from clawgym.sandbox import get_factory
+    from clawgym.sandbox import SandboxConfig, get_factory, host_settings
     from clawgym.train.base_model import DEFAULT_BASE_DIR, prepare_base_model
     from clawgym.trajectories.sft import SFTCleanConfig, build_sft_dataset, load_tokenizer, save_hf_dataset
 
     T0 = time.time()
     walls: dict[str, float] = {}
     base = str(prepare_base_model(a.base) if a.base == DEFAULT_BASE_DIR else a.base)
-    factory = get_factory(a.sandbox)
+    factory = get_factory(a.sandbox, SandboxConfig(**host_settings(os.environ)))
 
     # 1. tasks
     t = time.time()

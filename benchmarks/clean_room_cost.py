@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 import clawgym.verify as verify_pkg  # noqa: E402
 from clawgym.agent.demo import demo_tasks  # noqa: E402
 from clawgym.agent.rollout import run_rollout  # noqa: E402
-from clawgym.sandbox import get_factory  # noqa: E402
+from clawgym.sandbox import SandboxConfig, get_factory, host_settings  # noqa: E402
 from clawgym.sandbox.docker.container import Slot  # noqa: E402
 from clawgym.verify.runtime import verify_after_agent, verify_task  # noqa: E402
 
@@ -83,7 +83,7 @@ def main() -> int:
     a = ap.parse_args()
     for b in [x for x in a.backends.split(",") if x]:
         try:
-            f = get_factory(b, pool_size=max(2, a.workers))
+            f = get_factory(b, SandboxConfig(**host_settings(os.environ)), pool_size=max(2, a.workers))
         except Exception as e:
             print(f"{b}: skipped ({e})")
             continue

@@ -70,9 +70,10 @@ def main() -> None:
     bound = HACK_BOUND if a.bound is None else a.bound  # None: the untouched score
     factory = None
     if a.backend != "host":
-        from clawgym.sandbox import get_factory
+        from clawgym.sandbox import get_factory, host_settings
 
-        factory = get_factory(a.backend, SandboxConfig(disk_mb=512, memory_mb=1024, default_timeout_s=600))
+        factory = get_factory(a.backend, SandboxConfig(disk_mb=512, memory_mb=1024, default_timeout_s=600,
+                                                       **host_settings(os.environ)))
     lines = []
     try:
         from clawgym.synth.families import generate_procedural
@@ -102,9 +103,9 @@ def main() -> None:
                 rep = import_any(a.fixtures)
                 fx = factory
                 if fx is None:
-                    from clawgym.sandbox import get_factory
+                    from clawgym.sandbox import get_factory, host_settings
 
-                    fx = get_factory("local", SandboxConfig(default_timeout_s=600))
+                    fx = get_factory("local", SandboxConfig(default_timeout_s=600, **host_settings(os.environ)))
                 with ThreadPoolExecutor(max(1, a.workers)) as ex:
                     ivals = list(ex.map(lambda t: validate_task(t, fx, hacker="report", bound=bound), rep.tasks))
                 lines.append(_line("clawgym fixture", ivals, bound, gates=False))  # no reference: no oracle gates

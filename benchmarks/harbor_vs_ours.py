@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from test_harbor import procedural_tasks  # noqa: E402
 
 from clawgym.agent.rollout import run_rollouts  # noqa: E402
-from clawgym.sandbox import get_factory  # noqa: E402
+from clawgym.sandbox import SandboxConfig, get_factory, host_settings  # noqa: E402
 from clawgym.tasks.harbor_export import export_harbor_dataset  # noqa: E402
 
 
@@ -43,7 +43,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="harbor-bench-"))
     export_harbor_dataset(tasks, tmp / "ds")
 
-    f = get_factory(a.backend)
+    f = get_factory(a.backend, SandboxConfig(**host_settings(os.environ)))
     try:
         t0 = time.perf_counter()
         ros = run_rollouts(tasks, "oracle", f, workers=a.workers)

@@ -316,7 +316,7 @@ def main(argv=None) -> int:
 
     from clawgym.agent.loop import Limits
     from clawgym.agent.policies import PolicySpec
-    from clawgym.sandbox import get_factory
+    from clawgym.sandbox import SandboxConfig, get_factory, host_settings
     from clawgym.train.base_model import prepare_base_model
 
     work = Path(a.work)
@@ -344,7 +344,7 @@ def main(argv=None) -> int:
          + ", ".join(f"{k} {len(v)}" for k, v in suites.items()))
     if a.stop_after == "tasks":
         return 0
-    factory = get_factory(a.backend)
+    factory = get_factory(a.backend, SandboxConfig(**host_settings(os.environ)))
     models = [m.strip() for m in a.bench_models.split(",") if m.strip()]
     base_dir = Path(a.base_model) if a.base_model else prepare_base_model()
     limits = Limits(max_turns=a.max_turns, max_completion_tokens=a.max_completion_tokens, max_wall_s=a.max_wall_s)

@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--out", default="", help="write the report as JSON here")
     a = ap.parse_args()
 
-    from clawgym.sandbox import get_factory
+    from clawgym.sandbox import get_factory, host_settings
     from clawgym.sandbox.base import SandboxConfig
     from clawgym.serve import ModelServer
     from clawgym.synth.embed import minilm_embedder
@@ -64,7 +64,7 @@ def main() -> None:
                "bounded_schema": not a.unbounded}
         plan = LLMPlan(generator=gen, n=a.n, personas=personas, skills=skills, skill_fraction=0.25,
                        max_repairs=a.max_repairs, cache_dir=cache)
-        factory = get_factory(a.backend, SandboxConfig())
+        factory = get_factory(a.backend, SandboxConfig(**host_settings(os.environ)))
         t1 = time.perf_counter()
         try:
             res = synthesize(0, factory=factory, llm=plan,

@@ -163,7 +163,7 @@ def main() -> None:
     ap.add_argument("--cache-rerun", action="store_true", help="run twice over a fresh response cache")
     a = ap.parse_args()
 
-    from clawgym.sandbox import get_factory
+    from clawgym.sandbox import get_factory, host_settings
     from clawgym.sandbox.base import SandboxConfig
     from clawgym.synth.llm_route import generate_llm_tasks
 
@@ -171,7 +171,7 @@ def main() -> None:
                 for i in range(16)]
     taxonomy = [("analysis_reasoning", "data analysis and calculation")]
     stubs = [StubProcess(a.latency) for _ in range(a.servers)]
-    factory = get_factory(a.backend, SandboxConfig())
+    factory = get_factory(a.backend, SandboxConfig(**host_settings(os.environ)))
     try:
         with tempfile.TemporaryDirectory(prefix="llm_cache_") as cache:
             cfgs = [{"base_url": st.base_url, "model": "stub", "max_retries": 2, "timeout_s": 60,

@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without an install too
 
 from clawgym.agent.rollout import SCORED_CLASSES, RolloutSettings, run_rollouts  # noqa: E402
-from clawgym.sandbox import get_factory  # noqa: E402
+from clawgym.sandbox import SandboxConfig, get_factory, host_settings  # noqa: E402
 from clawgym.tasks import import_any  # noqa: E402
 from clawgym.verify import make_judge  # noqa: E402
 
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
     judge = make_judge(None if args.judge == "offline" else args.judge,
                        {k: os.environ.get(v, "") for k, v in JUDGE_SETTINGS.items()})
-    factory = get_factory(args.backend)
+    factory = get_factory(args.backend, SandboxConfig(**host_settings(os.environ)))
     backend = getattr(factory, "name", args.backend)
     print(f"# policy {args.policy}  backend {backend}  judge {getattr(judge, 'name', judge)}  "
           f"workers {args.workers}  tasks {len(tasks)}", flush=True)

@@ -42,7 +42,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from clawgym.agent.demo import demo_tasks  # noqa: E402
 from clawgym.agent.rollout import RolloutSettings, run_rollout  # noqa: E402
-from clawgym.sandbox import get_factory  # noqa: E402
+from clawgym.sandbox import SandboxConfig, get_factory, host_settings  # noqa: E402
 
 GOALS = {"bwrap": 25.0, "docker": 20.0}
 
@@ -88,7 +88,7 @@ def rollouts(backends: list[str], pools: list[int], n: int, openclaw: bool, cold
         rates: dict[int, float] = {}
         for pool in pools:
             kw = {"pool_size": max(2, pool)} if b in ("docker", "bwrap") else {}  # sandboxes started ahead
-            with get_factory(b, **kw) as f:
+            with get_factory(b, SandboxConfig(**host_settings(os.environ)), **kw) as f:
                 f.warm(120)
                 if not cold_rooms:
                     f.rooms().warm(120)
@@ -128,7 +128,7 @@ def rollouts(backends: list[str], pools: list[int], n: int, openclaw: bool, cold
             if not ok:
                 print(f"{b:7s} openclaw skipped: {why}")
                 continue
-            with get_factory(b, openclaw_sandbox_config()) as f:
+            with get_factory(b, openclaw_sandbox_config(SandboxConfig(**host_settings(os.environ)))) as f:
                 dt, o_ok = measure(f, 2, 1, runtime="openclaw")
             print(f"{b:7s} openclaw oracle: {dt / 2:.1f} s per rollout (solved {o_ok:.0%})")
 

@@ -49,12 +49,12 @@ print("RESULT " + json.dumps({"tokens": tr.state.num_input_tokens_seen, "runtime
 
 def make_data(out: Path, n_rows: int, base: str, max_tokens: int) -> dict:
     from clawgym.agent.rollout import run_rollout
-    from clawgym.sandbox import get_factory
+    from clawgym.sandbox import SandboxConfig, get_factory, host_settings
     from clawgym.synth.families import generate_procedural
     from clawgym.trajectories.sft import SFTCleanConfig, build_sft_dataset, save_hf_dataset
 
     tasks = generate_procedural(n_rows, seed=3)
-    f = get_factory("local")
+    f = get_factory("local", SandboxConfig(**host_settings(os.environ)))
     rows = [run_rollout(t, "oracle", f).to_row() for t in tasks]
     # rows longer than --max-length are kept and truncated by the trainer (identically in both arms)
     res = build_sft_dataset(rows, tasks, [], SFTCleanConfig(tokenizer=base, max_tokens=max(max_tokens, 16384)))

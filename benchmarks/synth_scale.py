@@ -53,9 +53,10 @@ def main() -> None:
 
     factory = None
     if a.backend != "host":
-        from clawgym.sandbox import get_factory
+        from clawgym.sandbox import get_factory, host_settings
 
-        factory = get_factory(a.backend, SandboxConfig(disk_mb=512, memory_mb=1024, default_timeout_s=600))
+        factory = get_factory(a.backend, SandboxConfig(disk_mb=512, memory_mb=1024, default_timeout_s=600,
+                                                       **host_settings(os.environ)))
     import resource
 
     fams = all_families()

@@ -41,12 +41,12 @@ PRECISION_ARMS = {
 
 def make_data(out: Path, n_rows: int, base: str, max_length: int) -> dict:
     from clawgym.agent.rollout import run_rollout
-    from clawgym.sandbox import get_factory
+    from clawgym.sandbox import SandboxConfig, get_factory, host_settings
     from clawgym.synth.families import generate_procedural
     from clawgym.trajectories.sft import SFTCleanConfig, build_sft_dataset, save_hf_dataset
 
     tasks = generate_procedural(n_rows * 3, seed=3)
-    f = get_factory("local")
+    f = get_factory("local", SandboxConfig(**host_settings(os.environ)))
     rows = [run_rollout(t, "oracle", f).to_row() for t in tasks]
     # rows longer than max_length are dropped, so padding-free (which does not truncate) sees the same tokens
     res = build_sft_dataset(rows, tasks, [], SFTCleanConfig(tokenizer=base, max_tokens=max_length))
@@ -72,14 +72,15 @@ def sft_arm(base: str, data: Path, work: Path, steps: int, max_length: int, extr
 
 
 def grpo_arm(base: str, tasks, work: Path, steps: int, extra: dict) -> dict:
-    from clawgym.sandbox import get_factory
+    from clawgym.sandbox import SandboxConfig, get_factory, host_settings
     from clawgym.train.grpo import GRPORunConfig, run_grpo
 
     cfg = {"num_generations": 2, "per_device_train_batch_size": 2, "max_steps": steps, "learning_rate": 1e-6,
            "max_completion_length": 64, "max_tool_calling_iterations": 2, "seed": 0, **extra}
     t = time.time()
     rec = run_grpo(GRPORunConfig(base_model=base, output_dir=str(work), score_workers=2, resume=False,
-                                 grpo_config=cfg), tasks, get_factory("local"))
+                                 grpo_config=cfg), tasks,
+                   get_factory("local", SandboxConfig(**host_settings(os.environ))))
     return {"steps": rec.steps, "runtime": rec.train_runtime_s, "steps_per_s": rec.steps / rec.train_runtime_s,
             "loss": [round(c["loss"], 4) for c in rec.loss_curve],
             "reward": [round(c["reward"], 3) for c in rec.reward_curve],

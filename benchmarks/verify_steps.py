@@ -17,7 +17,7 @@ sys.path.insert(0, str(REPO))
 
 import clawgym.verify.guard as guard  # noqa: E402
 import clawgym.verify.runtime as runtime  # noqa: E402
-from clawgym.sandbox import get_factory  # noqa: E402
+from clawgym.sandbox import get_factory, host_settings  # noqa: E402
 from clawgym.sandbox.base import SandboxConfig  # noqa: E402
 from clawgym.tasks import import_any  # noqa: E402
 
@@ -50,7 +50,7 @@ def main() -> None:
         timed(guard, n)
     timed(runtime, "prepare_for_verification")
     timed(runtime, "_run_reward_dir")
-    f = get_factory(a.backend, SandboxConfig())
+    f = get_factory(a.backend, SandboxConfig(**host_settings(os.environ)))
     f.warm()
     try:
         for _round in range(2):  # the first round warms the pool and the page cache

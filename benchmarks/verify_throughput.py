@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from clawgym import DEFAULT_WORKSPACE  # noqa: E402
-from clawgym.sandbox import get_factory  # noqa: E402
+from clawgym.sandbox import get_factory, host_settings  # noqa: E402
 from clawgym.sandbox.base import SandboxConfig  # noqa: E402
 from clawgym.sandbox.bwrap.backend import find_rootfs  # noqa: E402
 from clawgym.tasks.clawgym_format import import_clawgym_folder  # noqa: E402
@@ -106,13 +106,13 @@ def main() -> int:
         return 1
     tasks = rep.tasks
     dirs = [sample / t.source["dirname"] for t in tasks]
-    rootfs = find_rootfs(SandboxConfig())
+    rootfs = find_rootfs(SandboxConfig(**host_settings(os.environ)))
     print(f"{len(tasks)} tasks; bare bwrap root: {rootfs or 'host /'}; rounds: {args.rounds}; {host_tuning()}")
     rc = 0
     bare_best = float("inf")
     for backend in [b for b in args.backends.split(",") if b]:
         try:
-            factory = get_factory(backend)
+            factory = get_factory(backend, SandboxConfig(**host_settings(os.environ)))
             if hasattr(factory, "warm"):
                 factory.warm()
         except Exception as e:

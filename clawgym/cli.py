@@ -163,11 +163,14 @@ def bench_leaderboard(suite: str = typer.Option("procedural", help="bench suite"
 
 @sandbox_app.command("cleanup")
 def sandbox_cleanup(all_: bool = typer.Option(False, "--all", help="also things whose maker is still alive"),
-                    dry_run: bool = typer.Option(False, help="only list what would be removed")):
+                    dry_run: bool = typer.Option(False, help="only list what would be removed"),
+                    state_root: str = typer.Option("", envvar="CLAWGYM_SANDBOX_TMP",
+                                                   help="the folder sandbox state dirs are made in (default: the "
+                                                        "system temp dir)")):
     """Find and remove what crashed sandbox runs left behind (containers, mounts, dirs, processes, cgroups)."""
     from clawgym.sandbox.host.cleanup import remove_leftovers
 
-    lo = remove_leftovers(orphans_only=not all_, dry_run=dry_run)
+    lo = remove_leftovers(orphans_only=not all_, dry_run=dry_run, state_root=state_root)
     console.print(("would remove: " if dry_run else "removed: ") + lo.summary() if lo else "nothing to clean up")
 
 

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Build the clawgym sandbox base environment offline (no image registry needed):
 #   1. debootstrap a minimal Debian bookworm with python3 (+yaml, pytest), git, make, nodejs, bash
-#      into $CLAWGYM_ROOTFS (default /var/lib/clawgym/rootfs). Idempotent: skipped when the stamp
+#      into --rootfs / $CLAWGYM_ROOTFS (default /var/lib/clawgym/rootfs). Idempotent: skipped when the stamp
 #      file records the same package list. The bwrap backend uses this root read-only as /.
-#   2. when a Docker engine answers: `docker import` it as $CLAWGYM_IMAGE (clawgym-sandbox:latest),
+#   2. when a Docker engine answers: `docker import` it as --image / $CLAWGYM_IMAGE (clawgym-sandbox:latest),
 #      skipped when the image already carries the same stamp label.
 # The online alternative is clawgym/sandbox/docker/Dockerfile (FROM python:3.11-slim).
-# Usage: scripts/build_sandbox_image.sh [--rootfs-only] [--force]
+# Usage: scripts/build_sandbox_image.sh [--rootfs-only] [--force] [--rootfs DIR] [--image NAME]
+# Prints what it uses on stdout (clawgym.sandbox.images reads it): rootfs=<dir>, then image=<name> (not with
+# --rootfs-only). Progress goes to stderr.
 set -euo pipefail
 
 ROOTFS="${CLAWGYM_ROOTFS:-/var/lib/clawgym/rootfs}"
@@ -14,18 +16,21 @@ IMAGE="${CLAWGYM_IMAGE:-clawgym-sandbox:latest}"
 SUITE="${CLAWGYM_SUITE:-bookworm}"
 MIRROR="${CLAWGYM_MIRROR:-http://deb.debian.org/debian}"
 PACKAGES="python3,python3-yaml,python3-pytest,git,make,nodejs,bash,coreutils,procps,ca-certificates"
-STAMP_FILE="$ROOTFS/.clawgym-stamp"
 STAMP="suite=$SUITE packages=$PACKAGES v=2"
 ROOTFS_ONLY=0
 FORCE=0
-for a in "$@"; do
-  case "$a" in
+while [[ $# -gt 0 ]]; do
+  case "$1" in
     --rootfs-only) ROOTFS_ONLY=1 ;;
     --force) FORCE=1 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
-    *) echo "unknown argument: $a" >&2; exit 2 ;;
+    --rootfs) [[ $# -ge 2 && -n "$2" ]] || { echo "--rootfs needs a directory" >&2; exit 2; }; ROOTFS="$2"; shift ;;
+    --image) [[ $# -ge 2 && -n "$2" ]] || { echo "--image needs a name" >&2; exit 2; }; IMAGE="$2"; shift ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
+  shift
 done
+STAMP_FILE="$ROOTFS/.clawgym-stamp"
 
 log() { echo "[build_sandbox_image] $*" >&2; }
 
@@ -71,7 +76,9 @@ else
   log "rootfs ready: $ROOTFS ($(du -sh "$ROOTFS" | cut -f1))"
 fi
 
+echo "rootfs=$ROOTFS"
 [[ $ROOTFS_ONLY == 1 ]] && exit 0
+echo "image=$IMAGE"
 
 if ! docker info >/dev/null 2>&1; then
   log "no Docker engine answers; rootfs built, image not imported (run scripts/start_dockerd.sh first)"

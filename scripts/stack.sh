@@ -189,7 +189,7 @@ down() {
     ids="$(docker ps -aq --filter "label=clawgym.stack=$STACK_ID")"
     if [[ -n "$ids" ]]; then docker rm -f -v $ids >/dev/null; fi
     # sandboxes the run containers started (their owners are gone now): orphans, state dirs in $STACK/sbx
-    CLAWGYM_SANDBOX_TMP="$STACK/sbx" "$PY" -m clawgym.sandbox.host.cleanup >/dev/null 2>&1 || true
+    "$PY" -m clawgym.sandbox.host.cleanup --state-root "$STACK/sbx" >/dev/null 2>&1 || true
   fi
   if b="$(pg_bin)" && [[ -f "$PGDATA/postmaster.pid" ]]; then
     runuser -u postgres -- "$b/pg_ctl" -D "$PGDATA" -m fast -w -t 60 stop >/dev/null 2>&1 || true

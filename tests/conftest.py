@@ -148,9 +148,10 @@ TEST_CONFIG = dict(memory_mb=256, pids=128, disk_mb=64, default_timeout_s=60.0)
 
 
 def _config():
+    from clawgym.sandbox import host_settings
     from clawgym.sandbox.base import SandboxConfig
 
-    return SandboxConfig(**TEST_CONFIG)
+    return SandboxConfig(**TEST_CONFIG, **host_settings(os.environ))  # the suite is an entry point: the host facts
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -190,7 +191,7 @@ def docker_factory(sandbox_rootfs):
     from clawgym.sandbox.base import SandboxError
 
     try:
-        images.ensure_docker()
+        os.environ["DOCKER_HOST"] = images.ensure_docker()  # the suite's docker clients use that engine
     except SandboxError as e:
         pytest.skip(f"no Docker engine can start on this machine: {e}")
     try:

@@ -47,6 +47,34 @@ def test_entry_point_reads_the_sandbox_env(monkeypatch):
     assert res.backend == "auto" and res.config().bwrap_server is True
 
 
+def test_entry_point_reads_the_host_facts(monkeypatch, tmp_path):
+    """CLAWGYM_ROOTFS / CLAWGYM_SANDBOX_TMP / CLAWGYM_SANDBOX_NO_TMPFS / CLAWGYM_SANDBOX_NO_CGROUP / CLAWGYM_EXECD_STAGE
+    become SandboxConfig fields at the entry points (the Dagster resource, `host_settings`), not inside the library."""
+    from clawgym.sandbox import host_settings
+    from clawgym_resources import SandboxResource
+
+    env = {"CLAWGYM_ROOTFS": "/srv/rootfs", "CLAWGYM_SANDBOX_TMP": str(tmp_path), "CLAWGYM_SANDBOX_NO_TMPFS": "1",
+           "CLAWGYM_SANDBOX_NO_CGROUP": "1", "CLAWGYM_EXECD_STAGE": "1"}
+    want = {"default_rootfs": "/srv/rootfs", "state_root": str(tmp_path), "tmpfs": False, "cgroups": False,
+            "stage_execd": True}
+    assert host_settings(env) == want and host_settings({}) == {}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    c = SandboxResource.from_env().config()
+    assert {k: getattr(c, k) for k in want} == want
+
+
+def test_state_root_holds_the_state_dirs_and_the_cleanup_finds_them_there(tmp_path):
+    root = tmp_path / "sbx"
+    root.mkdir()
+    with get_factory("local", SandboxConfig(disk_mb=16, state_root=str(root))) as f, f.open() as s:
+        assert s.workspace.startswith(str(root) + "/")
+        mine = cleanup.find_leftovers(pid=os.getpid(), state_root=str(root))
+        assert [os.path.dirname(d) for d in mine.dirs] == [str(root)]
+        assert not [d for d in cleanup.find_leftovers(pid=os.getpid()).dirs if d.startswith(str(root))]
+    assert not os.listdir(root)
+
+
 def test_bwrap_server_off_by_config(bwrap_factory):
     with get_factory("bwrap", SandboxConfig(disk_mb=16, bwrap_server=False)) as f, f.open() as s:
         assert not f.server and not s.server_mode and f.stats["created"] == 1
@@ -166,10 +194,9 @@ def test_closed_factory_refuses(bwrap_factory):
         f.open()
 
 
-def test_bwrap_prlimit_fallback_contains_bombs(bwrap_factory, monkeypatch):
+def test_bwrap_prlimit_fallback_contains_bombs(bwrap_factory):
     """Without a usable cgroup, per-process rlimits still stop memory and fork bombs."""
-    monkeypatch.setenv("CLAWGYM_SANDBOX_NO_CGROUP", "1")
-    with get_factory("bwrap", SandboxConfig(memory_mb=256, pids=64, disk_mb=16)) as f, f.open() as s:
+    with get_factory("bwrap", SandboxConfig(memory_mb=256, pids=64, disk_mb=16, cgroups=False)) as f, f.open() as s:
         assert s._cg is None
         r = s.exec("python3 -c \"x = b'x' * (1 << 30); print('allocated')\"", timeout=60)
         assert r.rc != 0 and "allocated" not in r.stdout

@@ -57,7 +57,7 @@ def stack():
     from clawgym.sandbox.base import SandboxError
 
     try:
-        images.ensure_docker()
+        os.environ["DOCKER_HOST"] = images.ensure_docker()  # this test is an entry point: its clients use that engine
     except SandboxError as e:
         pytest.skip(f"no Docker engine can start on this machine: {e}")
     images.ensure_image()  # the sandbox image (and its rootfs, which the project image starts from)

@@ -49,6 +49,23 @@ class SandboxConfig:
     # bwrap: one long-lived bwrap per sandbox with the exec server as its pid 1, where the host allows it (root
     # + cgroups). False: a fresh bwrap per exec (the fallback; entry points map CLAWGYM_BWRAP_SERVER=0 to it).
     bwrap_server: bool = True
+    # Where this host keeps things (host facts). The library never reads them from the environment: the entry points
+    # map their variables onto these fields (clawgym.sandbox.host_settings(env)).
+    # bwrap: the root scripts/build_sandbox_image.sh built, used when it is built, else the host's system dirs
+    # ($CLAWGYM_ROOTFS; "host": always the host's). `rootfs`, when given, is used first and must be built.
+    default_rootfs: str = "/var/lib/clawgym/rootfs"
+    # the folder the per-sandbox state dirs (HOME, /tmp, workspace) go in; "" = the system temp dir. A launched run
+    # sets one the engine's host shares at the same path ($CLAWGYM_SANDBOX_TMP); the cleanup is told the same one.
+    state_root: str = ""
+    # state dirs as size-limited tmpfs mounts, where this process may mount (root). False: plain dirs (a launched
+    # run, whose mounts the engine would not see: $CLAWGYM_SANDBOX_NO_TMPFS=1).
+    tmpfs: bool = True
+    # bwrap: memory / pids / CPU limits by a cgroup, where this process may make one (root). False: per-process
+    # rlimits (a host or container without usable cgroups: $CLAWGYM_SANDBOX_NO_CGROUP=1).
+    cgroups: bool = True
+    # docker: bind a copy of execd.py staged in `state_root` rather than the package's file (a caller that is itself
+    # a container, whose package path the engine's host lacks: $CLAWGYM_EXECD_STAGE=1).
+    stage_execd: bool = False
 
 
 @dataclass

@@ -68,7 +68,8 @@ class LocalSandbox(HostFileMixin, Sandbox):
 
     def __init__(self, config: SandboxConfig):
         super().__init__(config)
-        self._state = StateDir("/root/.openclaw/workspace", config.disk_mb, None, None, tmpfs=False)
+        self._state = StateDir("/root/.openclaw/workspace", config.disk_mb, None, None, tmpfs=False,
+                               root=config.state_root)
         self._ws = self._state.ws
         roots = {self._ws: self._ws, config.workspace: self._ws, "/tmp": self._state.tmp}  # /tmp = $TMPDIR
         self.fs = HostFS(self._ws, roots, max_read=max(1, int(config.disk_mb)) << 20)
@@ -93,6 +94,8 @@ class LocalSandbox(HostFileMixin, Sandbox):
             elif not wd.startswith("/"):
                 wd = posixpath.join(self._ws, wd)
             argv = ["/bin/sh", "-c", 'cd -- "$1" || exit 126; shift; exec "$@"', "sh", wd] + argv
+        # stays (issue 35): the local backend runs commands in the host's own environment by design (no isolation),
+        # so this process's environment passes through to them, plus HOME / WORKSPACE / TMPDIR and config.env
         e = dict(os.environ)
         e.update({"HOME": self._state.home, "WORKSPACE": self._ws, "TMPDIR": self._state.tmp})
         e.update(self.config.env)

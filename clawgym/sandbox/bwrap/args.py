@@ -20,8 +20,9 @@ _HOST_TOP = ["usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "op
 
 
 def find_rootfs(config: SandboxConfig) -> str | None:
-    """The debootstrapped root to use, or None for the host's system dirs."""
-    cand = config.rootfs or os.environ.get("CLAWGYM_ROOTFS") or DEFAULT_ROOTFS
+    """The debootstrapped root to use, or None for the host's system dirs: config.rootfs (it must be built), else
+    config.default_rootfs when it is built ("host": never)."""
+    cand = config.rootfs or config.default_rootfs or DEFAULT_ROOTFS
     if cand == "host":
         return None
     if os.path.isfile(os.path.join(cand, STAMP)) and os.path.isdir(os.path.join(cand, "usr")):

@@ -60,7 +60,15 @@ from clawgym.sandbox.host.execd_client import SERVICE_GID, SERVICE_UID
 from clawgym.sandbox.host.fstree import empty_dir
 from clawgym.sandbox.host.hostfs import CountedHostFileMixin, HostFS
 from clawgym.sandbox.host.proc import flood_limit, run_capture
-from clawgym.sandbox.host.statedir import HOME, SANDBOX_GID, SANDBOX_PATH, SANDBOX_UID, StateDir, sandbox_env
+from clawgym.sandbox.host.statedir import (
+    HOME,
+    SANDBOX_GID,
+    SANDBOX_PATH,
+    SANDBOX_UID,
+    StateDir,
+    can_mount,
+    sandbox_env,
+)
 from clawgym.sandbox.pool import PooledFactory, RecyclingPool
 from clawgym.sandbox.registry import sandbox_backend
 
@@ -107,7 +115,8 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         self._privileged = os.geteuid() == 0
         uid = SANDBOX_UID if self._privileged else None
         gid = SANDBOX_GID if self._privileged else None
-        self._state = StateDir(config.workspace, config.disk_mb, uid, gid)
+        self._state = StateDir(config.workspace, config.disk_mb, uid, gid, tmpfs=can_mount(config.tmpfs),
+                               root=config.state_root)
         self._shm = os.path.join(self._state.path, "shm")  # /dev/shm, on the sandbox's size-limited tmpfs
         self._recycler = None  # server mode from a factory: close() hands the sandbox back to be reset
         self._cg = None
@@ -115,7 +124,8 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
             os.mkdir(self._shm, 0o1777)
             self._state._own(self._shm)
             os.chmod(self._shm, 0o1777)
-            self._cg = Cgroup.create(self._state.name, config.memory_mb, config.pids, config.cpus)
+            if config.cgroups:
+                self._cg = Cgroup.create(self._state.name, config.memory_mb, config.pids, config.cpus)
             # host access: workspace + /tmp only
             roots = {self._state.workspace: self._state.ws, "/tmp": self._state.tmp}
             self.fs = HostFS(config.workspace, roots, uid, gid, max_read=max(1, int(config.disk_mb)) << 20)

@@ -15,7 +15,7 @@ from clawgym.sandbox import guest
 from clawgym.sandbox.base import SandboxConfig, SandboxError
 from clawgym.sandbox.host import cleanup, execd_client, nsipc
 from clawgym.sandbox.host.fstree import empty_dir
-from clawgym.sandbox.host.statedir import HOME, SANDBOX_GID, SANDBOX_UID, StateDir, tmp_base
+from clawgym.sandbox.host.statedir import HOME, SANDBOX_GID, SANDBOX_UID, StateDir, can_mount, tmp_base
 
 log = logging.getLogger(__name__)
 
@@ -54,19 +54,19 @@ EXECD_IN = "/opt/clawgym/execd.py"
 CTL_IN = "/run/clawgym"
 
 
-def execd_host_path() -> str:
+def execd_host_path(stage: bool = False, root: str = "") -> str:
     """The execd.py the engine binds into sandboxes: the guest side's file (clawgym/sandbox/guest/execd.py),
-    or, with CLAWGYM_EXECD_STAGE=1 (a caller that is itself a container, e.g. a run launched by deploy/'s
-    DockerRunLauncher, whose package path the engine's host does not have), a content-addressed copy in
-    tmp_base(), a directory the caller shares with the engine's host at the same path. Host fact read from the
-    environment like CLAWGYM_SANDBOX_TMP."""
-    if os.environ.get("CLAWGYM_EXECD_STAGE") != "1":
+    or, with `stage` (SandboxConfig.stage_execd: a caller that is itself a container, e.g. a run launched by
+    deploy/'s DockerRunLauncher, whose package path the engine's host does not have), a content-addressed copy in
+    tmp_base(root) (SandboxConfig.state_root), a directory the caller shares with the engine's host at the same
+    path."""
+    if not stage:
         return EXECD
     import hashlib
 
     with open(EXECD, "rb") as f:
         data = f.read()
-    dst = os.path.join(tmp_base(), f"clawgym-execd-{hashlib.sha256(data).hexdigest()[:16]}.py")
+    dst = os.path.join(tmp_base(root), f"clawgym-execd-{hashlib.sha256(data).hexdigest()[:16]}.py")
     if not os.path.exists(dst):
         tmp = f"{dst}.{os.getpid()}.tmp"
         with open(tmp, "wb") as f:
@@ -243,7 +243,7 @@ class Slot:
 
 def create_slot(client, c: SandboxConfig, use_execd: bool = True) -> Slot:
     """Start one sandbox container (see clawgym.sandbox.docker.backend) on a fresh StateDir; raises SandboxError."""
-    state = StateDir(c.workspace, c.disk_mb, SANDBOX_UID, SANDBOX_GID)
+    state = StateDir(c.workspace, c.disk_mb, SANDBOX_UID, SANDBOX_GID, tmpfs=can_mount(c.tmpfs), root=c.state_root)
     ctl = os.path.join(state.path, "ctl")
     try:
         os.mkdir(ctl, 0o700)  # root-owned 0700: the sandbox user cannot reach the socket
@@ -251,7 +251,8 @@ def create_slot(client, c: SandboxConfig, use_execd: bool = True) -> Slot:
         state.remove()
         raise
     volumes = {state.home: {"bind": HOME, "mode": "rw"}, state.tmp: {"bind": "/tmp", "mode": "rw"},
-               ctl: {"bind": CTL_IN, "mode": "rw"}, execd_host_path(): {"bind": EXECD_IN, "mode": "ro"}}
+               ctl: {"bind": CTL_IN, "mode": "rw"},
+               execd_host_path(c.stage_execd, c.state_root): {"bind": EXECD_IN, "mode": "ro"}}
     if state.ws_separate:
         volumes[state.ws] = {"bind": state.workspace, "mode": "rw"}
     for host, inside in c.extra_ro_binds:

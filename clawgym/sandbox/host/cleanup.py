@@ -8,7 +8,10 @@
   processes and cgroups. Each carries the pid of the process that made it, so on a shared machine
   `remove_leftovers()` (orphans_only=True) only touches what dead processes left.
 
-    python -m clawgym.sandbox.host.cleanup [--all] [--dry-run]
+    python -m clawgym.sandbox.host.cleanup [--all] [--dry-run] [--state-root DIR]
+
+The state dirs are looked for in `state_root` (SandboxConfig.state_root: the folder the sandboxes were made in; ""
+= the system temp dir); `clawgym sandbox cleanup` takes it from $CLAWGYM_SANDBOX_TMP.
 """
 
 from __future__ import annotations
@@ -121,8 +124,11 @@ def _keep(owner: int | None, pid: int | None, orphans_only: bool) -> bool:
 def _docker_client():
     try:
         import docker
+        from docker.utils import kwargs_from_env
 
-        if not os.environ.get("DOCKER_HOST") and not os.path.exists("/var/run/docker.sock"):
+        # an engine configured the way docker.from_env finds one (its own reading of DOCKER_HOST), or the default
+        # socket; else none is asked (no connect timeout on a host without docker)
+        if not kwargs_from_env().get("base_url") and not os.path.exists("/var/run/docker.sock"):
             return None
         c = docker.from_env(timeout=10)
         c.ping()
@@ -153,21 +159,21 @@ def _bwrap_processes() -> list[tuple[int, int | None]]:
 
 
 def find_leftovers(pid: int | None = None, orphans_only: bool = False,
-                   docker_client=None) -> Leftovers:
+                   docker_client=None, state_root: str = "") -> Leftovers:
     """What sandboxes left behind. pid: only things made by that process; orphans_only: only
-    things whose maker is dead."""
+    things whose maker is dead; state_root: where the state dirs were made (SandboxConfig.state_root)."""
     lo = Leftovers()
     host = os.uname().nodename
     client = docker_client or _docker_client()
     try:
-        _find_into(lo, client, host, pid, orphans_only)
+        _find_into(lo, client, host, pid, orphans_only, state_root)
     finally:
         if client is not None and docker_client is None:
             client.close()
     return lo
 
 
-def _find_into(lo: Leftovers, client, host: str, pid: int | None, orphans_only: bool) -> None:
+def _find_into(lo: Leftovers, client, host: str, pid: int | None, orphans_only: bool, state_root: str) -> None:
     if client is not None:
         try:
             # the low-level list: no per-container inspect that races with concurrent removals
@@ -187,7 +193,7 @@ def _find_into(lo: Leftovers, client, host: str, pid: int | None, orphans_only: 
     for m in mounts:
         if _keep(owner_pid(m), pid, orphans_only):
             lo.mounts.append(m)
-    base = tmp_base()
+    base = tmp_base(state_root)
     try:
         for n in os.listdir(base):
             if n.startswith(PREFIX) and _keep(owner_pid(n), pid, orphans_only):
@@ -203,10 +209,10 @@ def _find_into(lo: Leftovers, client, host: str, pid: int | None, orphans_only: 
 
 
 def remove_leftovers(pid: int | None = None, orphans_only: bool = True,
-                     dry_run: bool = False) -> Leftovers:
+                     dry_run: bool = False, state_root: str = "") -> Leftovers:
     """Remove what find_leftovers() reports; returns it."""
     client = _docker_client()
-    lo = find_leftovers(pid=pid, orphans_only=orphans_only, docker_client=client)
+    lo = find_leftovers(pid=pid, orphans_only=orphans_only, docker_client=client, state_root=state_root)
     if dry_run:
         return lo
     for p in lo.processes:
@@ -243,8 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m clawgym.sandbox.host.cleanup", description=__doc__.split("\n\n")[0])
     ap.add_argument("--all", action="store_true", help="also what live processes own (stops their sandboxes)")
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--state-root", default="", help="the folder the sandboxes' state dirs were made in "
+                    "(SandboxConfig.state_root; default: the system temp dir)")
     a = ap.parse_args(argv)
-    lo = remove_leftovers(orphans_only=not a.all, dry_run=a.dry_run)
+    lo = remove_leftovers(orphans_only=not a.all, dry_run=a.dry_run, state_root=a.state_root)
     print(("would remove: " if a.dry_run else "removed: ") + lo.summary())
     return 0
 

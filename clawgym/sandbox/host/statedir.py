@@ -61,9 +61,9 @@ def strip_xattrs(path: str | int) -> None:
         raise OSError(f"extended attributes left on {path}: {left}")
 
 
-def tmp_base() -> str:
-    """Where sandbox state directories go: $CLAWGYM_SANDBOX_TMP, else the system temp dir."""
-    return os.environ.get("CLAWGYM_SANDBOX_TMP") or tempfile.gettempdir()
+def tmp_base(root: str = "") -> str:
+    """Where sandbox state directories go: `root` (SandboxConfig.state_root), else the system temp dir."""
+    return root or tempfile.gettempdir()
 
 
 def new_name() -> str:
@@ -132,20 +132,22 @@ def our_mounts() -> list[str]:
     return out
 
 
-def can_mount() -> bool:
-    """Whether state directories can be tmpfs mounts (root, and CLAWGYM_SANDBOX_NO_TMPFS is not 1)."""
-    return os.geteuid() == 0 and os.environ.get("CLAWGYM_SANDBOX_NO_TMPFS") != "1"
+def can_mount(tmpfs: bool = True) -> bool:
+    """Whether state directories can be tmpfs mounts: `tmpfs` allows them (SandboxConfig.tmpfs) and this process is
+    root."""
+    return bool(tmpfs) and os.geteuid() == 0
 
 
 # ---------------------------------------------------------------------------------------------
 class StateDir:
     """The writable state of one sandbox: <dir>/root (HOME), <dir>/tmp, and the workspace
-    (<dir>/root/<rel> when it lies under /root, else <dir>/ws)."""
+    (<dir>/root/<rel> when it lies under /root, else <dir>/ws). <dir> is in `root` (tmp_base); `tmpfs`: a tmpfs
+    mount or a plain dir (None: a mount where this process may make one, can_mount())."""
 
     def __init__(self, workspace: str, disk_mb: int, uid: int | None, gid: int | None,
-                 tmpfs: bool | None = None):
+                 tmpfs: bool | None = None, root: str = ""):
         self.name = new_name()
-        self.path = os.path.join(tmp_base(), self.name)
+        self.path = os.path.join(tmp_base(root), self.name)
         self.workspace = posixpath.normpath(workspace)
         self.uid, self.gid = uid, gid
         os.mkdir(self.path, 0o755)

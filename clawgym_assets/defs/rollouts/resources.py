@@ -14,7 +14,10 @@ from clawgym_assets.defs.lake.resources import LakeResource
 
 class SandboxResource(dg.ConfigurableResource):
     """Which sandbox backend and which limits. backend: auto | docker | bwrap | local ($CLAWGYM_SANDBOX in
-    from_env); bwrap_server: False = a bwrap per exec ($CLAWGYM_BWRAP_SERVER=0)."""
+    from_env); bwrap_server: False = a bwrap per exec ($CLAWGYM_BWRAP_SERVER=0). The host facts (where this host keeps
+    things: SandboxConfig's fields of those names) come from $CLAWGYM_ROOTFS, $CLAWGYM_SANDBOX_TMP,
+    $CLAWGYM_SANDBOX_NO_TMPFS, $CLAWGYM_SANDBOX_NO_CGROUP and $CLAWGYM_EXECD_STAGE in from_env
+    (clawgym.sandbox.host_settings)."""
 
     backend: str = "auto"
     memory_mb: int = 1024
@@ -24,19 +27,30 @@ class SandboxResource(dg.ConfigurableResource):
     default_timeout_s: float = 60.0
     image: str = "clawgym-sandbox:latest"
     bwrap_server: bool = True
+    default_rootfs: str = "/var/lib/clawgym/rootfs"  # the built root, used when built ($CLAWGYM_ROOTFS)
+    state_root: str = ""  # the sandboxes' state dirs go here ("" = the system temp dir; $CLAWGYM_SANDBOX_TMP)
+    tmpfs: bool = True  # state dirs as tmpfs mounts where root ($CLAWGYM_SANDBOX_NO_TMPFS=1: False)
+    cgroups: bool = True  # bwrap limits by cgroup where root ($CLAWGYM_SANDBOX_NO_CGROUP=1: False, rlimits)
+    stage_execd: bool = False  # docker: execd.py staged into state_root ($CLAWGYM_EXECD_STAGE=1)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "SandboxResource":
-        """$CLAWGYM_SANDBOX (the backend, default auto) and $CLAWGYM_BWRAP_SERVER (0 = a bwrap per exec)."""
+        """$CLAWGYM_SANDBOX (the backend, default auto), $CLAWGYM_BWRAP_SERVER (0 = a bwrap per exec) and the host
+        facts (clawgym.sandbox.host_settings)."""
+        from clawgym.sandbox import host_settings
+
         env = os.environ if env is None else env
-        return cls(backend=env.get("CLAWGYM_SANDBOX", "auto"), bwrap_server=env.get("CLAWGYM_BWRAP_SERVER", "1") != "0")
+        return cls(backend=env.get("CLAWGYM_SANDBOX", "auto"), bwrap_server=env.get("CLAWGYM_BWRAP_SERVER", "1") != "0",
+                   **host_settings(env))
 
     def config(self):
         from clawgym.sandbox import SandboxConfig
 
         return SandboxConfig(memory_mb=self.memory_mb, pids=self.pids, cpus=self.cpus, disk_mb=self.disk_mb,
                              image=self.image, default_timeout_s=self.default_timeout_s,
-                             bwrap_server=self.bwrap_server)
+                             bwrap_server=self.bwrap_server, default_rootfs=self.default_rootfs,
+                             state_root=self.state_root, tmpfs=self.tmpfs, cgroups=self.cgroups,
+                             stage_execd=self.stage_execd)
 
     @contextlib.contextmanager
     def factory(self) -> Iterator:
