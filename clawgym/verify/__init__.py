@@ -1,5 +1,18 @@
 """Verifier runtime: code checks, rubric judges, hybrid scoring."""
 
+from clawgym.verify.errors import (  # noqa: F401
+    CheckFailed,
+    CheckTimedOut,
+    GradeCodeMissing,
+    GradeResultMissing,
+    GradeResultUnparsable,
+    RewardFileMissing,
+    RewardOutputEmpty,
+    RewardOutputUnparsable,
+    UnsafeWorkspaceError,
+    VerifierError,
+    WorkspaceMismatch,
+)
 from clawgym.verify.judge import (  # noqa: F401
     Judge,
     JudgeError,
@@ -12,6 +25,7 @@ from clawgym.verify.judge import (  # noqa: F401
 )
 from clawgym.verify.result import VerificationResult  # noqa: F401
 from clawgym.verify.runtime import (  # noqa: F401
+    TaskVerifier,
     mean_of_checks,
     parse_last_float,
     verify_after_agent,

@@ -67,6 +67,7 @@ class VerificationResult(BaseModel):
     """A record's keys that are no field, kept and written back flat (after the fields) by ``to_dict``."""
 
     def add_error(self, msg: str) -> None:
+        """Record an error: appended to ``errors``, and ``error`` when it is the first."""
         self.errors.append(msg)
         if self.error is None:
             self.error = msg
