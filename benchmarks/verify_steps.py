@@ -49,7 +49,7 @@ def main() -> None:
     for n in ("_quiesce", "neutralize_controls", "_seal"):
         timed(guard, n)
     timed(runtime, "prepare_for_verification")
-    timed(runtime, "_run_reward_dir")
+    timed(runtime.TaskVerifier, "_code_reward_dir")
     f = get_factory(a.backend, SandboxConfig(**host_settings(os.environ)))
     f.warm()
     try:
