@@ -83,10 +83,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def engine_python(env: Mapping[str, str] | None = None) -> str:
-    """The Python of the engine's venv: $CLAWGYM_VLLM_PYTHON, else $CLAWGYM_VLLM_VENV/bin/python, else
-    data/vllm-venv/bin/python under the repository. EngineNotInstalled (naming the path and the fix) if absent."""
-    env = os.environ if env is None else env
+def engine_python(env: Mapping[str, str]) -> str:
+    """The Python of the engine's venv, from the engine's environment `env` (ModelServer.base_environment()):
+    $CLAWGYM_VLLM_PYTHON, else $CLAWGYM_VLLM_VENV/bin/python, else data/vllm-venv/bin/python under the repository.
+    EngineNotInstalled (naming the path and the fix) if absent."""
     if env.get(ENGINE_PYTHON_ENV):
         cand = Path(env[ENGINE_PYTHON_ENV])
     else:
@@ -130,12 +130,13 @@ def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
 
 
 def serving_dtype(dtype: str, device: str, cpuinfo: str | None = None, env: Mapping[str, str] | None = None) -> str:
-    """The --dtype the engine gets. "auto": $CLAWGYM_SERVE_DTYPE if set; on a GPU the model's own dtype ("auto");
-    on a CPU bfloat16 where it does bfloat16 natively (weights and KV cache: half the bytes a decode step reads),
-    float32 elsewhere. Anything else: as given."""
+    """The --dtype the engine gets. "auto": $CLAWGYM_SERVE_DTYPE of the engine's environment `env` if set there
+    (ModelServer.base_environment(); None: no override); on a GPU the model's own dtype ("auto"); on a CPU bfloat16
+    where it does bfloat16 natively (weights and KV cache: half the bytes a decode step reads), float32 elsewhere.
+    Anything else: as given."""
     if dtype != "auto":
         return dtype
-    env = os.environ if env is None else env
+    env = env or {}
     if env.get(DTYPE_ENV):
         return env[DTYPE_ENV]
     if _has_cuda(device):
@@ -214,10 +215,11 @@ class ModelServer:
         return _has_cuda(self.device)
 
     def command(self) -> list[str]:
-        py = self.python or engine_python(self.env)
+        base = self.base_environment()
+        py = self.python or engine_python(base)
         cmd = [py, "-m", "vllm.entrypoints.openai.api_server", "--model", self.model_dir,
                "--host", self.host, "--port", str(self.port),
-               "--dtype", serving_dtype(self.dtype, self.device, env=self.env), *ENGINE_FLAGS,
+               "--dtype", serving_dtype(self.dtype, self.device, env=base), *ENGINE_FLAGS,
                "--override-generation-config", json.dumps({"max_new_tokens": DEFAULT_MAX_NEW_TOKENS})]
         if self.max_model_len:
             cmd += ["--max-model-len", str(self.max_model_len)]
@@ -231,11 +233,20 @@ class ModelServer:
                     "--logprobs-mode", "processed_logprobs", "--max-logprobs", "-1"]
         return cmd + list(self.extra_args)
 
+    def base_environment(self) -> dict[str, str]:
+        """What the engine's environment starts from: `env`, else this process's (inherited). The engine's own
+        settings are read from it: its venv (`engine_python`), $CLAWGYM_SERVE_DTYPE (`serving_dtype`),
+        $CLAWGYM_VLLM_CACHE and $CLAWGYM_VLLM_KV_GIB (`environment`)."""
+        # stays (issue 35): the engine is a child process that inherits this process's environment on purpose (its
+        # venv's paths, CUDA's and HF's variables, the settings above, as scripts/install_vllm.sh reads them); a
+        # caller that wants another passes `env`
+        return dict(os.environ if self.env is None else self.env)
+
     def environment(self) -> dict[str, str]:
-        """The engine's environment: `env` (default: inherited) without this project's Python paths (the engine
-        runs in its own venv), offline, its middleware's folder on PYTHONPATH, its compile cache under data/, and
-        on CPU its KV cache size."""
-        base = dict(os.environ if self.env is None else self.env)
+        """The engine's environment: `base_environment()` without this project's Python paths (the engine runs in
+        its own venv), offline, its middleware's folder on PYTHONPATH, its compile cache under data/, and on CPU its
+        KV cache size."""
+        base = self.base_environment()
         for k in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", AUTH_ENV):
             base.pop(k, None)
         cache = Path(base.get(ENGINE_CACHE_ENV) or DEFAULT_ENGINE_CACHE)

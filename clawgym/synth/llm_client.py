@@ -57,6 +57,8 @@ class ClientConfig:
         """The openai client for this endpoint (its own retries: `max_retries`, exponential backoff)."""
         import openai
 
+        # stays (issue 35): the secrets path: the key is read by the name the config holds (api_key_env) at the moment
+        # of use, so it is never stored in a config, a record or the lake
         key = os.environ.get(self.api_key_env) or "EMPTY"  # local servers accept any key
         return openai.OpenAI(base_url=self.base_url, api_key=key, timeout=self.timeout_s,
                              max_retries=self.max_retries)
