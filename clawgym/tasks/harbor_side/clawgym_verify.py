@@ -459,7 +459,7 @@ def write_result(logs, name, text):
         fh.write(text)
 
 
-def isolation():
+def isolation(in_place):
     """What separates the check from this process, for the record (<logs>/clawgym_isolation.json): as root, the
     check's own uid; otherwise nothing but what every mode does, since a process of the same uid can signal this
     one and write its files, and an unprivileged user namespace is refused in the images this runs in (docker's
@@ -468,14 +468,15 @@ def isolation():
     if ROOT:
         return {"check_user": NOBODY, "separate_uid": True}
     return {"check_user": os.geteuid(), "separate_uid": False,
-            "why": "in place (clawgym seals from the host)" if os.environ.get("CLAWGYM_VERIFY_IN_PLACE") == "1"
-            else "the verifier is not root: the check shares its uid"}
+            "why": ("in place (clawgym seals from the host)" if in_place
+                    else "the verifier is not root: the check shares its uid")}
 
 
 def main():
     """Verify, write reward.txt and reward.json, print the score."""
     global ROOT
-    ROOT = os.geteuid() == 0 and os.environ.get("CLAWGYM_VERIFY_IN_PLACE") != "1"
+    in_place = os.environ.get("CLAWGYM_VERIFY_IN_PLACE") == "1"
+    ROOT = os.geteuid() == 0 and not in_place
     _prctl(PR_SET_CHILD_SUBREAPER, 1)  # what the check leaves comes back here, to be killed
     _prctl(PR_SET_DUMPABLE, 0)  # no process of this uid opens this one's files or memory through /proc
     with open(os.path.join(HERE, "clawgym.json"), encoding="utf-8") as fh:
@@ -486,7 +487,7 @@ def main():
     detail = {}
     error = None
     env, h = {}, None
-    write_result(logs, "clawgym_isolation.json", json.dumps(isolation()))
+    write_result(logs, "clawgym_isolation.json", json.dumps(isolation(in_place)))
     try:
         env, h = prepare(ws, logs)
         x = (run_reward_dir(cfg, ws, detail, env, h) if cfg["kind"] == "reward_dir"
