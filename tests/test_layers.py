@@ -28,7 +28,8 @@ LIB = ROOT / "clawgym"
 # the order, lowest layer first. A unit is a dotted prefix; a module belongs to the longest unit that prefixes it
 # ("clawgym" itself is only the package's __init__: its constants).
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("clawgym", "clawgym.fsatomic", "clawgym.quality"),  # core: constants, the atomic-folder helper, data quality
+    ("clawgym", "clawgym.fsatomic", "clawgym.quality", "clawgym.keys"),  # core: constants, atomic folders, data
+    #                                                        quality, API keys read by name
     ("clawgym.tasks",),                                   # the Task model, its formats, Harbor import
     ("clawgym.lake", "clawgym.sandbox"),                  # storage; sandboxes (inner order below)
     ("clawgym.verify", "clawgym.serve", "clawgym.stats"),  # scoring, the clean room, judges; the embedded model

@@ -51,7 +51,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import random
 import threading
 import time
@@ -127,7 +126,9 @@ class Endpoint:
 
     @property
     def api_key(self) -> str:
-        return (os.environ.get(self.api_key_env, "") if self.api_key_env else "") or "clawgym-no-key"
+        from clawgym.keys import secret
+
+        return secret(self.api_key_env) or "clawgym-no-key"
 
 
 BUILTIN_POLICIES: dict[str, PolicySpec] = {

@@ -9,6 +9,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from clawgym.keys import secret  # noqa: F401  (one import for the agent layer)
+
 REDACTED = "[REDACTED]"
 _SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)", re.I)
 _BEARER = re.compile(r"(Bearer\s+)[A-Za-z0-9._\-]{12,}")
@@ -69,4 +71,4 @@ def redact_obj(obj: Any, extra_env: Iterable[str] = ()) -> Any:
     return walk(obj)
 
 
-__all__ = ["redact", "redact_obj", "secret_values", "REDACTED"]
+__all__ = ["secret", "redact", "redact_obj", "secret_values", "REDACTED"]

@@ -6,7 +6,6 @@ of the schema (`LLMReplyError` when the endpoint answered with something else)."
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,9 +56,9 @@ class ClientConfig:
         """The openai client for this endpoint (its own retries: `max_retries`, exponential backoff)."""
         import openai
 
-        # stays (issue 35): the secrets path: the key is read by the name the config holds (api_key_env) at the moment
-        # of use, so it is never stored in a config, a record or the lake
-        key = os.environ.get(self.api_key_env) or "EMPTY"  # local servers accept any key
+        from clawgym.keys import secret
+
+        key = secret(self.api_key_env) or "EMPTY"  # local servers accept any key
         return openai.OpenAI(base_url=self.base_url, api_key=key, timeout=self.timeout_s,
                              max_retries=self.max_retries)
 

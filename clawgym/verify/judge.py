@@ -23,7 +23,6 @@ Rules whose file is missing or unchanged never reach the judge (they score 0, se
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 import threading
@@ -32,6 +31,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from clawgym.keys import secret
 from clawgym.tasks.model import RUBRIC_SCALE, RubricRule
 
 SCALE = tuple(float(s) for s in RUBRIC_SCALE)
@@ -329,7 +329,7 @@ class OpenAIJudge:
         self.max_chars, self.max_tokens = max_chars, max_tokens
         self.response_format = response_format
         self.response_format_ok = response_format != "none"  # False once the endpoint rejected it (400)
-        self._secret = os.environ.get(api_key_env) or ""
+        self._secret = secret(api_key_env)
         self._client = openai.OpenAI(base_url=base_url, api_key=self._secret or "EMPTY",
                                      timeout=timeout_s, max_retries=0)
         self.name = f"openai:{model}"
@@ -410,7 +410,7 @@ def _judge_from_dict(spec: Mapping[str, Any]) -> OpenAIJudge:
     if not isinstance(env, str):
         raise JudgeConfigError(f"judge spec field 'api_key_env' must name an environment variable, not {env!r}")
     kw = {k: spec[k] for k in JUDGE_DICT_FIELDS[3:] if spec.get(k) is not None}
-    key = (spec["base_url"], spec["model"], env, os.environ.get(env) or "", tuple(sorted(kw.items())))
+    key = (spec["base_url"], spec["model"], env, secret(env), tuple(sorted(kw.items())))
     with _DICT_LOCK:
         j = _DICT_JUDGES.get(key)
         if j is None:
