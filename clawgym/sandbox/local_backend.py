@@ -94,7 +94,7 @@ class LocalSandbox(HostFileMixin, Sandbox):
             elif not wd.startswith("/"):
                 wd = posixpath.join(self._ws, wd)
             argv = ["/bin/sh", "-c", 'cd -- "$1" || exit 126; shift; exec "$@"', "sh", wd] + argv
-        # stays (issue 35): the local backend runs commands in the host's own environment by design (no isolation),
+        # this read stays: the local backend runs commands in the host's own environment by design (no isolation),
         # so this process's environment passes through to them, plus HOME / WORKSPACE / TMPDIR and config.env
         e = dict(os.environ)
         e.update({"HOME": self._state.home, "WORKSPACE": self._ws, "TMPDIR": self._state.tmp})

@@ -20,7 +20,7 @@ _TOKEN_LOCK = threading.Lock()
 def server_token() -> str:
     """The token of this process's local servers (policy server, embedded model servers): $CLAWGYM_SERVER_TOKEN
     when set (inherited from the process that started this one), else a fresh random one, put there."""
-    # stays (issue 35): the token is a secret shared through the process environment on purpose: inherited from the
+    # this read stays: the token is a secret shared through the process environment on purpose: inherited from the
     # process that started this one, put there for the servers and clients this one starts, and named by endpoints
     # as their api_key_env (read at the moment of use, never stored in a config)
     with _TOKEN_LOCK:

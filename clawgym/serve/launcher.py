@@ -237,7 +237,7 @@ class ModelServer:
         """What the engine's environment starts from: `env`, else this process's (inherited). The engine's own
         settings are read from it: its venv (`engine_python`), $CLAWGYM_SERVE_DTYPE (`serving_dtype`),
         $CLAWGYM_VLLM_CACHE and $CLAWGYM_VLLM_KV_GIB (`environment`)."""
-        # stays (issue 35): the engine is a child process that inherits this process's environment on purpose (its
+        # this read stays: the engine is a child process that inherits this process's environment on purpose (its
         # venv's paths, CUDA's and HF's variables, the settings above, as scripts/install_vllm.sh reads them); a
         # caller that wants another passes `env`
         return dict(os.environ if self.env is None else self.env)
