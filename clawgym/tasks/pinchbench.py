@@ -462,6 +462,61 @@ def add_grade_adapter(code: str) -> str:
     return (base if base.endswith("\n") else base + "\n") + "\n" + grade_adapter()
 
 
+def _check_code(sec: dict[str, str], gt: str, file: str) -> str | None:
+    """The python block of the Automated Checks section (automated / hybrid grading), compiled to check it; else
+    None."""
+    code = None
+    if gt in ("automated", "hybrid"):
+        if SECTION_CHECKS not in sec:
+            raise TaskError(file, f"## {SECTION_CHECKS}", f"missing section (grading_type {gt})")
+        code = extract_python(sec[SECTION_CHECKS])
+        if not code or "def grade" not in code:
+            raise TaskError(file, f"## {SECTION_CHECKS}", "needs a fenced python block defining grade()")
+        try:
+            compile(code, f"{file}:{SECTION_CHECKS}", "exec")
+        except SyntaxError as e:
+            raise TaskError(file, f"## {SECTION_CHECKS}", f"SyntaxError line {e.lineno}: {e.msg}") from None
+    return code
+
+
+def _rubric(fm: dict, sec: dict[str, str], gt: str, file: str) -> list[RubricRule] | None:
+    """The rubric (llm_judge / hybrid grading): the front matter's rubric_rules, else the Rubric section; else
+    None."""
+    rubric = None
+    if gt in ("llm_judge", "hybrid"):
+        if fm.get("rubric_rules") is not None:
+            rr = fm["rubric_rules"]
+            if not isinstance(rr, list) or not rr:
+                raise TaskError(file, "rubric_rules", "must be a non-empty list")
+            try:
+                rubric = [RubricRule.model_validate(r) for r in rr]
+            except Exception as e:
+                raise TaskError(file, "rubric_rules", f"invalid: {str(e).splitlines()[0]}") from None
+        else:
+            if SECTION_RUBRIC not in sec or not _clean(sec[SECTION_RUBRIC]):
+                raise TaskError(file, f"## {SECTION_RUBRIC}", f"missing section (grading_type {gt})")
+            rubric = parse_rubric_section(_clean(sec[SECTION_RUBRIC]))
+    return rubric
+
+
+def _weights(fm: dict, gt: str, file: str) -> tuple[float | None, float | None]:
+    """(code weight, rubric weight) of hybrid grading, normalised to sum to 1; (None, None) otherwise."""
+    cw = rw = None
+    if gt == "hybrid":
+        w = fm.get("grading_weights") or {}
+        if not isinstance(w, dict):
+            raise TaskError(file, "grading_weights", "must be a mapping {automated, llm_judge}")
+        try:
+            cw, rw = float(w.get("automated", 0.5)), float(w.get("llm_judge", 0.5))
+        except (TypeError, ValueError):
+            raise TaskError(file, "grading_weights", "values must be numbers") from None
+        tot = cw + rw
+        if tot <= 0:
+            raise TaskError(file, "grading_weights", "must sum to a positive number")
+        cw, rw = cw / tot, rw / tot
+    return cw, rw
+
+
 def parse_pinchbench_text(text: str, file: str, md_path: Path, assets_dir: Path | None = None,
                           suite: str | None = None, *, limits: Limits | None = None,
                           suite_budget: Budget | None = None, task_budget: Budget | None = None) -> Task:
@@ -485,46 +540,9 @@ def parse_pinchbench_text(text: str, file: str, md_path: Path, assets_dir: Path 
         raise TaskError(file, f"## {SECTION_PROMPT}", "missing section")
     instruction = _clean(sec[SECTION_PROMPT])
 
-    code = None
-    if gt in ("automated", "hybrid"):
-        if SECTION_CHECKS not in sec:
-            raise TaskError(file, f"## {SECTION_CHECKS}", f"missing section (grading_type {gt})")
-        code = extract_python(sec[SECTION_CHECKS])
-        if not code or "def grade" not in code:
-            raise TaskError(file, f"## {SECTION_CHECKS}", "needs a fenced python block defining grade()")
-        try:
-            compile(code, f"{file}:{SECTION_CHECKS}", "exec")
-        except SyntaxError as e:
-            raise TaskError(file, f"## {SECTION_CHECKS}", f"SyntaxError line {e.lineno}: {e.msg}") from None
-
-    rubric = None
-    if gt in ("llm_judge", "hybrid"):
-        if fm.get("rubric_rules") is not None:
-            rr = fm["rubric_rules"]
-            if not isinstance(rr, list) or not rr:
-                raise TaskError(file, "rubric_rules", "must be a non-empty list")
-            try:
-                rubric = [RubricRule.model_validate(r) for r in rr]
-            except Exception as e:
-                raise TaskError(file, "rubric_rules", f"invalid: {str(e).splitlines()[0]}") from None
-        else:
-            if SECTION_RUBRIC not in sec or not _clean(sec[SECTION_RUBRIC]):
-                raise TaskError(file, f"## {SECTION_RUBRIC}", f"missing section (grading_type {gt})")
-            rubric = parse_rubric_section(_clean(sec[SECTION_RUBRIC]))
-
-    cw = rw = None
-    if gt == "hybrid":
-        w = fm.get("grading_weights") or {}
-        if not isinstance(w, dict):
-            raise TaskError(file, "grading_weights", "must be a mapping {automated, llm_judge}")
-        try:
-            cw, rw = float(w.get("automated", 0.5)), float(w.get("llm_judge", 0.5))
-        except (TypeError, ValueError):
-            raise TaskError(file, "grading_weights", "values must be numbers") from None
-        tot = cw + rw
-        if tot <= 0:
-            raise TaskError(file, "grading_weights", "must sum to a positive number")
-        cw, rw = cw / tot, rw / tot
+    code = _check_code(sec, gt, file)
+    rubric = _rubric(fm, sec, gt, file)
+    cw, rw = _weights(fm, gt, file)
     timeout = fm.get("timeout_seconds", 600)
     if not isinstance(timeout, (int, float)) or timeout <= 0:
         raise TaskError(file, "timeout_seconds", "must be a positive number")
