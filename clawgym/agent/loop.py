@@ -337,6 +337,90 @@ def _is_bad(content: str) -> bool:
     return content.startswith(("Unknown tool", "Invalid arguments", "Malformed tool call"))
 
 
+def _limit_before_turn(res: LoopResult, limits: Limits, deadline: float, wall_error: str,
+                       recorded: int) -> str | None:
+    """Which limit stops the loop before its next request (turns, wall time, tokens, record size), or None."""
+    if res.turns >= limits.max_turns:
+        return f"turn limit ({limits.max_turns}) reached"
+    if time.monotonic() >= deadline:
+        return wall_error
+    if res.prompt_tokens + res.completion_tokens >= limits.max_total_tokens:
+        return f"token limit ({limits.max_total_tokens}) reached"
+    if recorded > limits.max_record_bytes:
+        return f"record size limit ({limits.max_record_bytes} bytes) reached"
+    return None
+
+
+def _token_kw(token_kw: dict, tito, wire: list[dict]) -> dict:
+    """The request's token fields: `token_kw`, plus the re-sent history as the ids the model sampled when `tito`
+    knows them."""
+    ids = tito.prompt_ids(wire, TOOL_SCHEMAS) if tito is not None else None
+    if ids is not None:
+        return {"extra_body": {**token_kw["extra_body"], KV_FIELD: {"prompt_token_ids": ids}}}
+    return token_kw
+
+
+def _add_usage(res: LoopResult, usage) -> None:
+    """Count a reply's token usage (what is not a non-negative number counts 0)."""
+    if isinstance(usage, dict):
+        res.prompt_tokens += _count(usage.get("prompt_tokens"))
+        res.completion_tokens += _count(usage.get("completion_tokens"))
+
+
+def _record_tokens(amsg: dict, resp: dict, choice: dict, tito, wire: list[dict]) -> None:
+    """Keep the reply's sampled tokens on its record `amsg` (when the endpoint returned them) and tell `tito`,
+    whose next turn re-sends them."""
+    toks = token_record(resp, choice)
+    if toks is not None:
+        amsg[TOKENS_KEY] = toks
+        if tito is not None:
+            tito.remember(toks["prompt_token_ids"], toks["token_ids"], choice.get("finish_reason"),
+                          wire, wire_messages([amsg])[0])  # the next turn re-sends them
+
+
+def _answer_not_run(res: LoopResult, calls: list) -> int:
+    """Answer each of `calls` of a reply that broke a bound as not run; returns the bytes added to the record."""
+    added = 0
+    for c in calls:
+        tmsg = {"role": "tool", "tool_call_id": c.record["id"], "name": c.record["function"]["name"],
+                "content": f"Not run: the reply exceeded the rollout's limits ({res.error})."}
+        res.messages.append(tmsg)
+        added += _size(tmsg) + 2
+        res.tool_durations.append(0.0)
+        res.tool_calls += 1
+    return added
+
+
+def _run_calls(res: LoopResult, calls: list, sandbox: Sandbox, limits: Limits, deadline: float,
+               wall_error: str) -> tuple[int, bool, bool]:
+    """Run a reply's tool calls in order and answer each (a malformed one, or one past the deadline, is answered
+    as not run). Returns (bytes added to the record, whether every call was bad, whether time ran out)."""
+    added = 0
+    turn_bad = True
+    out_of_time = False
+    for c in calls:
+        name = c.record["function"]["name"]
+        left = deadline - time.monotonic()
+        ts = time.monotonic()
+        if out_of_time or left <= 0:
+            out_of_time = True
+            content = f"Not run: the rollout's {wall_error}."
+            turn_bad = False
+        elif c.problems:
+            content = "Malformed tool call, not run: " + "; ".join(c.problems) + "."
+        else:
+            r = execute_tool(sandbox, name, c.args, max_timeout_s=min(limits.tool_timeout_s, left))
+            content = r.content
+            if not (r.is_error and _is_bad(content)):
+                turn_bad = False
+        res.tool_durations.append(time.monotonic() - ts)
+        res.tool_calls += 1
+        tmsg = {"role": "tool", "tool_call_id": c.record["id"], "name": name, "content": content}
+        res.messages.append(tmsg)
+        added += _size(tmsg) + 2
+    return added, turn_bad, out_of_time
+
+
 def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | None = None,
                 retry: RetryPolicy | None = None, system_prompt: str | None = None) -> LoopResult:
     """Run the built-in tool-calling loop for `task` in `sandbox` against `endpoint` until the model
@@ -360,23 +444,12 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
     tito = prompt_ids_for(endpoint)  # a re-sent history as the ids the model sampled (clawgym.agent.tito)
     try:
         while True:
-            if res.turns >= limits.max_turns:
-                res.failure_class, res.error = "limit", f"turn limit ({limits.max_turns}) reached"
-                break
-            if time.monotonic() >= deadline:
-                res.failure_class, res.error = "limit", wall_error
-                break
-            if res.prompt_tokens + res.completion_tokens >= limits.max_total_tokens:
-                res.failure_class, res.error = "limit", f"token limit ({limits.max_total_tokens}) reached"
-                break
-            if recorded > limits.max_record_bytes:
-                res.failure_class, res.error = "limit", f"record size limit ({limits.max_record_bytes} bytes) reached"
+            why = _limit_before_turn(res, limits, deadline, wall_error, recorded)
+            if why:
+                res.failure_class, res.error = "limit", why
                 break
             wire = wire_messages(res.messages)
-            kw = token_kw
-            ids = tito.prompt_ids(wire, TOOL_SCHEMAS) if tito is not None else None
-            if ids is not None:
-                kw = {"extra_body": {**token_kw["extra_body"], KV_FIELD: {"prompt_token_ids": ids}}}
+            kw = _token_kw(token_kw, tito, wire)
             try:
                 resp = client.complete(messages=wire, tools=TOOL_SCHEMAS,
                                        max_tokens=limits.max_completion_tokens, temperature=0.0,
@@ -386,22 +459,15 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
                 res.failure_class, res.error = e.failure_class, str(e)
                 break
             res.turns += 1
-            usage = resp.get("usage")
-            if isinstance(usage, dict):
-                res.prompt_tokens += _count(usage.get("prompt_tokens"))
-                res.completion_tokens += _count(usage.get("completion_tokens"))
+            _add_usage(res, resp.get("usage"))
             choice = resp["choices"][0]
             msg = choice.get("message") if isinstance(choice, dict) else None
             if not isinstance(msg, dict):  # the endpoint broke the protocol, not the model
                 raise InfraError(f"endpoint returned a choice without a message: {str(choice)[:300]}")
             msg, cut = _bound_reply(msg, limits)
             amsg, calls = _assistant_message(msg, res.turns, call_ids)
-            toks = token_record(resp, choice) if token_kw else None
-            if toks is not None:
-                amsg[TOKENS_KEY] = toks
-                if tito is not None:
-                    tito.remember(toks["prompt_token_ids"], toks["token_ids"], choice.get("finish_reason"),
-                                  wire, wire_messages([amsg])[0])  # the next turn re-sends them
+            if token_kw:
+                _record_tokens(amsg, resp, choice, tito, wire)
             finish = choice.get("finish_reason")
             del resp, choice, msg  # the reply as received: only its bounded record is kept
             if cut:
@@ -410,13 +476,7 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
             recorded += _size(amsg) + 2
             if cut:  # the reply broke a bound: recorded cut to the caps, none of its calls run
                 res.failure_class, res.error = "limit", _cut_reason(cut, limits, bool(calls))
-                for c in calls:
-                    tmsg = {"role": "tool", "tool_call_id": c.record["id"], "name": c.record["function"]["name"],
-                            "content": f"Not run: the reply exceeded the rollout's limits ({res.error})."}
-                    res.messages.append(tmsg)
-                    recorded += _size(tmsg) + 2
-                    res.tool_durations.append(0.0)
-                    res.tool_calls += 1
+                recorded += _answer_not_run(res, calls)
                 break
             if not calls:
                 if not text_of(amsg.get("content")).strip():
@@ -424,28 +484,8 @@ def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | Non
                 elif finish == "length":
                     res.failure_class, res.error = "limit", "completion cut at max_completion_tokens"
                 break
-            turn_bad = True
-            out_of_time = False
-            for c in calls:
-                name = c.record["function"]["name"]
-                left = deadline - time.monotonic()
-                ts = time.monotonic()
-                if out_of_time or left <= 0:
-                    out_of_time = True
-                    content = f"Not run: the rollout's {wall_error}."
-                    turn_bad = False
-                elif c.problems:
-                    content = "Malformed tool call, not run: " + "; ".join(c.problems) + "."
-                else:
-                    r = execute_tool(sandbox, name, c.args, max_timeout_s=min(limits.tool_timeout_s, left))
-                    content = r.content
-                    if not (r.is_error and _is_bad(content)):
-                        turn_bad = False
-                res.tool_durations.append(time.monotonic() - ts)
-                res.tool_calls += 1
-                tmsg = {"role": "tool", "tool_call_id": c.record["id"], "name": name, "content": content}
-                res.messages.append(tmsg)
-                recorded += _size(tmsg) + 2
+            added, turn_bad, out_of_time = _run_calls(res, calls, sandbox, limits, deadline, wall_error)
+            recorded += added
             if out_of_time or time.monotonic() >= deadline:
                 res.failure_class, res.error = "limit", wall_error
                 break
