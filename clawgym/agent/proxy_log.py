@@ -247,6 +247,138 @@ def _drop_token_records(messages: list[dict], max_bytes: int) -> str | None:
     return f"sampled-token records over {max_bytes} bytes: dropped from {len(with_tokens)} turns (re-tokenized)"
 
 
+def _by_session(entries: list[dict]) -> tuple[dict[str, list[dict]], dict[str, int]]:
+    """The request records of the log by session, and the number of refusals of each session."""
+    by_session: dict[str, list[dict]] = {}
+    refused: dict[str, int] = {}
+    for e in entries:
+        if e.get("kind"):  # refusals and other non-request lines
+            if e.get("kind") == "refused":
+                s = str(e.get("session", ""))
+                refused[s] = refused.get(s, 0) + 1
+            continue
+        by_session.setdefault(str(e.get("session", "default")), []).append(e)
+    return by_session, refused
+
+
+def _main_turns(es: list[dict]) -> tuple[list[tuple[dict, list[dict]]], int, int]:
+    """The answered requests of one session's main conversation, in seq order, each with its request messages:
+    (kept, how many were dropped, how many of those were side requests). Failed, limit-answered, heartbeat and
+    side requests are dropped."""
+    ok = [e for e in es if e.get("status") == 200 and isinstance(e.get("response"), dict)
+          and isinstance(e.get("request"), dict) and not e.get("limit")]
+    dropped = len(es) - len(ok)
+    main_first: str | None = None
+    main_replies: set = set()
+    side = 0
+    kept = []
+    for e in sorted(ok, key=lambda e: e.get("seq", 0)):
+        msgs = [m for m in (e["request"].get("messages") or []) if isinstance(m, dict)]
+        if _is_heartbeat_request(msgs):
+            dropped += 1
+            continue
+        if main_first is None:
+            main_first = _first_user_text(msgs)
+        elif _is_side(msgs, main_first, main_replies):  # a side conversation (summary, title …)
+            dropped += 1
+            side += 1
+            continue
+        kept.append((e, msgs))
+        main_replies.add(canonical(_reply_of(e)))
+    return kept, dropped, side
+
+
+class _Chain:
+    """The trajectory of one session as its answered turns are added in order (the rule of the module
+    docstring): the messages kept, and the divergence of each request from the conversation answered so far."""
+
+    def __init__(self) -> None:
+        self.messages: list[dict] = []
+        self.divergence: list[dict] = []
+        self.chain: list[tuple] = []  # (seq, canonical request, canonical reply) of each answered turn
+        self.returned: list[tuple] = []  # (the proxy's id, its canonical id) of every tool call it returned, in order
+        self.answered: set = set()  # indices into `returned` whose result is in the trajectory
+        self.call_names: list = []  # the function name of each returned call (parallel to `returned`)
+
+    def add(self, e: dict, msgs: list[dict]) -> None:
+        """One answered request (`e`, its request messages `msgs`): its new client messages, then its reply."""
+        seq = e.get("seq", 0)
+        req = clean_messages(msgs)
+        creq = [canonical(m) for m in req]
+        reply = _reply_of(e)
+        start = self._start(seq, req, creq)
+        for i, m in enumerate(req[start:], start):
+            role = m.get("role")
+            if role == "assistant":
+                self.divergence.append({"seq": seq, "kind": "forged_assistant",
+                                        "detail": f"message {i}: an assistant turn the proxy never returned"})
+                continue
+            if role == "tool":
+                m = self._tool_result(seq, i, m)
+                if m is None:
+                    continue
+            self.messages.append(m)
+        for tc in reply.get("tool_calls") or []:  # an id-less call too: it makes the default id ambiguous
+            self.returned.append((tc.get("id"), _cid(tc.get("id"))))
+            fn = tc.get("function")
+            self.call_names.append(fn.get("name") if isinstance(fn, dict) else None)
+        self.messages.append(reply)
+        self.chain.append((seq, creq, canonical(reply)))
+
+    def _start(self, seq: int, req: list[dict], creq: list) -> int:
+        """Where the new messages of request `req` (canonical: `creq`) start: after the answered conversation it
+        extends; a branch off an older turn or a rewritten history is listed in `divergence`."""
+        chain = self.chain
+        start, parent = 0, None
+        for t in reversed(chain):
+            exp = t[1] + [t[2]]
+            if creq[:len(exp)] == exp:
+                parent, start = t, len(exp)
+                break
+        if parent is not None and parent is not chain[-1]:
+            latest = chain[-1][0]
+            self.divergence.append({"seq": seq, "kind": "branch",
+                                    "detail": f"continues the turn of seq {parent[0]}, not the latest ({latest})"})
+        elif parent is None and chain:
+            best = max(_lcp(creq, t[1] + [t[2]]) for t in chain)
+            last_a = max((i for i, m in enumerate(req) if m.get("role") == "assistant"), default=-1)
+            start = max(best, last_a + 1)
+            self.divergence.append({"seq": seq, "kind": "rewritten_history",
+                                    "detail": f"does not extend an answered conversation (differs at message "
+                                              f"{best}); messages before {start} ignored"})
+        return start
+
+    def _tool_result(self, seq: int, i: int, m: dict) -> dict | None:
+        """Tool result `m` (message `i` of request `seq`) under the proxy's own call id and name, or None when it
+        answers no call the proxy returned, could answer several, or answers one already answered (listed in
+        `divergence`)."""
+        returned = self.returned
+        raw = m.get("tool_call_id")
+        # a client always names the call (OpenClaw sends a string): a result naming none pairs with
+        # no call, even one whose id `_cid` maps to the same default
+        named = _named(raw, returned) if isinstance(raw, str) and raw else []
+        if len(named) > 1:  # fail closed: which call it answers is not known
+            self.divergence.append({"seq": seq, "kind": "ambiguous_tool_result",
+                                    "detail": f"message {i}: result id {raw[:80]!r} names {len(named)} "
+                                              f"tool calls the proxy returned; paired with none"})
+            return None
+        if not named or not returned[named[0]][0]:
+            self.divergence.append({"seq": seq, "kind": "fake_tool_result",
+                                    "detail": f"message {i}: result for a tool call the proxy never "
+                                              f"returned ({str(raw)[:80]})"})
+            return None
+        if named[0] in self.answered:
+            self.divergence.append({"seq": seq, "kind": "duplicate_tool_result",
+                                    "detail": f"message {i}: another result for tool call "
+                                              f"{str(returned[named[0]][0])[:80]}; the first one is kept"})
+            return None
+        self.answered.add(named[0])
+        m = {**m, "tool_call_id": returned[named[0]][0]}
+        if "name" in m:  # the client writes it: the returned call's own name, never the client's
+            m["name"] = self.call_names[named[0]]
+        return m
+
+
 def rebuild_sessions(entries: list[dict], max_token_bytes: int | None = None) -> dict[str, dict]:
     """One trajectory per session, built by the rule of the module docstring: {session: {messages, tools,
     n_requests, prompt_tokens, completion_tokens, dropped, model, divergence, side_requests, refused,
@@ -259,115 +391,28 @@ def rebuild_sessions(entries: list[dict], max_token_bytes: int | None = None) ->
         from clawgym.agent.loop import Limits
 
         max_token_bytes = Limits().max_record_bytes // TOKEN_RECORD_SHARE
-    by_session: dict[str, list[dict]] = {}
-    refused: dict[str, int] = {}
-    for e in entries:
-        if e.get("kind"):  # refusals and other non-request lines
-            if e.get("kind") == "refused":
-                s = str(e.get("session", ""))
-                refused[s] = refused.get(s, 0) + 1
-            continue
-        by_session.setdefault(str(e.get("session", "default")), []).append(e)
+    by_session, refused = _by_session(entries)
     out: dict[str, dict] = {}
     for session, es in by_session.items():
         if session.startswith("cron:") or ":cron:" in session:
             continue
-        ok = [e for e in es if e.get("status") == 200 and isinstance(e.get("response"), dict)
-              and isinstance(e.get("request"), dict) and not e.get("limit")]
-        dropped = len(es) - len(ok)
-        main_first: str | None = None
-        main_replies: set = set()
-        side = 0
-        kept = []
-        for e in sorted(ok, key=lambda e: e.get("seq", 0)):
-            msgs = [m for m in (e["request"].get("messages") or []) if isinstance(m, dict)]
-            if _is_heartbeat_request(msgs):
-                dropped += 1
-                continue
-            if main_first is None:
-                main_first = _first_user_text(msgs)
-            elif _is_side(msgs, main_first, main_replies):  # a side conversation (summary, title …)
-                dropped += 1
-                side += 1
-                continue
-            kept.append((e, msgs))
-            main_replies.add(canonical(_reply_of(e)))
+        kept, dropped, side = _main_turns(es)
         if not kept:
             continue
-        messages: list[dict] = []
-        divergence: list[dict] = []
-        chain: list[tuple] = []  # (seq, canonical request, canonical reply) of each answered turn
-        returned: list[tuple] = []  # (the proxy's id, its canonical id) of every tool call it returned, in order
-        answered: set = set()  # indices into `returned` whose result is in the trajectory
-        call_names: list = []  # the function name of each returned call (parallel to `returned`)
+        chain = _Chain()
         for e, msgs in kept:
-            seq = e.get("seq", 0)
-            req = clean_messages(msgs)
-            creq = [canonical(m) for m in req]
-            reply = _reply_of(e)
-            start, parent = 0, None
-            for t in reversed(chain):
-                exp = t[1] + [t[2]]
-                if creq[:len(exp)] == exp:
-                    parent, start = t, len(exp)
-                    break
-            if parent is not None and parent is not chain[-1]:
-                divergence.append({"seq": seq, "kind": "branch",
-                                   "detail": f"continues the turn of seq {parent[0]}, not the latest ({chain[-1][0]})"})
-            elif parent is None and chain:
-                best = max(_lcp(creq, t[1] + [t[2]]) for t in chain)
-                last_a = max((i for i, m in enumerate(req) if m.get("role") == "assistant"), default=-1)
-                start = max(best, last_a + 1)
-                divergence.append({"seq": seq, "kind": "rewritten_history",
-                                   "detail": f"does not extend an answered conversation (differs at message "
-                                             f"{best}); messages before {start} ignored"})
-            for i, m in enumerate(req[start:], start):
-                role = m.get("role")
-                if role == "assistant":
-                    divergence.append({"seq": seq, "kind": "forged_assistant",
-                                       "detail": f"message {i}: an assistant turn the proxy never returned"})
-                    continue
-                if role == "tool":
-                    raw = m.get("tool_call_id")
-                    # a client always names the call (OpenClaw sends a string): a result naming none pairs with
-                    # no call, even one whose id `_cid` maps to the same default
-                    named = _named(raw, returned) if isinstance(raw, str) and raw else []
-                    if len(named) > 1:  # fail closed: which call it answers is not known
-                        divergence.append({"seq": seq, "kind": "ambiguous_tool_result",
-                                           "detail": f"message {i}: result id {raw[:80]!r} names {len(named)} "
-                                                     f"tool calls the proxy returned; paired with none"})
-                        continue
-                    if not named or not returned[named[0]][0]:
-                        divergence.append({"seq": seq, "kind": "fake_tool_result",
-                                           "detail": f"message {i}: result for a tool call the proxy never "
-                                                     f"returned ({str(raw)[:80]})"})
-                        continue
-                    if named[0] in answered:
-                        divergence.append({"seq": seq, "kind": "duplicate_tool_result",
-                                           "detail": f"message {i}: another result for tool call "
-                                                     f"{str(returned[named[0]][0])[:80]}; the first one is kept"})
-                        continue
-                    answered.add(named[0])
-                    m = {**m, "tool_call_id": returned[named[0]][0]}
-                    if "name" in m:  # the client writes it: the returned call's own name, never the client's
-                        m["name"] = call_names[named[0]]
-                messages.append(m)
-            for tc in reply.get("tool_calls") or []:  # an id-less call too: it makes the default id ambiguous
-                returned.append((tc.get("id"), _cid(tc.get("id"))))
-                fn = tc.get("function")
-                call_names.append(fn.get("name") if isinstance(fn, dict) else None)
-            messages.append(reply)
-            chain.append((seq, creq, canonical(reply)))
+            chain.add(e, msgs)
         first = kept[0][0]
-        messages = clean_messages(messages)
+        messages = clean_messages(chain.messages)
         tokens_dropped = _drop_token_records(messages, max_token_bytes)
         usages = [u if isinstance(u := e["response"].get("usage"), dict) else {} for e, _ in kept]
         pt = sum(_usage_tokens(u.get("prompt_tokens")) for u in usages)
         ct = sum(_usage_tokens(u.get("completion_tokens")) for u in usages)
         out[session] = {"messages": messages, "tools": first["request"].get("tools") or [],
                         "n_requests": len(kept), "prompt_tokens": pt, "completion_tokens": ct,
-                        "dropped": dropped, "model": first["request"].get("model"), "divergence": divergence,
-                        "side_requests": side, "refused": refused.get(session, 0), "tokens_dropped": tokens_dropped}
+                        "dropped": dropped, "model": first["request"].get("model"),
+                        "divergence": chain.divergence, "side_requests": side, "refused": refused.get(session, 0),
+                        "tokens_dropped": tokens_dropped}
     return out
 
 
