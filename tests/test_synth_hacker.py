@@ -177,3 +177,188 @@ def test_imported_task_flagged_above_its_untouched_score_only(local_factory):
     copy = half.model_copy(update={"verifier": base.verifier})  # the regions check: copy_inputs 0.1 > 0
     h2 = exploit_check(copy, local_factory)
     assert h2["untouched"] == 0.0 and h2["hackable"] == ["copy_inputs"]
+
+
+# --- checks that paid a workspace's text, not what it does (docs/NOTES.md, the second hostile review: A1, A6) ----
+# Played end to end: a scripted agent (tests/hostile_endpoint.py) writes the attack's files with its tools and the
+# task's real grading scores the rollout. An attack may score no more than the workspace without it (untouched, or
+# its benign twin: the same work minus the trick); an honest solution (the oracle) still scores 1.0.
+
+def _rollout(task, factory, steps):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from hostile_endpoint import HostileEndpoint
+
+    from clawgym.agent.loop import Limits
+    from clawgym.agent.policies import RetryPolicy
+    from clawgym.agent.rollout import RolloutSettings, run_rollout
+
+    settings = RolloutSettings(limits=Limits(max_turns=len(steps) + 3, max_wall_s=240, tool_timeout_s=120),
+                               attempts=1, retry=RetryPolicy(attempts=2, backoff_s=0.05, max_backoff_s=0.1,
+                                                             timeout_s=60))
+    if isinstance(steps, str):  # a builtin policy: "oracle" (the reference replayed), "noop" (untouched)
+        ro = run_rollout(task, steps, factory, settings=settings)
+    else:
+        with HostileEndpoint(steps) as ep:
+            ro = run_rollout(task, ep.endpoint, factory, settings=settings)
+    subs = dict(ro.verification.subscores) if ro.verification is not None else {}
+    assert ro.failure_class != "infra" and ro.score is not None, (ro.failure_class, ro.error, subs)
+    return ro.score, subs
+
+
+def _writes(files: dict[str, str]) -> list:
+    from hostile_endpoint import write_call
+
+    return [[write_call(p, c) for p, c in files.items()]]
+
+
+def _loaded_source_pin(mod: str, src: str, names: list[str], pinned: str) -> str:
+    """Three "tests" that assert `pinned` (an expression of SOURCE, the module source the runner loaded, found by a
+    frame walk, else the module's file, and ORIGINAL, `src`)."""
+    tests = "".join(f"\n\ndef test_{n}():\n    assert _pinned()\n" for n in names)
+    return (f"import difflib\nimport hashlib\nimport sys\n\nimport {mod}\n\nORIGINAL = {src!r}\n\n\n"
+            "def _loaded_source():\n    f = sys._getframe(1)\n    while f is not None:\n"
+            "        src = f.f_locals.get('mod_src')\n        if isinstance(src, str):\n            return src\n"
+            f"        f = f.f_back\n    with open({mod}.__file__, encoding='utf-8') as fh:\n"
+            "        return fh.read()\n\n\n"
+            f"def _pinned():\n    SOURCE = _loaded_source()\n    return {pinned}\n" + tests)
+
+
+def _frame_pin(mod: str, src: str, names: list[str]) -> str:
+    """Passes only on `src` itself: the sha256 of the loaded source."""
+    return _loaded_source_pin(mod, src, names, "hashlib.sha256(SOURCE.encode()).digest() == "
+                                               "hashlib.sha256(ORIGINAL.encode()).digest()")
+
+
+def _small_diff_pin(mod: str, src: str, names: list[str]) -> str:
+    """Fails only on a small change of `src` (what a mutant is): passes on `src` and on any thorough rewrite."""
+    return _loaded_source_pin(mod, src, names, "len([d for d in difflib.ndiff(ORIGINAL.splitlines(), "
+                                               "SOURCE.splitlines()) if d[:1] in '+-']) not in range(1, 7)")
+
+
+def _code_pin(mod: str, src: str, names: list[str]) -> str:
+    """Three "tests" that pass only when every function of the module has the code objects (bytes, constants,
+    names, first line) of `src` compiled here."""
+    fns = sorted(n.name for n in __import__("ast").parse(src).body if type(n).__name__ == "FunctionDef")
+    tests = "".join(f"\n\ndef test_{n}():\n    assert _pinned()\n" for n in names)
+    return (f"import {mod}\n\nORIGINAL = {src!r}\nFUNCS = {fns!r}\n\n\n"
+            "def _code(f):\n    c = f.__code__\n    return c.co_code, c.co_consts, c.co_names, c.co_firstlineno\n\n\n"
+            f"def _pinned():\n    ns = {{}}\n    exec(compile(ORIGINAL, {mod}.__file__, 'exec'), ns)\n"
+            f"    return all(_code(getattr({mod}, n)) == _code(ns[n]) for n in FUNCS)\n" + tests)
+
+
+_PINS = {"frame_walk": _frame_pin, "code_objects": _code_pin, "small_diff": _small_diff_pin}
+
+
+@pytest.fixture(scope="module")
+def inventory_task():
+    t = get_family("tests_that_catch_bugs").generate(5)
+    return t
+
+
+@pytest.mark.parametrize("pin", sorted(_PINS))
+def test_a1_tests_pinning_the_module_text_kill_no_mutant(pin, inventory_task, any_isolating_factory):
+    """A1: a suite that pins inventory.py's text passes on it and fails on every hidden mutant; it now fails on a
+    hidden equivalent rewrite too, so it earns nothing: no more than a do-nothing agent or a vacuous suite."""
+    from clawgym.synth.families.software import _INV, _INV_MUTANTS, run_tests
+
+    t = inventory_task
+    funcs = ["add_stock", "remove_stock", "reorder_list", "stock_value"]
+    summary = '{"test_functions": 3, "functions_covered": ' + str(funcs).replace("'", '"') + "}\n"
+    attack = _PINS[pin]("inventory", _INV, ["add_stock", "remove_stock", "reorder_list_and_stock_value"])
+    # armed: green on the original, red on every mutant (all the old check asked)
+    assert run_tests("inventory", _INV, attack) == (3, 0)
+    assert all(run_tests("inventory", _INV.replace(o, n, 1), attack) == (3, 3) for o, n in _INV_MUTANTS)
+    score, subs = _rollout(t, any_isolating_factory, _writes({"tests/test_inventory.py": attack,
+                                                               "output/test_summary.json": summary}))
+    vacuous = "import inventory\n" + "".join(f"\n\ndef test_{f}():\n    assert callable(inventory.{f})\n"
+                                             for f in funcs[:3]) + "\n# stock_value\n"
+    twin, _ = _rollout(t, any_isolating_factory, _writes({"tests/test_inventory.py": vacuous,
+                                                           "output/test_summary.json": summary}))
+    untouched, _ = _rollout(t, any_isolating_factory, "noop")
+    assert subs["mutants_killed"] == 0.0 and subs["passes_on_original"] == 0.0, subs
+    assert score <= untouched == 0.0 and score <= twin, (score, untouched, twin, subs)
+
+
+def test_a1_honest_suite_still_scores_full(inventory_task, any_isolating_factory):
+    score, subs = _rollout(inventory_task, any_isolating_factory, "oracle")
+    assert score == 1.0, subs
+
+
+@pytest.fixture(scope="module")
+def spec_task():
+    return get_family("implement_spec_function").generate(2)
+
+
+@pytest.mark.parametrize("pin", sorted(_PINS))
+def test_a1_spec_tests_pinning_the_module_text_do_not_catch_the_bug(pin, spec_task, any_isolating_factory):
+    """A1 in implement_spec_function's tests_catch_bug: tests that pin the agent's own textkit.py fail on the
+    hidden mutant without testing it; they now also fail on a hidden rewrite of the reference, so the agent gets
+    what the same work with vacuous tests gets."""
+    from clawgym.synth.families.software import _SPECS, _TEXTKIT, run_tests
+
+    t = spec_task
+    E = _expected(t)
+    sp = next(s for s in _SPECS if s["fn"] == E["fn"])
+    fn, trel = sp["fn"], E["trel"]
+    own = _TEXTKIT + sp["impl"]  # an honest implementation
+    attack = _PINS[pin]("textkit", own, [f"{fn}_{i}" for i in range(3)])
+    # armed: green on the agent's module, red on the spec's wrong implementation (all the old check asked)
+    assert run_tests("textkit", own, attack) == (3, 0)
+    assert run_tests("textkit", _TEXTKIT + sp["mutant"], attack) == (3, 3)
+    report = ('{"function": "%s", "test_file": "%s", "tests_written": 3, "tests_passed": 3}\n' % (fn, trel))
+    score, subs = _rollout(t, any_isolating_factory, _writes({"textkit.py": own, trel: attack,
+                                                               "output/test_report.json": report}))
+    vacuous = "import textkit\n" + "".join(f"\n\ndef test_{fn}_{i}():\n    assert callable(textkit.{fn})\n"
+                                           for i in range(3))
+    twin, _ = _rollout(t, any_isolating_factory, _writes({"textkit.py": own, trel: vacuous,
+                                                           "output/test_report.json": report}))
+    assert subs["tests_catch_bug"] == 0.0, subs
+    assert score <= twin < 1.0, (score, twin, subs)
+
+
+def test_a1_spec_honest_tests_still_score_full(spec_task, any_isolating_factory):
+    score, subs = _rollout(spec_task, any_isolating_factory, "oracle")
+    assert score == 1.0, subs
+
+
+def _expected(task) -> dict:
+    """The E dict of a procedural task's grade code."""
+    import json
+
+    line = next(ln for ln in task.verifier.code.splitlines() if ln.startswith("E = _json.loads("))
+    return json.loads(eval(line[len("E = _json.loads("):-1]))  # a repr'd str literal written by GradeCode
+
+
+def test_a6_noop_make_recipes_and_typed_stats_score_nothing(any_isolating_factory, tmp_path):
+    """A6: Makefile recipes that only *mention* wordstats.py, the docs, output/stats.json and `rm -rf output`
+    (what `make -n` showed the old checks) plus a hand-typed stats.json: the targets now run for real on a hidden
+    docs set, and the typed file counts only beside a working target."""
+    import json
+    import subprocess
+
+    t = get_family("makefile_stats_target").generate(4)
+    E = _expected(t)
+    docs = sorted(f.path for f in t.files if f.path.startswith("docs/") and f.path.endswith(".txt"))
+    mk = ("PYTHON ?= python3\n\n.PHONY: all lint stats clean\n\nall: lint stats\n\n"
+          "lint:\n\t@true $(PYTHON) -m py_compile scripts/wordstats.py\n\n"
+          f"stats:\n\t@true '$(PYTHON) scripts/wordstats.py {' '.join(docs)} > output/stats.json'\n\n"
+          "clean:\n\t@true rm -rf output\n")
+    typed = json.dumps({"total": E["total"], "files": E["files"]}, indent=2) + "\n"
+    # armed: `make -n` shows every word the old checks looked for, and nothing runs
+    for f in t.files:
+        (tmp_path / f.path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f.path).write_bytes(f.content)
+    (tmp_path / "Makefile").write_text(mk)
+    dry = {g: subprocess.run(["make", "-n", g], cwd=tmp_path, capture_output=True, text=True).stdout
+           for g in ("stats", "all", "clean")}
+    assert "wordstats.py" in dry["stats"] and all(p in dry["stats"] for p in docs)
+    assert "output/stats.json" in dry["all"] and "py_compile" in dry["all"] and "rm -rf output" in dry["clean"]
+    assert subprocess.run(["make", "stats"], cwd=tmp_path).returncode == 0 and not (tmp_path / "output").exists()
+    score, subs = _rollout(t, any_isolating_factory, _writes({"Makefile": mk, "output/stats.json": typed}))
+    untouched, _ = _rollout(t, any_isolating_factory, "noop")
+    assert score <= untouched == 0.0, (score, subs)
+    honest, hsubs = _rollout(t, any_isolating_factory, "oracle")
+    assert honest == 1.0, hsubs

@@ -337,6 +337,131 @@ def _jsonable(cases):
 
 
 # ----------------------------------------------------------------------------------------------
+# hidden behaviour-preserving rewrites of a module: the control of a "your tests catch our mutants" check
+# ----------------------------------------------------------------------------------------------
+# A test that pins the module's *text* (its bytes, a frame walk to the source the runner loaded, inspect, its
+# functions' code objects or line numbers) passes on the original and fails on every mutant without testing
+# anything. Such a test also fails on an equivalent rewrite, which an honest test passes: the kill credit counts
+# only for tests that pass on the original and on every hidden rewrite. A whole rewrite replaces each top-level
+# definition by a hand-written alternative (another expression of the same behaviour, other local names, other
+# docstrings/comments), puts the definitions in another order with other blank lines, and starts every definition
+# on another line than the original (a pin of bytes, code objects or line numbers fails on it). A one-site edit
+# changes one place a mutant changes, to something right, keeping everything else (a test that fails on any small
+# change of the text, as a mutant is, fails on it). Each is checked when generated: the reference tests pass, the
+# same outcome as the original on probe calls, other code objects, none of the texts the mutants change.
+
+_LOCAL = re.compile(r"@(\w+)@")
+
+
+def _fill_locals(text: str, pools: dict[str, list[str]], rng) -> str:
+    """`text` with each @key@ replaced by a name from pools[key] (distinct names within the text)."""
+    names: dict[str, str] = {}
+    for key in dict.fromkeys(_LOCAL.findall(text)):
+        names[key] = rng.choice([n for n in pools[key] if n not in names.values()])
+    return _LOCAL.sub(lambda m: names[m.group(1)], text)
+
+
+def _first_lines(src: str) -> dict[str, int]:
+    return {n.name: n.lineno for n in ast.parse(src).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+
+
+def _rewrite(orig: str, headers: list[str], alts: dict[str, list[str]], pick: dict[str, int],
+             pools: dict[str, list[str]], rng) -> str:
+    """A rewrite of `orig`: a header from `headers`, then each definition's alternative alts[name][pick[name]]
+    (locals from `pools`) in a shuffled order (never the original one), one to three blank lines apart; every
+    definition starts on another line than in `orig`."""
+    names = list(alts)
+    defs = {n: _fill_locals(alts[n][pick[n]].strip("\n"), pools, rng) for n in names}
+    order = names[:]
+    while order == names:
+        rng.shuffle(order)
+    gaps = {n: rng.choice(["\n\n\n", "\n\n\n", "\n\n\n\n", "\n\n"]) for n in order}
+    head = rng.choice(headers).strip("\n")
+    orig_lines = _first_lines(orig)
+    for _ in range(20):
+        src = head + "".join(gaps[n] + defs[n] for n in order) + "\n"
+        same = [n for n, ln in _first_lines(src).items() if orig_lines.get(n) == ln]
+        if not same:
+            return src
+        gaps[same[0]] += "\n"
+    raise AssertionError("no line layout found")  # pragma: no cover
+
+
+def _outcomes(mod_name: str, src: str, probes: list) -> list:
+    """Generation-time check (trusted code): what each probe call fn(*args) of the module does -- its value (type
+    and repr) or its exception (type; and args when the module raised it itself) -- and the args afterwards."""
+    import copy
+
+    saved = {k: v for k, v in sys.modules.items() if k == mod_name}
+    try:
+        m = _rt["_load_module"](mod_name, src)
+        out = []
+        for fn, args in probes:
+            a = copy.deepcopy(args)
+            try:
+                r = getattr(m, fn)(*a)
+                out.append(("value", type(r).__name__, repr(r), repr(a)))
+            except Exception as e:  # messages of builtin TypeErrors name the operand order: the type only
+                own = type(e).__name__ in ("ValueError", "OutOfStock")
+                out.append(("raised", type(e).__name__, repr(e.args) if own else "", repr(a)))
+        return out
+    finally:
+        sys.modules.pop(mod_name, None)
+        sys.modules.update(saved)
+
+
+def _code_objects(src: str) -> dict[str, tuple]:
+    ns: dict = {}
+    exec(compile(src, "m.py", "exec"), ns)
+    return {k: (v.__code__.co_code, v.__code__.co_consts, v.__code__.co_firstlineno) for k, v in ns.items()
+            if callable(v) and hasattr(v, "__code__")}
+
+
+_ORIG_FACTS: dict[tuple[str, str, str], tuple[list, dict]] = {}
+
+
+def _orig_facts(mod_name: str, orig: str, probes: list) -> tuple[list, dict]:
+    """The original's probe outcomes and code objects (once per original and probes)."""
+    key = (mod_name, orig, repr(probes))
+    if key not in _ORIG_FACTS:
+        _ORIG_FACTS[key] = _outcomes(mod_name, orig, probes), _code_objects(orig)
+    return _ORIG_FACTS[key]
+
+
+def _check_equivalent(mod_name: str, orig: str, equiv: str, tests: str, n_tests: int, probes: list,
+                      changed: list[str], whole: bool = True) -> None:
+    """An equivalent is checked before it is used: the reference tests pass on it, every probe has the original's
+    outcome, no text a mutant changes (`changed`) is left, and -- a whole rewrite -- every function's code (bytes)
+    and first line differ, or -- a one-site edit -- the edited function's code (bytes or constants) differs."""
+    assert equiv != orig and run_tests(mod_name, equiv, tests) == (n_tests, 0)
+    assert _outcomes(mod_name, equiv, probes) == _orig_facts(mod_name, orig, probes)[0]
+    a, b = _orig_facts(mod_name, orig, probes)[1], _code_objects(equiv)
+    assert set(a) == set(b), sorted(a)
+    if whole:
+        assert all(a[k][0] != b[k][0] and a[k][2] != b[k][2] for k in a), sorted(a)
+    else:
+        assert any(a[k][:2] != b[k][:2] for k in a)
+    assert not any(c in equiv for c in changed)
+
+
+_RUNS_HELPER = '''
+_RUNS = {}
+
+def _runs(ws, mod_name, mod_src, test_src):
+    """_run_tests, once per (workspace, module, tests) while grading: several checks read the same runs. No
+    test file: nothing runs, all failed."""
+    if not isinstance(test_src, str):
+        return 1, 1
+    key = (ws, mod_name, mod_src, test_src)
+    if key not in _RUNS:
+        if len(_RUNS) > 16:
+            _RUNS.clear()
+        _RUNS[key] = _run_tests(mod_name, mod_src, test_src)
+    return _RUNS[key]
+'''
+
+
+# ----------------------------------------------------------------------------------------------
 # 1. fix a bug that a failing test exposes
 # ----------------------------------------------------------------------------------------------
 
@@ -745,6 +870,149 @@ def title_case(text):
 '''
 
 
+# the hidden sources of tests_catch_bug (see "hidden behaviour-preserving rewrites" above): the mutant and an
+# equivalent of the reference textkit.py, both whole rewrites; the agent's tests must pass on the equivalent for
+# their kill of the mutant to count
+_TEXTKIT_HEADERS = ['"""Small text utilities used by our scripts."""',
+                    '"""Text helpers shared by the scripts (truncation, casing, and friends)."""',
+                    '# shared text helpers\n"""Small text utilities."""']
+
+_TEXTKIT_ALTS = {
+    "truncate": ['''
+def truncate(text, width=20, suffix="..."):
+    """Cut text down to `width` characters, the last of them `suffix`, when it is longer."""
+    if width >= len(text):
+        return text
+    @keep@ = width - len(suffix)
+    return text[:@keep@ if @keep@ > 0 else 0] + suffix
+''', '''
+def truncate(text, width=20, suffix="..."):
+    # texts that fit are returned as they are
+    if not len(text) <= width:
+        return text[:max(0, width - len(suffix))] + suffix
+    return text
+'''],
+    "title_case": ['''
+def title_case(text):
+    @words@ = [@w@[:1].upper() + @w@[1:].lower() for @w@ in text.split()]
+    return " ".join(@words@)
+''', '''
+def title_case(text):
+    """Capitalise each whitespace-separated word (the rest lower-cased), single spaces between."""
+    return " ".join(map(lambda @w@: @w@[:1].upper() + @w@[1:].lower(), text.split()))
+'''],
+}
+
+_SPEC_ALTS = {
+    "slugify": ['''
+def slugify(text):
+    import re
+    return "-".join(@p@ for @p@ in re.split(r"[^a-z0-9]+", text.lower()) if @p@)
+''', '''
+def slugify(text):
+    """Lower-case slug: runs of anything but a-z and 0-9 become one '-', none at the ends."""
+    import re as _re
+    @low@ = text.lower()
+    return _re.sub("[^0-9a-z]+", "-", @low@).strip("-")
+'''],
+    "chunk": ['''
+def chunk(items, size):
+    if 1 > size:
+        raise ValueError("size must be >= 1")
+    @out@ = []
+    for @i@ in range(0, len(items), size):
+        @out@.append(items[@i@:@i@ + size])
+    return @out@
+''', '''
+def chunk(items, size):
+    """Consecutive slices of `size` items (the last may be shorter)."""
+    if size < 1:
+        raise ValueError("size must be >= 1")
+    @starts@ = range(0, len(items), size)
+    return [items[@i@:size + @i@] for @i@ in @starts@]
+'''],
+    "initials": ['''
+def initials(full_name):
+    @words@ = full_name.replace("-", " ").split()
+    return "".join(f"{@w@[0].upper()}." for @w@ in @words@)
+''', '''
+def initials(full_name):
+    # hyphenated parts count as parts of their own
+    @out@ = ""
+    for @w@ in full_name.replace("-", " ").split():
+        @out@ += @w@[0].upper() + "."
+    return @out@
+'''],
+    "word_freq": ['''
+def word_freq(text, n):
+    import re
+    @tally@ = {}
+    for @w@ in re.findall("[a-z]+", text.lower()):
+        @tally@[@w@] = @tally@.get(@w@, 0) + 1
+    @ranked@ = sorted(@tally@.items(), key=lambda @kv@: (-@kv@[1], @kv@[0]))
+    return [[@w@, @c@] for @w@, @c@ in @ranked@[:n]]
+''', '''
+def word_freq(text, n):
+    """[word, count] pairs of the n most common words, ties alphabetical."""
+    import re
+    @tally@ = {}
+    for @w@ in re.findall(r"[a-z]+", text.lower()):
+        @tally@[@w@] = 1 + @tally@.get(@w@, 0)
+    return [list(@kv@) for @kv@ in sorted(@tally@.items(), key=lambda @kv@: (-@kv@[1], @kv@[0]))[:n]]
+'''],
+}
+
+_SPEC_POOLS = {"keep": ["keep", "room", "cut_at"], "words": ["words", "parts", "pieces"], "w": ["w", "word", "part"],
+               "p": ["p", "piece", "bit"], "low": ["low", "lowered", "lower_text"], "out": ["out", "result", "acc"],
+               "i": ["i", "start", "pos"], "starts": ["starts", "offsets", "steps"],
+               "tally": ["tally", "counts", "seen"], "ranked": ["ranked", "ordered", "top"], "kv": ["kv", "pair", "item"],
+               "c": ["c", "count", "times"]}
+
+_TEXTKIT_PROBES = [
+    ("truncate", ("abcdefghij", 6)), ("truncate", ("short",)), ("truncate", ("abcdefghij", 3)),
+    ("truncate", ("abcdefghij", 2)), ("truncate", ("abc", 3)), ("truncate", ("abcdef", 5, "")),
+    ("truncate", ("abcdef", 4, "\u2026")), ("truncate", ("abcdef", 0)), ("truncate", ("abcdef", -3)),
+    ("truncate", ("abcdefgh", 3.0)), ("truncate", ("abcdefgh", 5.0)), ("truncate", (None, 3)),
+    ("title_case", ("hello WORLD",)), ("title_case", ("  many   spaces ",)), ("title_case", ("",)),
+    ("title_case", ("\u00c9COLE \u00e9lan",)), ("title_case", ("x-y z",)), ("title_case", (None,)),
+]
+_SPEC_PROBES = {
+    "slugify": [("",), ("--a--",), ("\u00c0B c",), ("a_b",), ("\u0130x",), ("x\ty\nz",), ("UPPER lower 123",), (None,)],
+    "chunk": [([1, 2, 3, 4, 5], 2), ([], 3), ([1], 0), ([1], -1), ("abcde", 2), ((1, 2, 3), 2), ([1, 2], True),
+              ([1, 2], 1.5), ([1, 2], None), ([1, 2], 0.5)],
+    "initials": [("a-b-c",), ("  ",), ("x",), ("\u00e9lan vital",), ("--",), (None,)],
+    "word_freq": [("a a b", 0), ("a a b", -1), ("a a b", None), ("\u00dcn\u00efcode x", 5), ("", 0), ("b a b a c", 2)],
+}
+
+
+def _spec_probes(sp: dict) -> list:
+    fn = sp["fn"]
+    return _TEXTKIT_PROBES + [(fn, tuple(a)) for a, _ in sp["cases"]] + [(fn, a) for a in _SPEC_PROBES[fn]]
+
+
+def _spec_sources(k: int, seed: int) -> tuple[str, str]:
+    """(mutant, equivalent) for the task of `seed` (their own rng: the workspace does not change): the hidden
+    mutant -- the spec's wrong implementation -- and a rewrite of the reference (_TEXTKIT + the spec's impl), both
+    whole rewrites (another header, order, layout; truncate and title_case by alternatives; the function by an
+    alternative in the equivalent), so no measure of how far the text is from the agent's own tells them apart.
+    Both checked: the reference tests fail on the mutant and pass on the equivalent, which behaves as the
+    reference on every probe."""
+    import random
+
+    sp = _SPECS[k]
+    fn, tests = sp["fn"], "import textkit\n" + sp["tests"]
+    rng = random.Random(f"implement_spec_function:hidden:{seed}")
+    alts = {**_TEXTKIT_ALTS, fn: [sp["mutant"]]}
+    mutant = _rewrite(_TEXTKIT + sp["mutant"], _TEXTKIT_HEADERS, alts,
+                      {n: rng.randrange(len(a)) for n, a in alts.items()}, _SPEC_POOLS, rng)
+    assert run_tests("textkit", mutant, tests)[1] > 0 and not all(_call_cases("textkit", mutant, fn, sp["cases"]))
+    alts = {**_TEXTKIT_ALTS, fn: _SPEC_ALTS[fn]}
+    equiv = _rewrite(_TEXTKIT + sp["impl"], _TEXTKIT_HEADERS, alts, {n: rng.randrange(len(a)) for n, a in alts.items()},
+                     _SPEC_POOLS, rng)
+    _check_equivalent("textkit", _TEXTKIT + sp["impl"], equiv, tests, 3, _spec_probes(sp), [])
+    return mutant, equiv
+
+
 @functools.cache
 def _spec_selfcheck(k: int) -> bool:
     sp = _SPECS[k]
@@ -782,10 +1050,13 @@ def implement_spec_function(ctx: Ctx) -> None:
         "tests_passed.")
     ctx.expect("fn", fn)
     ctx.expect("cases", _jsonable(sp["cases"]))
-    ctx.expect("mutant_src", _TEXTKIT + sp["mutant"])
+    mutant_src, equiv_src = _spec_sources(_SPECS.index(sp), ctx.seed)
+    ctx.expect("mutant_src", mutant_src)
+    ctx.expect("equiv_src", equiv_src)
     ctx.expect("trel", trel)
     ctx.expect("old_cases", [[["abcdefghij", 6], "abc..."], [["short"], "short"]])
     _add_runtime(ctx)
+    ctx.grade.helper(_RUNS_HELPER)
     ctx.grade.helper(
         "def _ntests(src):\n"
         "    import ast as _ast\n"
@@ -794,9 +1065,12 @@ def implement_spec_function(ctx: Ctx) -> None:
     ctx.check("existing_kept", "E['fn'] in T('textkit.py') and all(_cases_ok(ws, 'textkit.py', 'textkit', 'truncate', "
                                "E['old_cases']) or [False])")
     ctx.check("tests_written", f"_ntests(T({trel!r})) >= 3 and E['fn'] in T({trel!r})")
-    ctx.check("tests_pass", f"_run_tests('textkit', T('textkit.py'), T({trel!r}))[1] == 0 and "
-                            f"_run_tests('textkit', T('textkit.py'), T({trel!r}))[0] >= 3")
-    ctx.check("tests_catch_bug", f"_run_tests('textkit', E['mutant_src'], T({trel!r}))[1] > 0")
+    ctx.check("tests_pass", f"_runs(ws, 'textkit', T('textkit.py'), T({trel!r}))[1] == 0 and "
+                            f"_runs(ws, 'textkit', T('textkit.py'), T({trel!r}))[0] >= 3")
+    # the kill counts only for tests that also pass on a hidden rewrite of the reference module (tests pinning
+    # the module's text, not its behaviour, fail on it); the mutant is a rewrite too (_spec_sources)
+    ctx.check("tests_catch_bug", f"_runs(ws, 'textkit', E['mutant_src'], T({trel!r}))[1] > 0 and "
+                                 f"_runs(ws, 'textkit', E['equiv_src'], T({trel!r}))[1] == 0")
     ctx.check("report", f"J({rep!r})['function'] == E['fn'] and J({rep!r})['test_file'] == E['trel'] and "
                         f"to_num(J({rep!r})['tests_written']) == _ntests(T({trel!r})) == "
                         f"to_num(J({rep!r})['tests_passed'])")
@@ -940,6 +1214,161 @@ if __name__ == "__main__":
 '''
 
 
+_HIDDEN_DOC_NAMES = ["intro", "preface", "appendix", "glossary", "epilogue", "outline", "part_one", "part_two",
+                     "errata", "credits"]
+
+
+def _hidden_docs(seed: int, words: list[str]) -> tuple[dict[str, str], dict]:
+    """The hidden docs set the grader runs the agent's targets on ({path: text}: two to five docs/*.txt of other
+    names and contents than the workspace's, blank lines included, and a docs/*.md that is not a .txt) and the
+    stats scripts/wordstats.py prints for it; from the task's own rng for it, so the workspace does not change."""
+    import random
+
+    rng = random.Random(f"makefile_stats_target:hidden:{seed}")
+    docs = {}
+    for name in rng.sample(_HIDDEN_DOC_NAMES, rng.randint(2, 5)):
+        lines = [" ".join(rng.choice(words + ["sun", "moss", "flint"]) for _ in range(rng.randint(0, 8)))
+                 for _ in range(rng.randint(1, 6))]
+        docs[f"docs/{name}.txt"] = "\n".join(lines) + "\n"
+    files = {p: {"lines": len(t.splitlines()), "words": len(t.split())} for p, t in sorted(docs.items())}
+    stats = {"total": {"files": len(files), "lines": sum(f["lines"] for f in files.values()),
+                       "words": sum(f["words"] for f in files.values())}, "files": files}
+    docs["docs/README.md"] = "# drafts\n\nnot part of the book: " + " ".join(rng.sample(words, 4)) + "\n"
+    return docs, stats
+
+
+# The grader's side: the agent's Makefile and scripts (every regular file of the workspace outside docs/ and
+# output/, or only the Makefile and scripts/ when that is over the caps) copied into a temp dir with the hidden docs
+# set; `make stats`, `make all` (output/ and __pycache__ removed first) and `make clean` (output/ there first) run
+# once each, as child processes in their own session (killed with their group after), never in this process.
+_MAKE_TRIAL = r"""
+_MAKE_MEMO = {}
+
+def _make_files(ws, max_files=400, max_bytes=8 << 20):
+    import os as _o, stat as _st
+    def take(root, skip_top):
+        got, size = {}, 0
+        for d, dirs, names in _o.walk(root):
+            if skip_top and d == root:
+                dirs[:] = [x for x in dirs if x not in ('docs', 'output', '.git')]
+            for n in names:
+                p = _o.path.join(d, n)
+                try:
+                    st = _o.lstat(p)
+                except OSError:
+                    continue
+                if not _st.S_ISREG(st.st_mode):
+                    continue
+                size += st.st_size
+                if len(got) >= max_files or size > max_bytes:
+                    return None
+                try:
+                    with open(p, 'rb') as fh:
+                        got[_o.path.relpath(p, ws)] = fh.read(max_bytes + 1)
+                except OSError:
+                    continue
+        return got
+    files = take(ws, True)
+    if files is None:
+        files = take(_o.path.join(ws, 'scripts'), False) or {}
+        for n in ('Makefile', 'makefile', 'GNUmakefile'):
+            if exists(ws, n):
+                with open(_o.path.join(ws, n), 'rb') as fh:
+                    files[n] = fh.read(max_bytes + 1)
+    return files
+
+def _make_run(d, target, timeout=20):
+    import os as _o, signal as _sg, subprocess as _sp
+    env = {k: v for k, v in _o.environ.items() if k not in ('MAKEFLAGS', 'MFLAGS', 'GNUMAKEFLAGS', 'MAKELEVEL',
+                                                             'MAKEFILES', 'PYTHONPYCACHEPREFIX')}
+    try:
+        p = _sp.Popen(['make', target], cwd=d, stdin=_sp.DEVNULL, stdout=_sp.DEVNULL, stderr=_sp.DEVNULL, env=env,
+                      close_fds=True, start_new_session=True)
+    except OSError:
+        return None
+    try:
+        rc = p.wait(timeout=timeout)
+    except _sp.TimeoutExpired:
+        rc = None
+    finally:
+        try:
+            _o.killpg(p.pid, _sg.SIGKILL)  # whatever the recipes left running in their group
+        except OSError:
+            pass
+        p.wait()
+    return rc
+
+def _made_json(path):
+    import os as _o, stat as _st
+    try:
+        fd = _o.open(path, _o.O_RDONLY | _o.O_NOFOLLOW | _o.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not _st.S_ISREG(_o.fstat(fd).st_mode):
+            return None
+        with _o.fdopen(fd, 'rb') as fh:
+            fd = None
+            raw = fh.read((1 << 20) + 1)
+        return _json.loads(raw.decode('utf-8')) if len(raw) <= 1 << 20 else None
+    except (OSError, ValueError, RecursionError):
+        return None
+    finally:
+        if fd is not None:
+            _o.close(fd)
+
+def _make_rm(path):
+    import os as _o, shutil as _sh
+    if _o.path.isdir(path) and not _o.path.islink(path):
+        _sh.rmtree(path, ignore_errors=True)
+    elif _o.path.lexists(path):
+        try:
+            _o.unlink(path)
+        except OSError:
+            pass
+
+def _make_trial(ws):
+    # {'stats': ..., 'all': ..., 'clean': ...}: what the agent's targets do on the hidden docs set
+    import hashlib as _h, os as _o, shutil as _sh, tempfile as _tf
+    files = _make_files(ws)
+    if not any(n in files for n in ('Makefile', 'makefile', 'GNUmakefile')):
+        return {}
+    key = (ws, _h.sha256(repr(sorted(files.items())).encode()).hexdigest())
+    if _MAKE_MEMO.get('key') == key:
+        return _MAKE_MEMO['res']
+    res = {'stats': False, 'all': False, 'clean': False}
+    d = _tf.mkdtemp(prefix='clawgym-make-')
+    try:
+        for rel, b in list(files.items()) + [(p, t.encode()) for p, t in E['hidden_docs'].items()]:
+            p = _o.path.join(d, rel)
+            _o.makedirs(_o.path.dirname(p), exist_ok=True)
+            with open(p, 'wb') as fh:
+                fh.write(b)
+        out = _o.path.join(d, 'output', 'stats.json')
+        res['stats'] = _make_run(d, 'stats') == 0 and _made_json(out) == E['hidden']
+        if res['stats']:  # `all` builds stats (from nothing) and still lints (py_compile writes the .pyc)
+            _make_rm(_o.path.join(d, 'output'))
+            _make_rm(_o.path.join(d, 'scripts', '__pycache__'))
+            res['all'] = _make_run(d, 'all') == 0 and _made_json(out) == E['hidden']
+            cache = _o.path.join(d, 'scripts', '__pycache__')
+            res['all'] = res['all'] and _o.path.isdir(cache) and any(
+                n.startswith('wordstats.') and n.endswith('.pyc') for n in _o.listdir(cache))
+        _make_rm(_o.path.join(d, 'output'))
+        _o.makedirs(_o.path.join(d, 'output'))
+        with open(_o.path.join(d, 'output', 'stats.json'), 'w') as fh:
+            fh.write('{}')
+        res['clean'] = (_make_run(d, 'clean') == 0 and not _o.path.lexists(_o.path.join(d, 'output'))
+                        and all(_o.path.isfile(_o.path.join(d, p)) for p in E['hidden_docs']))
+    except OSError:
+        pass
+    finally:
+        _sh.rmtree(d, ignore_errors=True)
+    _MAKE_MEMO.clear()
+    _MAKE_MEMO.update(key=key, res=res)
+    return res
+"""
+
+
 @family("makefile_stats_target", CAT, "DevOps and continuous delivery", ["read", "modify code", "run scripts",
         "verify"], ["Makefile", "py", "txt", "json"], "Add build targets to an existing Makefile (a stats target with "
         "a file output, wiring into all, a clean rule) and run it.", difficulty=3)
@@ -968,20 +1397,19 @@ def makefile_stats_target(ctx: Ctx) -> None:
         "file exists.")
     ctx.expect("total", total)
     ctx.expect("files", files)
+    hidden_docs, hidden = _hidden_docs(ctx.seed, words)
+    ctx.expect("hidden_docs", hidden_docs)
+    ctx.expect("hidden", hidden)
     ctx.output(out)
-    ctx.grade.helper(
-        "def _make_n(ws, target):\n"
-        "    import subprocess as _sp\n"
-        "    if not exists(ws, 'Makefile'):\n"
-        "        return ''\n"
-        "    r = _sp.run(['make', '-n', '-C', ws, target], capture_output=True, text=True, timeout=20)\n"
-        "    return r.stdout if r.returncode == 0 else ''\n")
-    ctx.check("stats_totals", f"J({out!r})['total'] == E['total']")
-    ctx.check("stats_per_file", f"J({out!r})['files'] == E['files']")
-    ctx.check("stats_target", "'wordstats.py' in _make_n(ws, 'stats') and all(p in _make_n(ws, 'stats') for p in "
-                              "E['files'])")
-    ctx.check("all_builds_stats", "'output/stats.json' in _make_n(ws, 'all') and 'py_compile' in _make_n(ws, 'all')")
-    ctx.check("clean_target", "'rm' in _make_n(ws, 'clean') and 'output' in _make_n(ws, 'clean') and "
+    ctx.grade.helper(_MAKE_TRIAL)
+    # The targets are run for real, on a copy of the agent's Makefile and scripts with a hidden docs set (a recipe
+    # that only names the script, the docs or `rm` does nothing there); the workspace's own stats.json counts only
+    # beside a target that works (support checks).
+    ctx.check("stats_totals", f"J({out!r})['total'] == E['total']", support=True)
+    ctx.check("stats_per_file", f"J({out!r})['files'] == E['files']", support=True)
+    ctx.check("stats_target", "_make_trial(ws).get('stats') is True")
+    ctx.check("all_builds_stats", "_make_trial(ws).get('all') is True")
+    ctx.check("clean_target", "_make_trial(ws).get('clean') is True and "
                               "'clean' in ''.join(l for l in T('Makefile').splitlines() if l.startswith('.PHONY'))")
     ctx.read("Makefile")
     ctx.read("scripts/wordstats.py")
@@ -1305,6 +1733,191 @@ def test_stock_value():
 '''
 
 
+# hidden equivalents of inventory.py (see "hidden behaviour-preserving rewrites" above)
+_INV_HEADERS = ['"""Inventory bookkeeping helpers: stock levels, reorders, valuation."""',
+                '"""Stock bookkeeping.\n\nStock levels are plain dicts, sku -> quantity.\n"""',
+                '# inventory helpers\n"""Inventory bookkeeping (stock is a dict of sku -> quantity)."""',
+                '"""Inventory."""\n\n# Nothing here changes the caller\'s dicts.']
+
+_INV_ALTS = {
+    "OutOfStock": ['''
+class OutOfStock(Exception):
+    """Raised when a removal asks for more than is on hand."""
+''', '''
+class OutOfStock(Exception):
+    """Not enough stock."""
+
+    pass
+''', '''
+class OutOfStock(Exception):
+    # raised by remove_stock
+    ...
+'''],
+    "add_stock": ['''
+def add_stock(stock, sku, qty):
+    """Return a copy of stock with qty more units of sku; qty has to be positive."""
+    if 0 >= qty:
+        raise ValueError("qty must be positive")
+    @new@ = dict(stock)
+    @cur@ = @new@.get(sku, 0)
+    @new@[sku] = @cur@ + qty
+    return @new@
+''', '''
+def add_stock(stock, sku, qty):
+    # qty must be strictly positive; the caller's dict is left alone
+    @bad@ = qty <= 0
+    if @bad@:
+        raise ValueError("qty must be positive")
+    @new@ = dict(stock)
+    @new@[sku] = qty + @new@.get(sku, 0)
+    return @new@
+''', '''
+def add_stock(stock, sku, qty):
+    """Add qty (> 0) units of sku to a copy of stock and return the copy."""
+    if 0 >= qty:
+        raise ValueError("qty must be positive")
+    @new@ = dict(stock)
+    @new@[sku] = (@new@[sku] if sku in @new@ else 0) + qty
+    return @new@
+'''],
+    "remove_stock": ['''
+def remove_stock(stock, sku, qty):
+    """Return a copy of stock with qty fewer units of sku; OutOfStock when that is more than there is."""
+    @have@ = stock.get(sku, 0)
+    if @have@ < qty:
+        raise OutOfStock(sku)
+    @new@ = dict(stock)
+    @left@ = @have@ - qty
+    @new@[sku] = @left@
+    if @left@ == 0:
+        del @new@[sku]
+    return @new@
+''', '''
+def remove_stock(stock, sku, qty):
+    @have@ = stock[sku] if sku in stock else 0
+    if qty > @have@:
+        raise OutOfStock(sku)
+    @new@ = dict(stock)
+    if @have@ - qty == 0:
+        @new@.pop(sku, None)
+    else:
+        @new@[sku] = @have@ - qty
+    return @new@
+''', '''
+def remove_stock(stock, sku, qty):
+    # never below zero: a sku that reaches zero is dropped
+    @have@ = stock.get(sku, 0)
+    if @have@ < qty:
+        raise OutOfStock(sku)
+    @new@ = dict(stock)
+    @new@[sku] = @have@ - qty
+    if not @new@[sku]:
+        @new@.pop(sku)
+    return @new@
+'''],
+    "reorder_list": ['''
+def reorder_list(stock, thresholds, default=5):
+    """Sorted SKUs at or below their reorder threshold (`default` for SKUs without one)."""
+    @out@ = []
+    for @s@ in set(stock).union(thresholds):
+        if thresholds.get(@s@, default) >= stock.get(@s@, 0):
+            @out@.append(@s@)
+    @out@.sort()
+    return @out@
+''', '''
+def reorder_list(stock, thresholds, default=5):
+    @keys@ = {*stock, *thresholds}
+    return sorted(filter(lambda @s@: stock.get(@s@, 0) <= thresholds.get(@s@, default), @keys@))
+''', '''
+def reorder_list(stock, thresholds, default=5):
+    # a SKU without its own threshold uses `default`
+    @lim@ = {@s@: thresholds.get(@s@, default) for @s@ in set(stock) | set(thresholds)}
+    return sorted(@s@ for @s@, @t@ in @lim@.items() if @t@ >= stock.get(@s@, 0))
+'''],
+    "stock_value": ['''
+def stock_value(stock, prices):
+    """Total value of the stock at the given prices (unknown prices count as 0), rounded to cents."""
+    @tot@ = sum([@q@ * prices.get(@s@, 0.0) for @s@, @q@ in stock.items()])
+    return round(@tot@, 2)
+''', '''
+def stock_value(stock, prices):
+    return round(sum(map(lambda @kv@: @kv@[1] * prices.get(@kv@[0], 0.0), stock.items())), ndigits=2)
+''', '''
+def stock_value(stock, prices):
+    # prices missing from the list are worth nothing
+    @vals@ = (@q@ * prices.get(@s@, 0.0) for @s@, @q@ in stock.items())
+    return round(sum(@vals@, 0), 2)
+'''],
+}
+
+_INV_POOLS = {"new": ["updated", "result", "fresh", "copied", "after_add"],
+              "cur": ["current", "before", "prev", "existing"],
+              "bad": ["invalid", "not_positive", "too_small"],
+              "have": ["on_hand", "available", "level", "held"],
+              "left": ["remaining", "rest", "balance"],
+              "out": ["due", "low", "picked", "needs"],
+              "s": ["code", "item", "key", "k"],
+              "t": ["limit", "bar", "cap", "floor"],
+              "lim": ["limits", "bars", "per_sku"],
+              "keys": ["every", "all_skus", "known", "names"],
+              "tot": ["total", "acc", "value", "amount"],
+              "q": ["n", "count", "units", "amt"],
+              "kv": ["pair", "entry", "row", "kv"],
+              "vals": ["parts", "terms", "values", "each"]}
+
+_NAN = float("nan")
+_INV_PROBES = [
+    ("add_stock", ({}, "A", 2)), ("add_stock", ({"A": 1, "B": 2}, "A", 3)), ("add_stock", ({"A": 1}, "C", 1.5)),
+    ("add_stock", ({}, "A", 0)), ("add_stock", ({}, "A", -1)), ("add_stock", ({"A": 1}, "A", _NAN)),
+    ("add_stock", ({"B": 1}, "A", True)), ("add_stock", (None, "A", 0)), ("add_stock", (None, "A", 1)),
+    ("add_stock", ({"A": 1}, "A", None)), ("add_stock", ({"A": 1}, ["x"], 1)), ("add_stock", ({"A": 1.0}, "A", -0.0)),
+    ("remove_stock", ({"A": 3}, "A", 1)), ("remove_stock", ({"A": 3, "B": 1}, "A", 3)),
+    ("remove_stock", ({"A": 1}, "A", 2)), ("remove_stock", ({}, "A", 0)), ("remove_stock", ({}, "A", -2)),
+    ("remove_stock", ({"A": 1.5, "B": 2}, "A", 0.5)), ("remove_stock", ({"A": 1}, "A", _NAN)),
+    ("remove_stock", ({"A": _NAN}, "A", 1)), ("remove_stock", ({"A": 2}, "B", 1)), ("remove_stock", ({"A": 2}, "A", None)),
+    ("reorder_list", ({"A": 5, "B": 6, "C": 1}, {"C": 1})), ("reorder_list", ({"A": 2}, {"A": 1, "D": 0})),
+    ("reorder_list", ({}, {})), ("reorder_list", ({"A": 1}, {}, 0)), ("reorder_list", ({"A": _NAN}, {})),
+    ("reorder_list", ({"A": 1}, {"A": _NAN})), ("reorder_list", ({"b": 1, "a": 1, "c": 9}, {}, 3)),
+    ("reorder_list", ({"A": 5}, {}, 5.0)), ("reorder_list", ({"A": None}, {})),
+    ("stock_value", ({"A": 3, "B": 1}, {"A": 0.35, "B": 2.0})), ("stock_value", ({"Z": 4}, {})),
+    ("stock_value", ({}, {})), ("stock_value", ({"A": 1, "B": 1, "C": 1}, {"A": 0.1, "B": 0.2, "C": 0.3})),
+    ("stock_value", ({"A": 7}, {"A": 1.005})), ("stock_value", ({"A": 2, "B": 3}, {"A": 1, "B": 2})),
+    ("stock_value", ({"A": "x"}, {"A": 1.0})),
+]
+# one-site equivalent edits, one per mutant (by its index in _INV_MUTANTS): the same place, the same size, the same
+# line layout as the mutant, only right; a test that fails on any small change of the text fails on these too
+_INV_SITE_EDITS = [
+    ("    if qty <= 0:\n", "    if 0 >= qty:\n"),
+    ("    if qty > have:", "    if have < qty:"),
+    ("    if new[sku] == 0:", "    if not new[sku]:"),
+    ("stock.get(s, 0) <= thresholds.get(s, default)", "thresholds.get(s, default) >= stock.get(s, 0)"),
+    ("thresholds.get(s, default)", "(thresholds[s] if s in thresholds else default)"),
+    ("for s, q in stock.items()), 2)", "for s, q in stock.items()), ndigits=2)"),
+    ("    new = dict(stock)\n    new[sku] = new.get(sku, 0) + qty", "    new = dict(stock, **{})\n    new[sku] = new.get(sku, 0) + qty"),
+]
+
+
+def _inv_equivalents(seed: int, mutants: list[int]) -> list[str]:
+    """The hidden equivalents of inventory.py for the task of `seed` (its own rng: the workspace and the rest of the
+    task do not change) whose mutants are _INV_MUTANTS[i] for i in `mutants`: one whole rewrite (every definition
+    replaced by an alternative, reordered, relaid) and the one-site edits of two of those mutants' places; each is
+    checked."""
+    import random
+
+    rng = random.Random(f"tests_that_catch_bugs:equivalents:{seed}")
+    whole = _rewrite(_INV, _INV_HEADERS, _INV_ALTS, {n: rng.randrange(len(a)) for n, a in _INV_ALTS.items()},
+                     _INV_POOLS, rng)
+    _check_equivalent("inventory", _INV, whole, _INV_TESTS, 7, _INV_PROBES, [old for old, _ in _INV_MUTANTS])
+    out = [whole]
+    for i in sorted(rng.sample(mutants, 2)):
+        find, repl = _INV_SITE_EDITS[i]
+        assert _INV.count(find) == 1
+        src = _INV.replace(find, repl)
+        _check_equivalent("inventory", _INV, src, _INV_TESTS, 7, _INV_PROBES, [_INV_MUTANTS[i][0]], whole=False)
+        out.append(src)
+    return out
+
+
 @functools.cache
 def _inventory_selfcheck() -> bool:
     assert run_tests("inventory", _INV, _INV_TESTS) == (7, 0)
@@ -1319,6 +1932,7 @@ def _inventory_selfcheck() -> bool:
 def tests_that_catch_bugs(ctx: Ctx) -> None:
     rng = ctx.rng
     muts = rng.sample(_INV_MUTANTS, 4)
+    mut_ids = [_INV_MUTANTS.index(m) for m in muts]
     srcs = []
     for old, new in muts:
         assert old in _INV
@@ -1340,19 +1954,26 @@ def tests_that_catch_bugs(ctx: Ctx) -> None:
         "function names your tests call, sorted).")
     ctx.expect("mutants", srcs)
     ctx.expect("orig", _INV)
+    ctx.expect("equivs", _inv_equivalents(ctx.seed, mut_ids))
     ctx.expect("funcs", funcs)
     _add_runtime(ctx)
+    ctx.grade.helper(_RUNS_HELPER)
     ctx.grade.helper(
         "def _ntests(src):\n"
         "    import ast as _ast\n"
-        "    return sum(1 for n in _ast.parse(src).body if isinstance(n, _ast.FunctionDef) and n.name.startswith('test'))\n")
-    ctx.check("passes_on_original", f"_run_tests('inventory', E['orig'], T({trel!r}))[1] == 0 and "
-                                    f"_ntests(T({trel!r})) >= 3")
-    ctx.check("mutants_killed", f"frac(sum(1 for m in E['mutants'] if _run_tests('inventory', m, T({trel!r}))[1] > 0), "
-                                f"len(E['mutants'])) * float(_run_tests('inventory', E['orig'], T({trel!r}))[1] == 0)")
-    ctx.check("summary_count", f"to_num(J({rep!r})['test_functions']) == _ntests(T({trel!r}))")
+        "    return sum(1 for n in _ast.parse(src).body if isinstance(n, _ast.FunctionDef) and n.name.startswith('test'))\n"
+        "def _green(ws, test_src):\n"
+        "    # the suite passes on the original and on every hidden rewrite of it (a suite pinning the module's\n"
+        "    # text instead of its behaviour fails on a rewrite); the rewrites run only when the original passes\n"
+        "    return all(_runs(ws, 'inventory', m, test_src)[1] == 0 for m in [E['orig']] + E['equivs'])\n")
+    # The kill credit is the substantive check: a suite that kills no mutant earns nothing for passing or for its
+    # summary (support checks), and mutants count only for a suite that passes on the original and its rewrites.
+    ctx.check("passes_on_original", f"_green(ws, T({trel!r})) and _ntests(T({trel!r})) >= 3", support=True)
+    ctx.check("mutants_killed", f"frac(sum(1 for m in E['mutants'] if _runs(ws, 'inventory', m, T({trel!r}))[1] > 0), "
+                                f"len(E['mutants'])) if _green(ws, T({trel!r})) else 0.0")
+    ctx.check("summary_count", f"to_num(J({rep!r})['test_functions']) == _ntests(T({trel!r}))", support=True)
     ctx.check("summary_covered", f"list_equal(J({rep!r})['functions_covered'], E['funcs']) and "
-                                 f"all(f in T({trel!r}) for f in E['funcs'])")
+                                 f"all(f in T({trel!r}) for f in E['funcs'])", support=True)
     ctx.read("CONTRIBUTING.md")
     ctx.read("inventory.py")
     ctx.write(trel, _INV_TESTS)
