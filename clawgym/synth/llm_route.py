@@ -126,6 +126,37 @@ def _skill_text(s: dict[str, Any]) -> str:
 # ----------------------------------------------------------------------------------------------
 
 
+def _route_runtime(client_cfg: ClientConfig | dict[str, Any] | None, reviewer: ClientConfig | dict[str, Any] | None,
+                   auditor: ClientConfig | dict[str, Any] | None, cache_dir: str | os.PathLike[str] | None,
+                   max_in_flight: int | None) -> tuple[ClientConfig, Any, _Runtime]:
+    """(the generator's config, the response cache's folder, the route's runtime): the reviewer defaults to the
+    generator's endpoint, the auditor to the reviewer's, the cache folder to the generator's ``cache_dir``."""
+    cfg = ClientConfig.coerce(client_cfg)
+    rev = ClientConfig.coerce(reviewer) if reviewer is not None else None
+    aud = ClientConfig.coerce(auditor) if auditor is not None else rev
+    cdir = cache_dir if cache_dir is not None else cfg.cache_dir
+    rt = _Runtime({"generator": cfg, "reviewer": rev, "auditor": aud}, ResponseCache(cdir) if cdir else None,
+                  max_in_flight)
+    return cfg, cdir, rt
+
+
+def _route_stats(rt: _Runtime, cfg: ClientConfig, accepted: list[Task], rejected: list[dict[str, Any]],
+                 n_candidates: int, gates, wall_s: float) -> dict[str, Any]:
+    """The stats of a run of the route (generate_llm_tasks' `return_stats`)."""
+    rt.stats.peak_in_flight = rt.peak
+    pp = cfg.price_per_1k_prompt if cfg.price_per_1k_prompt is not None else cfg.price_per_1k_tokens
+    pc = cfg.price_per_1k_completion if cfg.price_per_1k_completion is not None else cfg.price_per_1k_tokens
+    stats = rt.stats.summary(len(accepted), n_candidates, price_per_1k_prompt=pp, price_per_1k_completion=pc,
+                             wall_s=wall_s)
+    stats["max_in_flight"] = rt.limiters[0].limit
+    stats["servers"] = len(rt.limiters)
+    stats["gates"] = dict(gates.stats)
+    stats["rejected_by_reason"] = {}
+    for r in rejected:
+        stats["rejected_by_reason"][r["reason"]] = stats["rejected_by_reason"].get(r["reason"], 0) + 1
+    return stats
+
+
 def generate_llm_tasks(
     personas: Iterable[Any],
     skills: Iterable[Any],
@@ -180,12 +211,7 @@ def generate_llm_tasks(
     if route not in ("persona", "skill"):
         raise ValueError(f"route must be 'persona' or 'skill', got {route!r}")
     _check_hacker(hacker)
-    cfg = ClientConfig.coerce(client_cfg)
-    rev = ClientConfig.coerce(reviewer) if reviewer is not None else None
-    aud = ClientConfig.coerce(auditor) if auditor is not None else rev
-    cdir = cache_dir if cache_dir is not None else cfg.cache_dir
-    rt = _Runtime({"generator": cfg, "reviewer": rev, "auditor": aud}, ResponseCache(cdir) if cdir else None,
-                  max_in_flight)
+    cfg, cdir, rt = _route_runtime(client_cfg, reviewer, auditor, cache_dir, max_in_flight)
     if workers is None:
         workers = min(256, 2 * rt.capacity)
     own_factory = None
@@ -205,18 +231,8 @@ def generate_llm_tasks(
             own_factory.close()
     if not return_stats:
         return accepted, rejected
-    rt.stats.peak_in_flight = rt.peak
-    pp = cfg.price_per_1k_prompt if cfg.price_per_1k_prompt is not None else cfg.price_per_1k_tokens
-    pc = cfg.price_per_1k_completion if cfg.price_per_1k_completion is not None else cfg.price_per_1k_tokens
-    stats = rt.stats.summary(len(accepted), len(idx), price_per_1k_prompt=pp, price_per_1k_completion=pc,
-                             wall_s=time.perf_counter() - t0)
-    stats["max_in_flight"] = rt.limiters[0].limit
-    stats["servers"] = len(rt.limiters)
-    stats["gates"] = dict(gates.stats)
-    stats["rejected_by_reason"] = {}
-    for r in rejected:
-        stats["rejected_by_reason"][r["reason"]] = stats["rejected_by_reason"].get(r["reason"], 0) + 1
-    return accepted, rejected, stats
+    return accepted, rejected, _route_stats(rt, cfg, accepted, rejected, len(idx), gates,
+                                            time.perf_counter() - t0)
 
 
 def _generate(personas, skills, taxonomy, rt: _Runtime, indices: list[int], route: str, max_repairs: int,
@@ -273,6 +289,52 @@ def _code_gates(task: Task, gates) -> tuple[str | None, str, dict[str, float]]:
     return gate, detail, scores
 
 
+def _seed_of(src: dict[str, Any], route: str) -> tuple[str, str, str | None, list[str]]:
+    """(seed id, seed text for the prompt, persona_id, skill_ids) of a candidate's persona or skill `src`."""
+    if route == "persona":
+        seed_id, seed_text = _ident(src, "persona_id", "id", "name"), _persona_text(src)
+        return seed_id, seed_text, seed_id, []
+    seed_id, seed_text = _ident(src, "skill_id", "id", "name"), _skill_text(src)
+    return seed_id, seed_text, None, [seed_id]
+
+
+def _review(rt: _Runtime, task: Task, scores: dict[str, float], usage: dict[str, int]
+            ) -> tuple[str, str, str] | None:
+    """The reviewer's verdict on a task that passed the code gates: None when it passes (the review and the gate
+    scores kept in its source), else ("review", problem, repair guidance)."""
+    review = _chat_json(rt, "reviewer", SYSTEM_REVIEW, _task_view(task, with_reference=True),
+                        REVIEW_SCHEMA, "task_review", usage=usage)
+    if review.get("pass") and review.get("coverage_pass"):
+        task.source["llm"]["review"] = review
+        task.source["llm"]["gate_scores"] = scores
+        return None
+    problem = "; ".join(str(x) for x in (review.get("issues") or [])
+                        + (review.get("missing_task_requirements") or [])
+                        + (review.get("weak_or_incorrect_checks") or [])) or "reviewer rejected"
+    return "review", problem, str(review.get("repair_guidance") or problem)
+
+
+def _audit(rt: _Runtime, task: Task, usage: dict[str, int]) -> tuple[str, str] | None:
+    """The leak check, then the auditor's verdict on a reviewed task: None when it passes (the audit kept in its
+    source), else (gate, detail)."""
+    leaked = leak_check(task)
+    if leaked:
+        return "audit", f"answer leak: {leaked!r}"
+    try:
+        audit = _chat_json(rt, "auditor", SYSTEM_AUDIT, _task_view(task, with_reference=True), AUDIT_SCHEMA,
+                           "task_audit", usage=usage)
+    except LLMReplyError as e:
+        return e.gate, _err(e)
+    except Exception as e:
+        return "llm_error", _err(e)
+    if not audit.get("pass") or audit.get("answer_leak") or audit.get("factual_errors"):
+        what = ([f"answer leak: {audit.get('leaked_text', '')!r}"] if audit.get("answer_leak") else []) + \
+            [f"factual error: {x}" for x in audit.get("factual_errors") or []]
+        return "audit", "; ".join(what) or "audit failed"
+    task.source["llm"]["audit"] = audit
+    return None
+
+
 def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], rt: _Runtime, route: str,
               max_repairs: int, gates, seed: int) -> tuple[Task | None, dict[str, Any] | None]:
     """Generate, gate, repair and audit candidate `i`. Returns (task, None) or (None, rejection record)."""
@@ -280,12 +342,7 @@ def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], rt: _Ru
     usage = {"prompt_tokens": 0, "completion_tokens": 0, "requests": 0}
     rnd = random.Random(f"{seed}:{i}")
     category, subcategory = slots[(i + rnd.randrange(len(slots))) % len(slots)] if slots else ("", "")
-    if route == "persona":
-        seed_id, seed_text = _ident(src, "persona_id", "id", "name"), _persona_text(src)
-        persona_id, skill_ids = seed_id, []
-    else:
-        seed_id, seed_text = _ident(src, "skill_id", "id", "name"), _skill_text(src)
-        persona_id, skill_ids = None, [seed_id]
+    seed_id, seed_text, persona_id, skill_ids = _seed_of(src, route)
     base = {"index": i, "route": route, "persona_id": persona_id, "skill_ids": skill_ids,
             "category": category, "subcategory": subcategory}
     task_id = (f"llm-{route}-{seed}-{i:05d}-"
@@ -317,18 +374,11 @@ def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], rt: _Ru
                 verdict = (gate, problem)
                 break
             if gate is None:
-                review = _chat_json(rt, "reviewer", SYSTEM_REVIEW, _task_view(task, with_reference=True),
-                                    REVIEW_SCHEMA, "task_review", usage=usage)
-                if review.get("pass") and review.get("coverage_pass"):
-                    task.source["llm"]["review"] = review
-                    task.source["llm"]["gate_scores"] = scores
+                refused = _review(rt, task, scores, usage)
+                if refused is None:
                     verdict = None
                     break
-                gate = "review"
-                problem = "; ".join(str(x) for x in (review.get("issues") or [])
-                                    + (review.get("missing_task_requirements") or [])
-                                    + (review.get("weak_or_incorrect_checks") or [])) or "reviewer rejected"
-                guidance = str(review.get("repair_guidance") or problem)
+                gate, problem, guidance = refused
         except LLMReplyError as e:
             verdict = (e.gate, _err(e))
             break
@@ -353,21 +403,9 @@ def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], rt: _Ru
 
     if verdict is not None or task is None:
         return reject(*(verdict or ("schema", "no task")))
-    leaked = leak_check(task)
-    if leaked:
-        return reject("audit", f"answer leak: {leaked!r}")
-    try:
-        audit = _chat_json(rt, "auditor", SYSTEM_AUDIT, _task_view(task, with_reference=True), AUDIT_SCHEMA,
-                           "task_audit", usage=usage)
-    except LLMReplyError as e:
-        return reject(e.gate, _err(e))
-    except Exception as e:
-        return reject("llm_error", _err(e))
-    if not audit.get("pass") or audit.get("answer_leak") or audit.get("factual_errors"):
-        what = ([f"answer leak: {audit.get('leaked_text', '')!r}"] if audit.get("answer_leak") else []) + \
-            [f"factual error: {x}" for x in audit.get("factual_errors") or []]
-        return reject("audit", "; ".join(what) or "audit failed")
-    task.source["llm"]["audit"] = audit
+    refused_by = _audit(rt, task, usage)
+    if refused_by is not None:
+        return reject(*refused_by)
     task.source["llm"]["repair_rounds"] = len(history)
     task.source["llm"]["usage"] = {k: usage[k] for k in ("prompt_tokens", "completion_tokens")}
     return task, None
