@@ -474,6 +474,57 @@ def _divergence(r: dict) -> str:
     return ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items()))
 
 
+def _rollout_refused(r: dict, tid: str, min_score: float, bench_ids: set[str], bad: dict[str, str]
+                     ) -> tuple[str, ...] | None:
+    """Why trajectory row `r` (of task `tid`) is no SFT data before its conversation is read -- a cron session, a
+    failed rollout, a score under `min_score`, a bench or contaminated task (`bad`), a conversation the recording
+    proxy did not answer as recorded -- as (reason, detail?), or None."""
+    if str(r.get("session") or "").startswith("cron:") or tid.startswith("cron:"):
+        return ("cron",)
+    if (r.get("failure_class") or "ok") != "ok":
+        return "failed", r.get("failure_class")
+    score = r.get("score")
+    if score is None or float(score) < min_score:
+        return "low_score", str(score)
+    if tid in bench_ids or tid in bad:
+        return "contaminated", bad.get(tid, f"bench task {tid}")
+    diverged = _divergence(r)
+    if diverged:  # the client's record of the conversation is not the chain the proxy answered: not data
+        return "proxy_divergence", diverged
+    return None
+
+
+def _conversation_refused(msgs: list[dict], tools: list) -> tuple[str, ...] | None:
+    """Why a cleaned conversation is no SFT row (an empty or missing assistant turn, no user turn, no tools, text
+    that is not UTF-8) as (reason, detail?), or None."""
+    from clawgym.lake.codec import needs_escape
+
+    if not any(m["role"] == "assistant" for m in msgs) or not all(
+            _assistant_ok(m) for m in msgs if m["role"] == "assistant"):
+        return ("empty_assistant",)
+    if not any(m["role"] == "user" for m in msgs):
+        return ("no_user_turn",)
+    if not tools:
+        return ("no_tools",)
+    if needs_escape(json.dumps([msgs, tools], ensure_ascii=False)):
+        return "not_utf8", "lone surrogates (a non-UTF-8 name or text) in the conversation"
+    return None
+
+
+def _sft_row(r: dict, tid: str, task: Task | None, h: str, n_tokens: int, msgs: list[dict], tools: list) -> dict:
+    """The SFT row of trajectory row `r` (of `task`, when known) with its cleaned conversation, hash `h`."""
+    st = row_stats(msgs)
+    return {
+        "sample_id": h[:16], "task_id": tid, "rollout_id": r.get("rollout_id") or "",
+        "policy": r.get("policy") or "",
+        "category": r.get("category") or (task.category if task else ""),
+        "family": r.get("family") or (task.family if task else ""), "score": float(r.get("score")),
+        "n_turns": st["n_turns"], "n_tool_calls": st["n_tool_calls"], "tool_types": st["tool_types"],
+        "n_tokens": n_tokens, "messages": msgs, "tools": tools,
+        "messages_json": json.dumps(msgs, ensure_ascii=False), "tools_json": json.dumps(tools, ensure_ascii=False),
+    }
+
+
 def build_sft_dataset(trajectory_rows: list[dict], tasks: list[Task], bench_tasks: list[Task],
                       cfg: SFTCleanConfig | None = None, tokenizer=None) -> SFTBuildResult:
     """Clean trajectory rows into SFT rows: keep `ok` rollouts scoring at least `cfg.min_score` on tasks that
@@ -494,26 +545,13 @@ def build_sft_dataset(trajectory_rows: list[dict], tasks: list[Task], bench_task
         rejected.append({"rollout_id": r.get("rollout_id"), "task_id": r.get("task_id"), "reason": reason,
                          "detail": detail})
 
-    from clawgym.lake.codec import decode_text, needs_escape
+    from clawgym.lake.codec import decode_text
 
     for r in trajectory_rows:
         tid = decode_text(r.get("task_id")) or ""
-        if str(r.get("session") or "").startswith("cron:") or tid.startswith("cron:"):
-            reject(r, "cron")
-            continue
-        if (r.get("failure_class") or "ok") != "ok":
-            reject(r, "failed", r.get("failure_class"))
-            continue
-        score = r.get("score")
-        if score is None or float(score) < cfg.min_score:
-            reject(r, "low_score", str(score))
-            continue
-        if tid in bench_ids or tid in bad:
-            reject(r, "contaminated", bad.get(tid, f"bench task {tid}"))
-            continue
-        diverged = _divergence(r)
-        if diverged:  # the client's record of the conversation is not the chain the proxy answered: not data
-            reject(r, "proxy_divergence", diverged)
+        why = _rollout_refused(r, tid, cfg.min_score, bench_ids, bad)
+        if why is not None:
+            reject(r, *why)
             continue
         try:
             raw = _loads(r.get("messages_json", r.get("messages")), [])
@@ -524,18 +562,9 @@ def build_sft_dataset(trajectory_rows: list[dict], tasks: list[Task], bench_task
         except (ValueError, TypeError, AttributeError) as e:
             reject(r, "malformed", str(e))
             continue
-        if not any(m["role"] == "assistant" for m in msgs) or not all(
-                _assistant_ok(m) for m in msgs if m["role"] == "assistant"):
-            reject(r, "empty_assistant")
-            continue
-        if not any(m["role"] == "user" for m in msgs):
-            reject(r, "no_user_turn")
-            continue
-        if not tools:
-            reject(r, "no_tools")
-            continue
-        if needs_escape(json.dumps([msgs, tools], ensure_ascii=False)):
-            reject(r, "not_utf8", "lone surrogates (a non-UTF-8 name or text) in the conversation")
+        why = _conversation_refused(msgs, tools)
+        if why is not None:
+            reject(r, *why)
             continue
         h = canonical_hash(msgs, tools)
         if h in seen:
@@ -551,17 +580,7 @@ def build_sft_dataset(trajectory_rows: list[dict], tasks: list[Task], bench_task
             continue
         seen.add(h)
         n_control += bool(control_text_count(tok, msgs, tools))
-        st = row_stats(msgs)
-        task = task_by_id.get(tid)
-        rows.append({
-            "sample_id": h[:16], "task_id": tid, "rollout_id": r.get("rollout_id") or "",
-            "policy": r.get("policy") or "",
-            "category": r.get("category") or (task.category if task else ""),
-            "family": r.get("family") or (task.family if task else ""), "score": float(score),
-            "n_turns": st["n_turns"], "n_tool_calls": st["n_tool_calls"], "tool_types": st["tool_types"],
-            "n_tokens": n_tokens, "messages": msgs, "tools": tools,
-            "messages_json": json.dumps(msgs, ensure_ascii=False), "tools_json": json.dumps(tools, ensure_ascii=False),
-        })
+        rows.append(_sft_row(r, tid, task_by_id.get(tid), h, n_tokens, msgs, tools))
     stats = dataset_stats(rows)
     stats["n_input"] = len(trajectory_rows)
     stats["rejected"] = dict(Counter(x["reason"] for x in rejected))
