@@ -184,6 +184,56 @@ def rejection_stage_counts(rejected: list[dict[str, Any]]) -> dict[str, int]:
     return {g: c[g] for g in sorted(c, key=lambda g: GATE_ORDER.index(g) if g in GATE_ORDER else len(GATE_ORDER))}
 
 
+def _procedural(n: int, seed: int, families: list[str] | None, personas: list[Any] | None, bench_new_seeds: int,
+                new_seed_start: int, new_seed_families: list[str] | None) -> tuple[list[Task], set[str]]:
+    """(the n procedural tasks plus `bench_new_seeds` new seeds per generated family from `new_seed_start`, the ids
+    of those new-seed tasks)."""
+    proc = generate_procedural(n, seed=seed, families=families, personas=personas) if n > 0 else []
+    if proc and bench_new_seeds > 0:
+        if new_seed_start <= max(t.seed or 0 for t in proc):
+            raise ValueError(f"new_seed_start {new_seed_start} must be above the training seeds "
+                             f"(up to {max(t.seed or 0 for t in proc)})")
+        fams = sorted({t.family for t in proc} & set(new_seed_families) if new_seed_families is not None
+                      else {t.family for t in proc})
+        proc += [get_family(f).generate(new_seed_start + i) for i in range(bench_new_seeds) for f in fams]
+    new_ids = {t.task_id for t in proc if (t.seed or 0) >= new_seed_start} if bench_new_seeds > 0 else set()
+    return proc, new_ids
+
+
+def _add_llm_rejections(llm_rej: list[dict[str, Any]], seed: int, candidates: list[dict[str, Any]],
+                        rejections: list[dict[str, Any]]) -> None:
+    """Each LLM-route rejection record as a candidate and a rejection row (its id names the candidate's index)."""
+    for r in llm_rej:
+        route = r.get("route", "persona")
+        tid = f"llm-{route}-{seed}-{int(r.get('index', 0)):05d}-rejected"
+        candidates.append({"task_id": tid, "route": route, "category": r.get("category") or ""})
+        rejections.append({"task_id": tid, "route": route, "family": f"llm_{route}",
+                           "category": r.get("category") or "", "stage": r.get("reason") or "gates",
+                           "reason": r.get("detail") or "",
+                           "task_json": json.dumps({k: v for k, v in r.items()}, default=str)})
+
+
+def _split(kept: list[Task], heldout_families: list[str] | None, held_out_per_category: int, seed: int,
+           new_ids: set[str]) -> list[Task]:
+    """`kept` with their splits: procedural tasks of the held-out families (`heldout_families`, else drawn per
+    category; compositions by the composer's rule) and the new-seed tasks `new_ids` in bench, the rest in train."""
+    proc = [t for t in kept if t.route == "procedural"]
+    if heldout_families is not None:
+        held = set(heldout_families)
+        split_tasks = [t.model_copy(update={"split": "bench" if t.family in held else "train"}) for t in proc]
+    else:
+        # a composed family's split is the composer's rule on its name, never a draw: the hand-written families
+        # are drawn per category, the compositions follow clawgym.synth.compose.heldout_composition
+        from clawgym.synth.compose import heldout_composition, is_composed
+
+        comp = [t.model_copy(update={"split": "bench" if heldout_composition(t.family or "") else "train"})
+                for t in proc if is_composed(t.family)]
+        split_tasks = split_by_family([t for t in proc if not is_composed(t.family)],
+                                      held_out_per_category=held_out_per_category, seed=seed) + comp
+    split = {t.task_id: t.model_copy(update={"split": "bench"}) if t.task_id in new_ids else t for t in split_tasks}
+    return [split.get(t.task_id) or t.model_copy(update={"split": "train"}) for t in kept]
+
+
 def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] | None = None,
                personas: list[Any] | None = None, workers: int = 1, chunk: int = 100,
                held_out_per_category: int = 1, dedupe_threshold: float = 0.90, embed: Any = None,
@@ -205,15 +255,7 @@ def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] |
     unknown = sorted(set(heldout_families or []) - set(families or [f.name for f in all_families()]))
     if unknown:
         raise ValueError(f"heldout_families: {unknown} are not among the generated families")
-    proc = generate_procedural(n, seed=seed, families=families, personas=personas) if n > 0 else []
-    if proc and bench_new_seeds > 0:
-        if new_seed_start <= max(t.seed or 0 for t in proc):
-            raise ValueError(f"new_seed_start {new_seed_start} must be above the training seeds "
-                             f"(up to {max(t.seed or 0 for t in proc)})")
-        fams = sorted({t.family for t in proc} & set(new_seed_families) if new_seed_families is not None
-                      else {t.family for t in proc})
-        proc += [get_family(f).generate(new_seed_start + i) for i in range(bench_new_seeds) for f in fams]
-    new_ids = {t.task_id for t in proc if (t.seed or 0) >= new_seed_start} if bench_new_seeds > 0 else set()
+    proc, new_ids = _procedural(n, seed, families, personas, bench_new_seeds, new_seed_start, new_seed_families)
     tasks = [with_program(t) for t in proc] + list(extra_tasks or [])
     timings["generate_s"] = time.perf_counter() - t0
     llm_tasks: list[Task] = []
@@ -227,14 +269,7 @@ def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] |
                   for t in tasks + llm_tasks]
     by_id = {t.task_id: t for t in tasks + llm_tasks}
     rejections: list[dict[str, Any]] = []
-    for r in llm_rej:
-        route = r.get("route", "persona")
-        tid = f"llm-{route}-{seed}-{int(r.get('index', 0)):05d}-rejected"
-        candidates.append({"task_id": tid, "route": route, "category": r.get("category") or ""})
-        rejections.append({"task_id": tid, "route": route, "family": f"llm_{route}",
-                           "category": r.get("category") or "", "stage": r.get("reason") or "gates",
-                           "reason": r.get("detail") or "",
-                           "task_json": json.dumps({k: v for k, v in r.items()}, default=str)})
+    _add_llm_rejections(llm_rej, seed, candidates, rejections)
     t1 = time.perf_counter()
     vstats: dict[str, float] = {}
     vals = validate_many(tasks, factory, workers=workers, chunk=chunk, forkserver=forkserver,
@@ -257,21 +292,7 @@ def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] |
         rejections.append({"task_id": r.task_id, "route": t.route or "procedural", "family": r.family,
                            "category": r.category, "stage": "dedupe", "reason": r.reason, "task_json": _task_json(t)})
     t3 = time.perf_counter()
-    proc = [t for t in kept if t.route == "procedural"]
-    if heldout_families is not None:
-        held = set(heldout_families)
-        split_tasks = [t.model_copy(update={"split": "bench" if t.family in held else "train"}) for t in proc]
-    else:
-        # a composed family's split is the composer's rule on its name, never a draw: the hand-written families
-        # are drawn per category, the compositions follow clawgym.synth.compose.heldout_composition
-        from clawgym.synth.compose import heldout_composition, is_composed
-
-        comp = [t.model_copy(update={"split": "bench" if heldout_composition(t.family or "") else "train"})
-                for t in proc if is_composed(t.family)]
-        split_tasks = split_by_family([t for t in proc if not is_composed(t.family)],
-                                      held_out_per_category=held_out_per_category, seed=seed) + comp
-    split = {t.task_id: t.model_copy(update={"split": "bench"}) if t.task_id in new_ids else t for t in split_tasks}
-    final = [split.get(t.task_id) or t.model_copy(update={"split": "train"}) for t in kept]
+    final = _split(kept, heldout_families, held_out_per_category, seed, new_ids)
     timings["split_s"] = time.perf_counter() - t3
     timings["total_s"] = time.perf_counter() - t0
     llm_rejected = [Rejected(r["task_id"], "gates", f"{r['stage']}: {r['reason']}", r["family"], r["category"])
