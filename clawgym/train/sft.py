@@ -203,14 +203,64 @@ def plot_loss(curve: list[dict], path: Path, title: str = "SFT loss") -> Path | 
     return plot_curve(curve, "loss", path, title, "train loss")
 
 
+def _sft_tokenizer(base_model: str):
+    """`base_model`'s tokenizer, with clawgym's tool chat template where its own has no generation markers (the
+    assistant-only loss needs them) and its end-of-sequence token as pad token when it has none."""
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import has_generation_markers
+
+    tok = AutoTokenizer.from_pretrained(base_model)
+    if not (tok.chat_template and has_generation_markers(tok.chat_template)):
+        from clawgym.serve.chat_encoding import apply_tool_chat_template
+
+        apply_tool_chat_template(tok)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _share_pad_id(model, tok) -> None:
+    """The model's pad id is the tokenizer's (a pad id equal to the end-of-turn id would make nn.Embedding's
+    padding_idx freeze that token's input embedding)."""
+    if tok.pad_token_id is not None:
+        model.config.pad_token_id = tok.pad_token_id
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.pad_token_id = tok.pad_token_id
+
+
+def _checkpoint_record(cfg: SFTRunConfig, out: Path, trainer, result, trl_fields: dict[str, Any],
+                       lora_fields: dict[str, Any] | None, token_stats: dict[str, Any], n_samples: int,
+                       resume_from: str | None, train_wall: float, t0: float) -> CheckpointRecord:
+    """The registry record of a finished run (its loss curve also plotted to ``loss.png`` in `out`)."""
+    hist = trainer.state.log_history
+    curve = [{"step": h["step"], "loss": float(h["loss"])} for h in hist if "loss" in h and "step" in h]
+    loss_png = plot_loss(curve, out / "loss.png", f"SFT loss — {cfg.name or out.name}")
+    tds = trainer.train_dataset
+    lengths = [len(x) for x in tds["input_ids"]] if "input_ids" in tds.column_names else []
+    truncated = sum(1 for n in lengths if trl_fields.get("max_length") and n >= int(trl_fields["max_length"]))
+    tokens = int(trainer.state.num_input_tokens_seen or 0)
+    metrics = dict(result.metrics or {})
+    runtime = float(metrics.get("train_runtime") or train_wall)
+    hyper = {"sft_config": trl_fields, "lora": cfg.lora, "lora_config": lora_fields, "resume": cfg.resume,
+             "dataset_version": cfg.dataset_version, "tokens": token_stats, "rows_at_max_length": truncated,
+             "precision": precision(trl_fields)}
+    return CheckpointRecord(
+        checkpoint=cfg.name or out.name, path=str(out), base=cfg.base_model, parent=cfg.base_model, algorithm="sft",
+        data_version=cfg.dataset_version, dataset_path=cfg.dataset_path, n_samples=n_samples, hyperparams=hyper,
+        loss_curve=curve, final_loss=curve[-1]["loss"] if curve else None, train_loss=metrics.get("train_loss"),
+        steps=int(trainer.state.global_step), resumed_from=resume_from, tokens_seen=tokens,
+        train_runtime_s=runtime, tokens_per_s=tokens / runtime if runtime > 0 else None, wall_s=time.time() - t0,
+        loss_plot=str(loss_png) if loss_png else None,
+    )
+
+
 def run_sft(cfg: SFTRunConfig, on_log=None) -> CheckpointRecord:
     """Train, save the model folder at cfg.output_dir with its registry record, and return the record.
 
     `on_log(dict)` (optional) receives every Trainer log entry (e.g. to forward it through Dagster Pipes).
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import SFTConfig, SFTTrainer
-    from trl.chat_template_utils import has_generation_markers
 
     t0 = time.time()
     out = Path(cfg.output_dir)
@@ -219,13 +269,7 @@ def run_sft(cfg: SFTRunConfig, on_log=None) -> CheckpointRecord:
     trl_fields = cfg.trl_fields()
     lora_fields = cfg.peft_fields()
 
-    tok = AutoTokenizer.from_pretrained(cfg.base_model)
-    if not (tok.chat_template and has_generation_markers(tok.chat_template)):
-        from clawgym.serve.chat_encoding import apply_tool_chat_template
-
-        apply_tool_chat_template(tok)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
+    tok = _sft_tokenizer(cfg.base_model)
     # bf16 (on where the hardware has it): bf16 weights, trained by optimi's Kahan-summed AdamW (bf16_optimizer);
     # model_init_kwargs / optim (TRL's fields) override either
     dtype = weights_dtype(trl_fields)
@@ -240,12 +284,7 @@ def run_sft(cfg: SFTRunConfig, on_log=None) -> CheckpointRecord:
     if token_stats["retokenized"]:
         print(f"SFT: {token_stats['retokenized']} of {len(ds)} rows re-tokenized from their text "
               f"({token_stats['retokenize_reasons']}); {token_stats['token_exact']} as sampled", file=sys.stderr)
-    # the model's pad id is the tokenizer's (a pad id equal to the end-of-turn id would make nn.Embedding's
-    # padding_idx freeze that token's input embedding)
-    if tok.pad_token_id is not None:
-        model.config.pad_token_id = tok.pad_token_id
-        if getattr(model, "generation_config", None) is not None:
-            model.generation_config.pad_token_id = tok.pad_token_id
+    _share_pad_id(model, tok)
 
     args = SFTConfig(output_dir=str(work), **trl_fields)
 
@@ -270,26 +309,8 @@ def run_sft(cfg: SFTRunConfig, on_log=None) -> CheckpointRecord:
     final.save_pretrained(str(out))
     tok.save_pretrained(str(out))
 
-    hist = trainer.state.log_history
-    curve = [{"step": h["step"], "loss": float(h["loss"])} for h in hist if "loss" in h and "step" in h]
-    loss_png = plot_loss(curve, out / "loss.png", f"SFT loss — {cfg.name or out.name}")
-    tds = trainer.train_dataset
-    lengths = [len(x) for x in tds["input_ids"]] if "input_ids" in tds.column_names else []
-    truncated = sum(1 for n in lengths if trl_fields.get("max_length") and n >= int(trl_fields["max_length"]))
-    tokens = int(trainer.state.num_input_tokens_seen or 0)
-    metrics = dict(result.metrics or {})
-    runtime = float(metrics.get("train_runtime") or train_wall)
-    hyper = {"sft_config": trl_fields, "lora": cfg.lora, "lora_config": lora_fields, "resume": cfg.resume,
-             "dataset_version": cfg.dataset_version, "tokens": token_stats, "rows_at_max_length": truncated,
-             "precision": precision(trl_fields)}
-    rec = CheckpointRecord(
-        checkpoint=cfg.name or out.name, path=str(out), base=cfg.base_model, parent=cfg.base_model, algorithm="sft",
-        data_version=cfg.dataset_version, dataset_path=cfg.dataset_path, n_samples=len(ds), hyperparams=hyper,
-        loss_curve=curve, final_loss=curve[-1]["loss"] if curve else None, train_loss=metrics.get("train_loss"),
-        steps=int(trainer.state.global_step), resumed_from=resume_from, tokens_seen=tokens,
-        train_runtime_s=runtime, tokens_per_s=tokens / runtime if runtime > 0 else None, wall_s=time.time() - t0,
-        loss_plot=str(loss_png) if loss_png else None,
-    )
+    rec = _checkpoint_record(cfg, out, trainer, result, trl_fields, lora_fields, token_stats, len(ds), resume_from,
+                             train_wall, t0)
     rec.save(out)
     return rec
 
