@@ -40,6 +40,7 @@ from clawgym.agent.policies import AgentRequestError, ChatClient, Endpoint, Infr
 from clawgym.agent.tito import KV_FIELD, prompt_ids_for
 from clawgym.agent.tools import TOOL_SCHEMAS, execute_tool
 from clawgym.sandbox.base import Sandbox, SandboxError
+from clawgym.tasks.model import Task
 
 SYSTEM_PROMPT = """You are a personal AI assistant (a "Claw") working for the user inside their workspace.
 Your workspace is {workspace}; relative paths are relative to it. Use the tools to inspect files, run
@@ -421,7 +422,7 @@ def _run_calls(res: LoopResult, calls: list, sandbox: Sandbox, limits: Limits, d
     return added, turn_bad, out_of_time
 
 
-def run_builtin(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | None = None,
+def run_builtin(task: Task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | None = None,
                 retry: RetryPolicy | None = None, system_prompt: str | None = None) -> LoopResult:
     """Run the built-in tool-calling loop for `task` in `sandbox` against `endpoint` until the model
     answers without tool calls or a limit is hit. Never raises for infra/agent failures: they end up in

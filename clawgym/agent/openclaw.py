@@ -57,6 +57,7 @@ from clawgym.agent.loop import Limits, LoopResult, bound_result
 from clawgym.agent.policies import Endpoint, over_context_window
 from clawgym.agent.proxy import RecordingProxy, read_log, rebuild_sessions
 from clawgym.sandbox.base import Sandbox, SandboxConfig, SandboxError
+from clawgym.tasks.model import Task
 
 OPENCLAW_VERSION = "2026.9.6"
 SANDBOX_OPENCLAW_DIR = "/run/clawgym-openclaw"
@@ -403,7 +404,7 @@ def _classify(res: LoopResult, entries: list, r, env_json: dict | None, model: s
         res.failure_class, res.error = "infra", "no trajectory could be rebuilt from the proxy log"
 
 
-def run_openclaw(task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | None = None,
+def run_openclaw(task: Task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits | None = None,
                  log_dir: str | None = None, timeout_s: float | None = None, tools_dir: str | None = None,
                  install_dir: str | None = None, sock_dir: str | None = None,
                  request_params: dict | None = None) -> tuple[LoopResult, list]:

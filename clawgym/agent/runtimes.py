@@ -23,11 +23,16 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 from clawgym.agent.loop import Limits, LoopResult, run_builtin
+from clawgym.agent.policies import Endpoint
 from clawgym.agent.tools import TOOL_SCHEMAS
 from clawgym.sandbox.base import Sandbox, SandboxFactory
+from clawgym.tasks.model import Task
+
+if TYPE_CHECKING:  # clawgym.agent.settings imports this module (runtime_names)
+    from clawgym.agent.settings import RolloutSettings
 
 
 @runtime_checkable
@@ -36,11 +41,26 @@ class AgentRuntime(Protocol):
 
     name: str
 
-    def prepare(self, factory: SandboxFactory, options: dict[str, Any] | None) -> SandboxFactory: ...
+    def prepare(self, factory: SandboxFactory, options: dict[str, Any] | None) -> SandboxFactory:
+        """The sandbox factory the agent phase runs in, given the rollout's `factory` and the runtime's `options`
+        (``RolloutSettings.runtime_options``): `factory` itself, or one the instance made (and closes)."""
+        ...
 
-    def run(self, task, endpoint, sandbox: Sandbox, limits: Limits, settings) -> tuple[LoopResult, list]: ...
+    def run(self, task: Task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits,
+            settings: RolloutSettings) -> tuple[LoopResult, list[dict[str, Any]]]:
+        """The agent phase of `task` in `sandbox` (opened from prepare()'s factory with the task's files) against
+        the live policy `endpoint`, within `limits` (= ``settings.limits``); `settings` are the whole rollout's
+        (its ``retry`` policy and ``runtime_options`` among them). Returns (the LoopResult: transcript, usage,
+        failure class, the tool schemas the agent was offered). Infra and agent failures are in the LoopResult;
+        a SandboxError may propagate (the rollout classes it as infra)."""
+        ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Release what prepare() made (idempotent)."""
+        ...
+
+
+_B = TypeVar("_B", bound="BaseRuntime")
 
 
 class BaseRuntime:
@@ -51,13 +71,14 @@ class BaseRuntime:
     def prepare(self, factory: SandboxFactory, options: dict[str, Any] | None) -> SandboxFactory:
         return factory
 
-    def run(self, task, endpoint, sandbox: Sandbox, limits: Limits, settings) -> tuple[LoopResult, list]:
+    def run(self, task: Task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits,
+            settings: RolloutSettings) -> tuple[LoopResult, list[dict[str, Any]]]:
         raise NotImplementedError
 
     def close(self) -> None:
         pass
 
-    def __enter__(self):
+    def __enter__(self: _B) -> _B:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -76,7 +97,7 @@ def agent_runtime(name: str) -> Callable[[R], R]:
     def deco(cls: R) -> R:
         if not isinstance(cls, type) or not all(callable(getattr(cls, m, None)) for m in ("prepare", "run", "close")):
             raise TypeError(f"agent runtime {name!r}: {cls!r} is not a class with prepare, run and close")
-        cls.name = name
+        cast(Any, cls).name = name
         with _lock:
             _registry[name] = cls
         return cls
@@ -102,7 +123,8 @@ def get_runtime(name: str) -> AgentRuntime:
 class BuiltinRuntime(BaseRuntime):
     """The OpenAI tool loop (clawgym.agent.loop.run_builtin) with our tool surface, in `factory`'s sandboxes."""
 
-    def run(self, task, endpoint, sandbox, limits, settings):
+    def run(self, task: Task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits,
+            settings: RolloutSettings) -> tuple[LoopResult, list[dict[str, Any]]]:
         return run_builtin(task, endpoint, sandbox, limits, retry=settings.retry), TOOL_SCHEMAS
 
 
@@ -116,7 +138,7 @@ class OpenClawRuntime(BaseRuntime):
         self._siblings: dict[int, tuple[SandboxFactory, SandboxFactory]] = {}
         self._lock = threading.Lock()
 
-    def prepare(self, factory, options):
+    def prepare(self, factory: SandboxFactory, options: dict[str, Any] | None) -> SandboxFactory:
         from clawgym.agent.openclaw import has_openclaw_binds, openclaw_sandbox_config
 
         if getattr(factory, "name", "") == "local" or has_openclaw_binds(factory.config):
@@ -134,7 +156,8 @@ class OpenClawRuntime(BaseRuntime):
             self._siblings[id(factory)] = (factory, sib)
             return sib
 
-    def run(self, task, endpoint, sandbox, limits, settings):
+    def run(self, task: Task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits,
+            settings: RolloutSettings) -> tuple[LoopResult, list[dict[str, Any]]]:
         from clawgym.agent.openclaw import run_openclaw
 
         lr, tools = run_openclaw(task, endpoint, sandbox, limits, **(settings.runtime_options or {}))
@@ -149,6 +172,11 @@ class OpenClawRuntime(BaseRuntime):
                 sib.close()
             except Exception:
                 pass
+
+
+if TYPE_CHECKING:  # mypy checks that the registered runtimes keep the protocol's signatures
+    _builtin: AgentRuntime = BuiltinRuntime()
+    _openclaw: AgentRuntime = OpenClawRuntime()
 
 
 __all__ = ["AgentRuntime", "BaseRuntime", "BuiltinRuntime", "OpenClawRuntime", "agent_runtime", "get_runtime",
