@@ -176,7 +176,7 @@ def test_strict_proxy_refuses_foreign_sessions_and_tokens(tmp_path, monkeypatch)
     key = "sk-upstream-" + "cd34" * 6
     monkeypatch.setenv("CLAWGYM_PX_KEY2", key)
     log = tmp_path / "p.jsonl"
-    with _Upstream() as up, RecordingProxy(up.server.base_url, str(log), api_key_env="CLAWGYM_PX_KEY2",
+    with _Upstream() as up, RecordingProxy(up.server.base_url, str(log), api_key_env="CLAWGYM_PX_KEY2", api_key=key,
                                            client_token="tok-A", strict_sessions=True, max_requests=10) as px:
         px.register_session("A")
         root = f"http://127.0.0.1:{px.port}"

@@ -160,6 +160,7 @@ def test_hostile_agent_cannot_reach_or_rewrite_other_rollouts(backend, tmp_path,
         for who in ("victim", "attacker"):
             d, sock, inside = rollout_socket()
             px = RecordingProxy(up.server.base_url, str(tmp_path / f"{who}.jsonl"), api_key_env="CLAWGYM_HOSTILE_KEY",
+                                api_key=API_KEY,
                                 uds=sock, max_requests=5, client_token=f"{who}-token-" + os.urandom(8).hex(),
                                 strict_sessions=True)
             px.register_session(f"{who}-sess")

@@ -305,6 +305,7 @@ def _rollout_proxy(endpoint: Endpoint, log_path: str, sock: str | None, limits: 
     """The rollout's recording proxy in front of `endpoint`: strict sessions, `token` as its client token, the
     rollout's limits over everything it answers."""
     return RecordingProxy(endpoint.base_url, log_path, api_key_env=endpoint.api_key_env, model=endpoint.model,
+                          api_key=endpoint.api_key if endpoint.api_key_env else None,  # by its variable's name
                           uds=sock, max_requests=limits.max_turns, max_total_tokens=limits.max_total_tokens,
                           max_wall_s=timeout + 30, client_token=token, strict_sessions=True, bounds=limits,
                           token_ids=bool(getattr(endpoint, "token_ids", False)),  # token-exact turns

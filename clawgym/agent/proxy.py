@@ -3,8 +3,8 @@
 Every chat-completions request/response pair is appended to a JSONL log with its session id
 (from the URL ``/s/<session>/v1/...``, else the ``X-Clawgym-Session`` header, else "default").
 Streaming (SSE) responses are passed through chunk by chunk and re-assembled for the log.
-The upstream API key is read from an environment variable and added to forwarded requests; it and
-any other secret value is redacted from the log.
+The upstream API key is given by the caller (``api_key``) and added to forwarded requests; it, the values of
+``api_key_env`` and every other secret environment variable are redacted from the log.
 
 Hostile clients (the OpenClaw runtime runs one proxy per rollout; the agent under test can reach it):
 
@@ -285,20 +285,25 @@ class RecordingProxy(AppServer):
     (`merge_stream`, proxy_log's rebuild: ``clawgym_tokens`` on each assistant turn). tokenizer: with token_ids,
     the upstream model's tokenizer (a folder): a session's re-sent history then goes upstream as the ids the model
     sampled (clawgym.agent.tito, vLLM's ``kv_transfer_params.prompt_token_ids``). Whatever the client sends in
-    that field is dropped: what the engine reads is the recorded messages, tokenized by the proxy or the engine."""
+    that field is dropped: what the engine reads is the recorded messages, tokenized by the proxy or the engine.
+    api_key: the upstream's key, sent as the bearer of every forwarded request (None: a placeholder); the proxy is
+    the only place it is attached, so the sandbox never holds it. api_key_env: the variable it came from, whose
+    value is redacted from the log with the key itself."""
 
     def __init__(self, upstream: str, log_path: str, api_key_env: str | None = None,
                  model: str | None = None, timeout_s: float = 600.0, uds: str | None = None,
                  max_requests: int | None = None, max_total_tokens: int | None = None,
                  max_wall_s: float | None = None, client_token: str | None = None,
                  strict_sessions: bool = False, uds_expect: tuple | None = None,
-                 bounds: Limits | None = None, token_ids: bool = False, tokenizer: str | None = None):
+                 bounds: Limits | None = None, token_ids: bool = False, tokenizer: str | None = None,
+                 api_key: str | None = None):
         self.upstream = upstream.rstrip("/")
         self.token_ids = token_ids
         self.tokenizer = tokenizer if token_ids else None
         self._tito: dict[str, Any] = {}  # session -> clawgym.agent.tito.PromptIds
         self.log_path = log_path
         self.api_key_env = api_key_env
+        self._api_key = api_key
         self.model = model
         self.timeout_s = timeout_s
         self.uds = uds
@@ -399,6 +404,8 @@ class RecordingProxy(AppServer):
         line = redact(json.dumps(entry, ensure_ascii=False), extra_env=[self.api_key_env] if self.api_key_env else ())
         if self.client_token:
             line = line.replace(self.client_token, "[REDACTED]")
+        if self._api_key:
+            line = line.replace(self._api_key, "[REDACTED]")
         with self._lock, open(self.log_path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
 
@@ -428,8 +435,7 @@ class RecordingProxy(AppServer):
         """Upstream headers of an admitted request of `session` (the only place the API key is attached)."""
         h = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS
              and not k.lower().startswith("x-clawgym-")}
-        key = os.environ.get(self.api_key_env, "") if self.api_key_env else ""
-        h["authorization"] = f"Bearer {key or 'clawgym'}"
+        h["authorization"] = f"Bearer {self._api_key or 'clawgym'}"
         h["x-clawgym-session"] = session
         meta = self.sessions.get(session) or {}
         if meta.get("task_id"):
