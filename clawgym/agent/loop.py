@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from clawgym.agent.messages import text_of
 from clawgym.agent.policies import AgentRequestError, ChatClient, Endpoint, InfraError, RetryPolicy
@@ -89,6 +89,7 @@ class LoopResult:
     tool_durations: list[float] = field(default_factory=list)  # one per tool call of the transcript, in order
     retries: int = 0
     proxy_log: str | None = None  # openclaw runtime: the recording proxy's JSONL log
+    meta: dict[str, Any] = field(default_factory=dict)  # openclaw runtime: the forwarder, divergence, refusals
 
 
 def _as_str(v: Any) -> str:
@@ -235,7 +236,7 @@ def _bound_reply(msg: dict, limits: Limits) -> tuple[dict, dict]:
         args = fn.get("arguments") if isinstance(fn, dict) else None
         if isinstance(args, str) and len(args) > limits.max_argument_chars:
             cut.setdefault("arguments", []).append({"index": i, "chars": len(args), "kept": limits.max_argument_chars})
-            raw = {**raw, "function": {**fn, "arguments": args[:limits.max_argument_chars]}}
+            raw = {**raw, "function": {**cast(dict, fn), "arguments": args[:limits.max_argument_chars]}}
         n = _size(raw)
         if n > limits.max_argument_chars + _CALL_SLACK:
             cut.setdefault("calls", []).append({"index": i, "bytes": n})

@@ -50,6 +50,7 @@ import threading
 import time
 import uuid
 from dataclasses import replace
+from typing import cast
 
 from clawgym import DEFAULT_OPENCLAW_DIR
 from clawgym.agent import proxy_forwarder
@@ -463,7 +464,7 @@ def run_openclaw(task: Task, endpoint: Endpoint, sandbox: Sandbox, limits: Limit
         q = _openclaw_command(oc, cfg_dir, sandbox.workspace, model_id, timeout)
         if service:
             # ours, as another uid, before OpenClaw (and the agent) runs; exits when the proxy's socket goes
-            fwd = start_forwarder(sandbox, proxy.gate, sock_inside, timeout + 90)
+            fwd = start_forwarder(sandbox, proxy.gate, cast(str, sock_inside), timeout + 90)
         script = _launch_script(q, run_dir, cfg_dir, None if service or local else sock_inside)
         r = sandbox.exec(script, timeout=timeout + 60, workdir=sandbox.workspace, env=_openclaw_env(run_dir),
                          max_output=4_000_000)

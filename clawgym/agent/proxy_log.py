@@ -40,7 +40,7 @@ INTERNAL_MARKERS = ("<<<BEGIN_OPENCLAW_INTERNAL_CONTEXT>>>", "<internal-context>
 
 def read_log(path: str) -> list[dict]:
     """The records of a proxy JSONL log ([] when the file does not exist); lines cut by a crash are skipped."""
-    out = []
+    out: list[dict] = []
     if not os.path.exists(path):
         return out
     with open(path, encoding="utf-8") as f:
@@ -186,8 +186,9 @@ def _calls_of(calls: Any) -> list[dict]:
 
 def _reply_of(e: dict) -> dict:
     choices = e["response"].get("choices")
-    choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
-    msg = choice.get("message") if isinstance(choice.get("message"), dict) else {}
+    choice: dict = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
+    given = choice.get("message")
+    msg: dict = given if isinstance(given, dict) else {}
     final: dict[str, Any] = {"role": "assistant", "content": msg.get("content")}
     calls = _calls_of(msg.get("tool_calls"))
     if calls:
@@ -314,9 +315,10 @@ class _Chain:
                                         "detail": f"message {i}: an assistant turn the proxy never returned"})
                 continue
             if role == "tool":
-                m = self._tool_result(seq, i, m)
-                if m is None:
+                paired = self._tool_result(seq, i, m)
+                if paired is None:
                     continue
+                m = paired
             self.messages.append(m)
         for tc in reply.get("tool_calls") or []:  # an id-less call too: it makes the default id ambiguous
             self.returned.append((tc.get("id"), _cid(tc.get("id"))))
@@ -353,7 +355,7 @@ class _Chain:
         answers no call the proxy returned, could answer several, or answers one already answered (listed in
         `divergence`)."""
         returned = self.returned
-        raw = m.get("tool_call_id")
+        raw: Any = m.get("tool_call_id")
         # a client always names the call (OpenClaw sends a string): a result naming none pairs with
         # no call, even one whose id `_cid` maps to the same default
         named = _named(raw, returned) if isinstance(raw, str) and raw else []
