@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from clawgym.lake.io import REPO_ROOT
+
+if TYPE_CHECKING:
+    from clawgym.tasks.model import Split
 
 
 def resolve_dir(path: str) -> Path:
@@ -13,7 +17,7 @@ def resolve_dir(path: str) -> Path:
     return (p if p.is_absolute() else REPO_ROOT / p).resolve()
 
 
-def load_suite_folder(path: str, *, suite: str, split: str = "bench", fmt: str = "auto",
+def load_suite_folder(path: str, *, suite: str, split: Split = "bench", fmt: str = "auto",
                       base_images: dict[str, str] | None = None):
     """ImportReport of a folder. fmt auto: PinchBench when the folder holds *.md task files, else ClawGym.
     fmt "harbor": Harbor task folders (a task that cannot run offline here is one recorded error naming the task,

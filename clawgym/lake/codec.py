@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 ESC = "\u241b"  # ␛ SYMBOL FOR ESCAPE
 VERSION = 1
@@ -51,6 +51,14 @@ def encode_text(s: str) -> str:
     if s.isascii():
         return s
     return _ODD.sub(_esc, s)
+
+
+@overload
+def decode_text(s: str) -> str: ...
+
+
+@overload
+def decode_text(s: None) -> None: ...
 
 
 def decode_text(s: str | None) -> str | None:

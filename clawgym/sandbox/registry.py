@@ -73,8 +73,9 @@ def backends() -> dict[str, Backend]:
 def resolve_auto(config: SandboxConfig | None = None) -> str:
     """Which backend "auto" means on this machine right now: the first (by rank) whose available() says yes."""
     config = config or SandboxConfig()
-    why_not = []
-    for b in sorted((b for b in backends().values() if b.auto is not None), key=lambda b: b.auto):
+    why_not: list[str] = []
+    ranked = [(b.auto, b) for b in backends().values() if b.auto is not None]
+    for _, b in sorted(ranked, key=lambda rb: rb[0]):
         ok, why = b.factory.available(config)
         if ok:
             if why_not:

@@ -94,7 +94,7 @@ def encode_chat(tok, messages: list[dict], tools: list | None = None, *, add_gen
         enc = tok.apply_chat_template(messages, tools=tools or None, tokenize=True, return_dict=True,
                                       add_generation_prompt=add_generation_prompt, chat_template=chat_template,
                                       return_assistant_tokens_mask=assistant_mask, **template_kwargs)
-        out = {"input_ids": list(enc["input_ids"]), "control_text": 0}
+        out: dict[str, Any] = {"input_ids": list(enc["input_ids"]), "control_text": 0}
         if assistant_mask:
             out["assistant_masks"] = list(enc["assistant_masks"])
         return out
@@ -136,7 +136,7 @@ def encode_chat(tok, messages: list[dict], tools: list | None = None, *, add_gen
             ids.append(tok.convert_tokens_to_ids(text[s:e]))
             offsets.append((s, e))
         pos = e
-    out: dict[str, Any] = {"input_ids": ids, "control_text": n}
+    out = {"input_ids": ids, "control_text": n}
     if assistant_mask:  # transformers' rule: every token overlapping a generation span
         mask = [0] * len(ids)
         j = 0

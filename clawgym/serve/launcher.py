@@ -43,6 +43,7 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 import httpx
 
@@ -188,7 +189,7 @@ class ModelServer:
         # the server's environment before clawgym's settings (`environment`); None: inherit this process's
         self.env = dict(env) if env is not None else None
         self._log_path = Path(log_path) if log_path else None
-        self._log_file = None
+        self._log_file: BinaryIO | None = None
         self._proc: subprocess.Popen | None = None
 
     @property
@@ -277,17 +278,17 @@ class ModelServer:
                                            start_new_session=True)
         atexit.register(self.stop)
         try:
-            self._wait_healthy()
+            self._wait_healthy(self._proc)
         except BaseException:
             self.stop()
             raise
         return self.base_url
 
-    def _wait_healthy(self) -> None:
+    def _wait_healthy(self, proc: subprocess.Popen) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self._proc.returncode}: {self.log_tail()}")
+            if proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited with {proc.returncode}: {self.log_tail()}")
             if self.healthy():
                 return
             time.sleep(0.5)

@@ -36,7 +36,7 @@ def diversity(tasks: list[Task], embed: Callable[[list[str]], Any], max_per_grou
     `all` row per route. Rows sorted by route then category."""
     groups: dict[tuple[str, str], list[Task]] = {}
     for t in tasks:
-        route = t.route or "procedural"
+        route: str = t.route or "procedural"
         groups.setdefault((route, t.category), []).append(t)
         groups.setdefault((route, "all"), []).append(t)
     rows = []

@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from clawgym.synth.llm_prompts import RUBRIC_KEYS
-from clawgym.tasks.model import File, RubricRule, Task, ToolCall, Verifier
+from clawgym.tasks.model import File, Route, RubricRule, Task, ToolCall, Verifier
 
 PLACEHOLDER = "TODO\n"
 
@@ -27,7 +27,7 @@ def _clean_rel(path: str) -> str:
     return p
 
 
-def spec_to_task(spec: dict[str, Any], *, task_id: str, category: str, route: str, persona_id: str | None,
+def spec_to_task(spec: dict[str, Any], *, task_id: str, category: str, route: Route, persona_id: str | None,
                  skill_ids: list[str], seed: int | None, meta: dict[str, Any]) -> Task:
     """Build a Task from a generator reply (raises ValueError/pydantic errors on bad specs)."""
     files = [File(path=_clean_rel(f["path"]), content=str(f["content"]).encode()) for f in spec["workspace_files"]]

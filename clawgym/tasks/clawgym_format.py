@@ -234,7 +234,8 @@ def export_folder_name(task: Task) -> str:
     """The folder a task exports to inside an export folder: its original ClawGym folder name when that is a
     valid name, else its task_id (always a valid name). Never a path: see export_clawgym_folder."""
     dirname = task.source.get("dirname") if task.source.get("format") == FORMAT else None
-    return dirname if is_name(dirname) else check_name(task.task_id, "task_id")
+    # isinstance narrows for the checker only: is_name is already False for anything but a str
+    return dirname if isinstance(dirname, str) and is_name(dirname) else check_name(task.task_id, "task_id")
 
 
 def export_clawgym_folder(tasks: list[Task], out_dir: str | Path) -> list[Path]:

@@ -174,6 +174,7 @@ def _guard_files(task: Task) -> list[File]:
     out = [File(path="clawgym_guard.py", content=_guard_module().encode())]
     out += [File(path=f"clawgym_site/{n}", content=(VERIFY_SIDE / n).read_bytes()) for n in GUARD_FILES]
     spec = importlib.util.find_spec("tomli_w")
+    assert spec is not None and spec.origin is not None, "tomli_w (a dependency of clawgym) is not installed"
     tw = Path(spec.origin).parent
     out += [File(path=f"tomli_w/{p.name}", content=p.read_bytes()) for p in sorted(tw.glob("*.py"))]
     lic = next((f for f in importlib.metadata.distribution("tomli_w").files or []

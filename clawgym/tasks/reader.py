@@ -23,7 +23,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 
@@ -369,8 +369,9 @@ def load_yaml(text: str, file: str, field: str | None, limits: Limits | None = N
         raise TaskError(file, field, f"is {_size(n)}, over the YAML size cap of {_size(lim.yaml_bytes)}")
     loader_cls = BoundedSafeLoader
     if (lim.yaml_nodes, lim.yaml_depth) != (BoundedSafeLoader.max_nodes, BoundedSafeLoader.max_depth):
-        loader_cls = type("BoundedSafeLoader", (BoundedSafeLoader,),
-                          {"max_nodes": lim.yaml_nodes, "max_depth": lim.yaml_depth})
+        # cast: a 3-argument type() with base BoundedSafeLoader is its subclass, which the checker cannot infer
+        loader_cls = cast("type[BoundedSafeLoader]", type("BoundedSafeLoader", (BoundedSafeLoader,),
+                                                           {"max_nodes": lim.yaml_nodes, "max_depth": lim.yaml_depth}))
     loader = loader_cls(text)
     try:
         return loader.get_single_data()

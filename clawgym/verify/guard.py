@@ -209,14 +209,14 @@ def strip_pytest_config(name: str, text: str, original: str | None) -> str | Non
         return None
     if original is not None and text == original:
         return None
-    out, skip = [], False
+    lines, skip = [], False
     for line in text.splitlines(keepends=True):
         h = _ini_header(line)
         if h is not None:
             skip = "pytest" in h
         if not skip:
-            out.append(line)
-    new = "".join(out)
+            lines.append(line)
+    new = "".join(lines)
     if original is not None:  # keep the task's own pytest sections
         kept, keep = [], False
         for line in original.splitlines(keepends=True):

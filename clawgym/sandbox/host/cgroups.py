@@ -107,8 +107,8 @@ class Cgroup:
             q = os.path.join(d, "cpu.max")
             if os.path.exists(q):
                 with open(q) as f:
-                    quota, period = f.read().split()
-                return None if quota == "max" else int(quota) / int(period)
+                    max_quota, max_period = f.read().split()  # cgroup v2: "<quota|max> <period>"
+                return None if max_quota == "max" else int(max_quota) / int(max_period)
         return None
 
     @classmethod

@@ -120,7 +120,8 @@ def iter_tree(root_fd: int, writable: bool = False):
         if writable:
             _make_rwx(cur)
         files, dirs = _scan(cur)
-        stack = [(_ident(os.fstat(cur)), (), dirs)]
+        # (dev, ino) of the directory, its rel parts, its subdirectories not entered yet
+        stack: list[tuple[tuple[int, int], tuple[str, ...], list[str]]] = [(_ident(os.fstat(cur)), (), dirs)]
         yield "enter", cur, (), None
         for e in files:
             yield "entry", cur, (), e

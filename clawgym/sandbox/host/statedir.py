@@ -184,13 +184,11 @@ class StateDir:
         """Back to the state of a fresh StateDir: HOME, /tmp, the workspace and `extra` (dir, mode) emptied
         from the host without following symlinks, owners and modes restored, the workspace path made
         again; raises OSError when something is left. Nothing of the sandbox may run meanwhile."""
-        own = self.uid is not None and os.geteuid() == 0
         dirs = ((self.home, 0o755), (self.tmp, 0o1777)) + (((self.ws, 0o755),) if self.ws_separate else ()) + extra
         for d, mode in dirs:
             empty_dir(d)
             strip_xattrs(d)
-            if own:
-                os.chown(d, self.uid, self.gid if self.gid is not None else self.uid, follow_symlinks=False)
+            self._own(d)
             os.chmod(d, mode, follow_symlinks=False)
         if not self.ws_separate:
             cur = self.home

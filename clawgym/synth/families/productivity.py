@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from typing import Any
 
 from clawgym.synth.families.base import (
     Ctx,
@@ -85,7 +86,7 @@ def calendar_conflicts(ctx: Ctx) -> None:
     day = dt.date(2026, rng.randint(1, 12), rng.randint(1, 25))
     titles = ["Standup", "Design review", "1:1", "Vendor call", "Planning", "Lunch & learn", "Interview",
               "Budget sync", "Demo", "Retro"]
-    events = []
+    events: list[dict[str, Any]] = []
     for i, title in enumerate(rng.sample(titles, rng.randint(7, 9))):
         start = rng.randint(9 * 4, 16 * 4) * 15
         length = rng.choice([30, 45, 60, 90])
