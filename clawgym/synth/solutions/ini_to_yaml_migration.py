@@ -7,7 +7,8 @@ ini = configparser.ConfigParser()
 ini.read("config/app.ini")
 ren = {"db_host": "host", "db_port": "port", "ttl_seconds": "ttl"}
 drop = ["db_pool", "legacy_mode"]
-out = {"version": 2}
+out: dict = {"version": 2}
+v: str | bool | int
 for s in ini.sections():
     out[s] = {}
     for k, v in ini[s].items():

@@ -3,7 +3,9 @@ import json
 import os
 import re
 
-seen, reg, prod = set(), {}, {}
+seen = set()
+reg: dict[str, float] = {}
+prod: dict[str, float] = {}
 for r in csv.DictReader(open("input/sales_export.csv")):
     if r["order_id"] in seen:
         continue

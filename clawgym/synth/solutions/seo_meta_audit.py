@@ -4,7 +4,8 @@ import os
 import yaml
 
 r = yaml.safe_load(open("input/seo_rules.yaml"))
-rows, tot = [], {}
+rows = []
+tot: dict[str, int] = {}
 for line in open("input/crawl.jsonl"):
     if not line.strip():
         continue

@@ -4,7 +4,8 @@ import os
 import yaml
 
 a = yaml.safe_load(open("input/assets.yaml"))
-keep, band, host = [], {"critical": 0, "high": 0, "medium": 0, "low": 0}, {}
+keep, band = [], {"critical": 0, "high": 0, "medium": 0, "low": 0}
+host: dict[str, float] = {}
 for line in open("input/scan_results.jsonl"):
     if not line.strip():
         continue
