@@ -65,7 +65,7 @@ def validate_frame(df, *, unique: Sequence[str] = (), not_null: Sequence[str] = 
     import great_expectations as gx
 
     pdf = _to_pandas(df)
-    exps = []
+    exps: list[gx.expectations.Expectation] = []
     for c in unique:
         exps.append(gx.expectations.ExpectColumnValuesToBeUnique(column=c))
     for c in not_null:

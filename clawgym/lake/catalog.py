@@ -103,6 +103,7 @@ def view_sql(name: str, root: str | Path | None = None) -> str:
     """The CREATE OR REPLACE VIEW statement for table `name`: a read_parquet over its files, or an empty
     typed SELECT while the table has no files."""
     d = table_dir(name, root)
+    assert isinstance(d, Path), "view_sql reads a local lake (object storage goes through _dataset)"
     has_files = d.exists() and any(d.rglob("*.parquet"))
     if not has_files:
         return f'CREATE OR REPLACE VIEW "{name}" AS {_empty_select(name)}'

@@ -60,6 +60,7 @@ def run_capture(argv: list[str], *, env: dict[str, str] | None, cwd: str | None,
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
+    assert proc.stdout is not None and proc.stderr is not None  # both are pipes (stdout=PIPE, stderr=PIPE)
     writer = None
     if stdin is not None:
         def _feed():

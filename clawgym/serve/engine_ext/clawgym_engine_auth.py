@@ -12,10 +12,15 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-_spec = importlib.util.spec_from_file_location("clawgym_serve_auth", Path(__file__).resolve().parents[1] / "auth.py")
-_auth = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_auth)
+if TYPE_CHECKING:  # the checker reads the module itself; the engine's venv (no clawgym) loads it by its path
+    from clawgym.serve import auth as _auth
+else:
+    _spec = importlib.util.spec_from_file_location("clawgym_serve_auth",
+                                                   Path(__file__).resolve().parents[1] / "auth.py")
+    _auth = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_auth)
 
 _TOKEN = os.environ.pop(_auth.AUTH_ENV, "")
 
