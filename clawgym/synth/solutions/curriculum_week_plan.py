@@ -5,10 +5,10 @@ import yaml
 
 mods = {m["id"]: m for m in yaml.safe_load(open("course/modules.yaml"))["modules"]}
 cap = yaml.safe_load(open("course/constraints.yaml"))["max_hours_per_week"]
-order: list[str] = []
+order = []
 while len(order) < len(mods):
     order.append(min(m for m in mods if m not in order and all(d in order for d in mods[m]["prerequisites"])))
-weeks: list[dict] = []
+weeks = []
 for m in order:
     h = mods[m]["hours"]
     if not weeks or weeks[-1]["hours"] + h > cap:

@@ -13,8 +13,8 @@ for d in sorted(os.listdir("data")):
             b += s
     rows.append((-b, d, n))
 os.makedirs("output", exist_ok=True)
-with open("output/usage.csv", "w") as o:
-    w = csv.writer(o)
+with open("output/usage.csv", "w") as f:
+    w = csv.writer(f)
     w.writerow(["dir", "files", "bytes"])
     for b, d, n in sorted(rows):
         w.writerow([d, n, -b])

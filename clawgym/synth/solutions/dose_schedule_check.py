@@ -11,7 +11,7 @@ mx, fq = y["max_daily_mg"], y["frequency_codes"]
 rows, ends = [], {}
 for r in csv.DictReader(open("input/prescriptions.csv")):
     d = r["drug"].strip().lower()
-    mg = int(re.match(r"\d+", r["dose"].strip())[0]) * fq[r["frequency"].strip()]  # type: ignore[index]  # the input always matches
+    mg = int(re.match(r"\d+", r["dose"].strip())[0]) * fq[r["frequency"].strip()]
     rows.append((d, mg, mx[d], "yes" if mg > mx[d] else "no"))
     s = r["start_date"].strip()
     fmt = "%d/%m/%Y" if "/" in s else "%Y-%m-%d"

@@ -7,8 +7,7 @@ ini = configparser.ConfigParser()
 ini.read("config/app.ini")
 ren = {"db_host": "host", "db_port": "port", "ttl_seconds": "ttl"}
 drop = ["db_pool", "legacy_mode"]
-out: dict = {"version": 2}
-v: str | bool | int
+out = {"version": 2}
 for s in ini.sections():
     out[s] = {}
     for k, v in ini[s].items():

@@ -3,7 +3,7 @@ import json
 import os
 import xml.etree.ElementTree as ET
 
-n: dict = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+n = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
 failed = set()
 for f in sorted(glob.glob("ci/reports/*.xml")):
     for c in ET.parse(f).getroot().iter("testcase"):

@@ -6,12 +6,11 @@ import re
 
 notes = {}
 for p in sorted(glob.glob("kb/*.md")):
-    notes[re.search(r"^title: (.+)$", open(p).read(), re.M)[1].strip()] = p  # type: ignore[index]  # the input always matches
-tags: dict[str, list[str]] = {}
-broken, inb = [], {p: 0 for p in notes.values()}
+    notes[re.search(r"^title: (.+)$", open(p).read(), re.M)[1].strip()] = p
+tags, broken, inb = {}, [], {p: 0 for p in notes.values()}
 for p in notes.values():
     lines = open(p).read().splitlines()
-    for g in re.search(r"^tags: \[(.*)\]", "\n".join(lines), re.M)[1].split(","):  # type: ignore[index]  # the input always matches
+    for g in re.search(r"^tags: \[(.*)\]", "\n".join(lines), re.M)[1].split(","):
         if g.strip():
             tags.setdefault(g.strip(), []).append(p)
     for i, l in enumerate(lines, 1):

@@ -8,8 +8,7 @@ for f in ["logs/app.log.1", "logs/app.log"]:
         m = re.match(r"(\S+) ERROR .*code=(\S+) path=(\S+)", line)
         if m:
             errs.append(m.groups())
-codes: dict[str, int] = {}
-paths: dict[str, int] = {}
+codes, paths = {}, {}
 for _, c, p in errs:
     codes[c] = codes.get(c, 0) + 1
     paths[p] = paths.get(p, 0) + 1

@@ -5,17 +5,16 @@ import re
 import yaml
 
 ts = yaml.safe_load(open("plan/tasks.yaml"))["tasks"]
-dur = {t["id"]: int(re.match(r"\d+", str(t["duration"]))[0]) for t in ts}  # type: ignore[index]  # the input always matches
+dur = {t["id"]: int(re.match(r"\d+", str(t["duration"]))[0]) for t in ts}
 dep = {t["id"]: t["depends_on"] or [] for t in ts}
-es: dict[str, int] = {}
-ef: dict[str, int] = {}
+es, ef = {}, {}
 while len(ef) < len(ts):
     for t in sorted(dep):
         if t not in ef and all(d in ef for d in dep[t]):
             es[t] = max([ef[d] for d in dep[t]], default=0)
             ef[t] = es[t] + dur[t]
 total = max(ef.values())
-ls: dict[str, int] = {}
+ls = {}
 while len(ls) < len(ts):
     for t in sorted(dep):
         succ = [s for s in dep if t in dep[s]]

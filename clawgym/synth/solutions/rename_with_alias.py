@@ -6,7 +6,7 @@ import sys
 
 mod, old, new = sys.argv[1:4]
 src = open(f"{mod}.py").read()
-params = re.search(rf"def {old}\((.*)\):", src)[1]  # type: ignore[index]  # the input always matches
+params = re.search(rf"def {old}\((.*)\):", src)[1]
 args = ", ".join(p.split("=")[0].strip() for p in params.split(","))
 src = src.replace(f"def {old}(", f"def {new}(")
 src += (f"\n\ndef {old}({params}):\n    \"\"\"Deprecated alias of {new}.\"\"\"\n    import warnings\n\n"

@@ -3,9 +3,7 @@ import json
 import os
 import re
 
-seen = set()
-reg: dict[str, float] = {}
-prod: dict[str, float] = {}
+seen, reg, prod = set(), {}, {}
 for r in csv.DictReader(open("input/sales_export.csv")):
     if r["order_id"] in seen:
         continue

@@ -4,8 +4,7 @@ import os
 import yaml
 
 r = yaml.safe_load(open("input/seo_rules.yaml"))
-rows = []
-tot: dict[str, int] = {}
+rows, tot = [], {}
 for line in open("input/crawl.jsonl"):
     if not line.strip():
         continue

@@ -5,10 +5,9 @@ import os
 import re
 
 rule = open("study/rules.md").read()
-g = float(re.search(r"good: new interval = interval x ([\d.]+)", rule)[1])  # type: ignore[index]  # the input always matches
-e = float(re.search(r"easy: new interval = interval x [\d.]+ x ([\d.]+)", rule)[1])  # type: ignore[index]  # the input always matches
-rows = []
-load: dict[str, int] = {}
+g = float(re.search(r"good: new interval = interval x ([\d.]+)", rule)[1])
+e = float(re.search(r"easy: new interval = interval x [\d.]+ x ([\d.]+)", rule)[1])
+rows, load = [], {}
 for r in csv.DictReader(open("study/reviews.csv")):
     iv, res = int(r["interval_days"]), r["result"].strip().lower()
     new = 1 if res == "again" else int(round(iv * g)) if res == "good" else int(round(iv * g * e))

@@ -4,8 +4,7 @@ import os
 import yaml
 
 a = yaml.safe_load(open("input/assets.yaml"))
-keep, band = [], {"critical": 0, "high": 0, "medium": 0, "low": 0}
-host: dict[str, float] = {}
+keep, band, host = [], {"critical": 0, "high": 0, "medium": 0, "low": 0}, {}
 for line in open("input/scan_results.jsonl"):
     if not line.strip():
         continue
