@@ -362,3 +362,170 @@ def test_a6_noop_make_recipes_and_typed_stats_score_nothing(any_isolating_factor
     assert score <= untouched == 0.0, (score, subs)
     honest, hsubs = _rollout(t, any_isolating_factory, "oracle")
     assert honest == 1.0, hsubs
+
+
+# --- runs that tell a hidden mutant from a hidden rewrite by the runs before them (the third hostile review) ------
+# The checks run the agent's suite on the original, the hidden rewrites and the hidden mutants in a fixed order. A
+# suite that counts its own runs (a file in /tmp, HOME or /dev/shm; a daemon left behind on an abstract socket)
+# could pass the first runs and fail the later ones without testing anything. Each run now starts from the same
+# state: what it created outside its folder is removed and every process it left is killed (software.py
+# `_ISOLATION`); the same for each make target, each run in its own fresh tree.
+
+_RUN_COUNTER_FILE = r'''import inventory, os, tempfile
+
+def _bump():
+    t = tempfile.gettempdir()
+    for d in (os.path.dirname(t.rstrip('/')) if 'clawgym-agent-' in t else t,
+              '/tmp', '/dev/shm', os.path.expanduser('~'), '/var/tmp'):
+        p = os.path.join(d, '.runcount')
+        try:
+            n = int(open(p).read()) if os.path.exists(p) else 0
+            with open(p, 'w') as fh:
+                fh.write(str(n + 1))
+            return n + 1
+        except Exception:
+            continue
+    return 1
+
+_N = _bump()
+
+def test_add_stock():
+    inventory.add_stock
+    assert _N <= 4
+
+def test_remove_stock():
+    inventory.remove_stock
+    assert _N <= 4
+
+def test_reorder_list_and_stock_value():
+    inventory.reorder_list, inventory.stock_value
+    assert True
+'''
+
+_RUN_COUNTER_DAEMON = r'''import inventory, os, socket
+
+def _count():
+    name = b"\0clawgym-hostile3-ctr"
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        c.connect(name)
+        n = int(c.recv(16))
+        c.close()
+        return n
+    except OSError:
+        pass
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(name)
+    s.listen(16)
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            for fd in range(0, 256):
+                if fd != s.fileno():
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            n = 1
+            while True:
+                k, _ = s.accept()
+                n += 1
+                k.send(str(n).encode())
+                k.close()
+        os._exit(0)
+    os.wait()
+    s.close()
+    return 1
+
+_N = _count()
+
+def test_add_stock():
+    inventory.add_stock
+    assert _N <= 4
+
+def test_remove_stock():
+    inventory.remove_stock
+    assert _N <= 4
+
+def test_reorder_list_and_stock_value():
+    inventory.reorder_list, inventory.stock_value
+'''
+
+_SUMMARY4 = ('{"test_functions": 3, "functions_covered": ["add_stock", "remove_stock", "reorder_list", '
+             '"stock_value"]}')
+
+
+@pytest.mark.parametrize("suite", ["file", "daemon"])
+def test_run_counting_suites_kill_no_mutant(suite, any_isolating_factory):
+    from clawgym.synth.families.software import _INV, run_tests
+
+    t = get_family("tests_that_catch_bugs").generate(3)
+    attack = {"file": _RUN_COUNTER_FILE, "daemon": _RUN_COUNTER_DAEMON}[suite]
+    assert run_tests("inventory", _INV, attack) == (3, 0)  # armed: a vacuous suite, green on a first run
+    score, subs = _rollout(t, any_isolating_factory, _writes({"tests/test_inventory.py": attack,
+                                                               "output/test_summary.json": _SUMMARY4}))
+    untouched, _ = _rollout(t, any_isolating_factory, "noop")
+    assert subs["mutants_killed"] == 0.0 and score <= untouched == 0.0, (score, subs)
+
+
+def test_run_counting_spec_suite_with_no_implementation_scores_nothing(any_isolating_factory):
+    import json
+    import re
+
+    t = get_family("implement_spec_function").generate(2)
+    fn = re.search(r"tests/test_(\w+)\.py", t.instruction).group(1)
+    trel = f"tests/test_{fn}.py"
+    suite = (f"import textkit, os\n# mentions {fn}\n\ndef _bump():\n    p = '/tmp/.runcount2'\n"
+             "    n = int(open(p).read()) if os.path.exists(p) else 0\n    with open(p, 'w') as fh:\n"
+             "        fh.write(str(n + 1))\n    return n + 1\n\n_N = _bump()\n\ndef test_a():\n    assert _N != 2\n\n"
+             "def test_b():\n    assert True\n\ndef test_c():\n    assert True\n")
+    rep = json.dumps({"function": fn, "test_file": trel, "tests_written": 3, "tests_passed": 3})
+    score, subs = _rollout(t, any_isolating_factory, _writes({trel: suite, "output/test_report.json": rep}))
+    untouched, _ = _rollout(t, any_isolating_factory, "noop")
+    assert score <= untouched == 0.0, (score, subs)
+
+
+_MAKE_DAEMON = r'''import os, sys, time, shutil
+if 'clawgym-make-' not in os.getcwd():
+    sys.exit(0)
+data = open(os.path.join(os.getcwd(), 'output', 'stats.json'), 'rb').read()  # read before returning to make
+if os.fork():
+    sys.exit(0)
+os.setsid()
+if os.fork():
+    os._exit(0)
+for fd in range(0, 64):
+    try: os.close(fd)
+    except OSError: pass
+d = os.getcwd()
+out = os.path.join(d, 'output', 'stats.json')
+deadline = time.time() + 15
+while os.path.exists(out) and time.time() < deadline:   # the grader removes output/ before `make all`
+    time.sleep(0.0005)
+os.makedirs(os.path.join(d, 'output'), exist_ok=True)
+with open(out + '.tmp', 'wb') as fh:
+    fh.write(data)
+os.replace(out + '.tmp', out)
+while time.time() < deadline:                            # the grader writes '{}' before `make clean`
+    try:
+        if open(out, 'rb').read() == b'{}':
+            break
+    except OSError:
+        pass
+    time.sleep(0.0005)
+shutil.rmtree(os.path.join(d, 'output'), ignore_errors=True)
+'''
+
+
+def test_a_make_recipes_daemon_cannot_fake_the_later_targets(any_isolating_factory):
+    """An honest `stats` whose recipe leaves a daemon that recreates output/stats.json for `make all` and removes
+    output/ for `make clean`: it earns what the honest stats target alone earns."""
+    t = get_family("makefile_stats_target").generate(4)
+    mk = ("PYTHON ?= python3\n\n.PHONY: all lint stats clean\n\nall: lint\n\nlint:\n\t$(PYTHON) -m py_compile "
+          "scripts/wordstats.py\n\nstats:\n\tmkdir -p output\n\t$(PYTHON) scripts/wordstats.py $(wildcard docs/*.txt) "
+          "> output/stats.json\n\t@$(PYTHON) scripts/helper.py\n\nclean:\n\t@sleep 0.5\n")
+    stats_only = mk.replace("\t@$(PYTHON) scripts/helper.py\n", "")
+    honest_part, _ = _rollout(t, any_isolating_factory, _writes({"Makefile": stats_only}))
+    score, subs = _rollout(t, any_isolating_factory, _writes({"Makefile": mk, "scripts/helper.py": _MAKE_DAEMON}))
+    assert subs["all_builds_stats"] == 0.0 and subs["clean_target"] == 0.0, subs
+    assert score <= honest_part < 1.0, (score, honest_part, subs)

@@ -156,10 +156,109 @@ _agent_main()
 # is its exit and one JSON line, read as data with a fixed shape; what the check compares it with never leaves
 # this process. The clean room seals the workspace before grade() runs, so the child cannot change what a later
 # check reads either.
+_ISOLATION = r'''
+# Each run of the agent's code that a check starts begins from the same state and leaves nothing behind: this
+# process is a child subreaper, so a process the run left (setsid, double fork) comes back here and is killed with
+# every other descendant once the run is over; and whatever the run created in the places a process of its uid can
+# write outside its own folder (/tmp, /var/tmp, /dev/shm, HOME) is removed. Without this a run could count the
+# runs before it (a file, a daemon on an abstract socket) and tell, by the order the checks run in, a hidden
+# mutant from a hidden rewrite of the module. A run that changed a file which was there before it counts as
+# failed: that file cannot be given back.
+_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
+
+def _iso_state(own=None, limit=20000):
+    # {path: what lstat says} under the scratch places, the run's own folder `own` left out
+    import os as _o
+    seen = {}
+    for top in _SCRATCH + ((_o.environ.get("HOME") or "/nonexistent"),):
+        for dp, dns, fns in _o.walk(top):
+            if own is not None:
+                dns[:] = [n for n in dns if _o.path.join(dp, n) != own]
+            for n in dns + fns:
+                q = _o.path.join(dp, n)
+                try:
+                    st = _o.lstat(q)
+                except OSError:
+                    continue
+                seen[q] = (st.st_mode, st.st_size, st.st_mtime_ns, st.st_ino)
+                if len(seen) > limit:
+                    return seen
+    return seen
+
+def _iso_begin(own=None):
+    import ctypes as _c
+    try:
+        _c.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except Exception:
+        pass
+    return _iso_state(own)
+
+def _iso_kill():
+    """Kill every descendant of this process (orphans come back to a subreaper), until none is left."""
+    import os as _o, signal as _sg, time as _t
+    me = _o.getpid()
+    for _ in range(200):
+        kids = {}
+        for e in _o.listdir("/proc"):
+            if e.isdigit():
+                try:
+                    with open("/proc/%s/stat" % e) as fh:
+                        rest = fh.read().rsplit(")", 1)[1].split()
+                except (OSError, IndexError):
+                    continue
+                if rest[0] != "Z":
+                    kids.setdefault(int(rest[1]), []).append(int(e))
+        out, stack = [], [me]
+        while stack:
+            for c in kids.get(stack.pop(), []):
+                out.append(c)
+                stack.append(c)
+        while True:  # reap what came back here (no other child of this process is running now)
+            try:
+                pid, _st = _o.waitpid(-1, _o.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        if not out:
+            return
+        for pid in out:
+            for sig in (_sg.SIGSTOP, _sg.SIGKILL):
+                try:
+                    _o.kill(pid, sig)
+                except OSError:
+                    pass
+        _t.sleep(0.002)
+
+def _iso_end(before, own=None):
+    """After a run: its leftover processes killed and what it created removed; False when it changed or removed
+    something that was there before it (the run's result is then not taken)."""
+    import os as _o, shutil as _sh
+    _iso_kill()
+    after = _iso_state(own)
+    clean = True
+    for q, st in sorted(after.items(), key=lambda kv: -len(kv[0])):
+        if q not in before:
+            try:
+                if _o.path.isdir(q) and not _o.path.islink(q):
+                    _sh.rmtree(q, ignore_errors=True)
+                else:
+                    _o.unlink(q)
+            except OSError:
+                clean = False
+        elif before[q] != st and not _o.path.isdir(q):
+            clean = False
+    for q in before:
+        if q not in after:
+            clean = False
+    return clean
+'''
+
 _GRADER_SIDE = r'''
 def _agent_call(op, *args, timeout=60):
     """The JSON value a child python returns for op(*args), or None (crashed, timed out, no or bad result)."""
     import json as _j, os as _o, shutil as _sh, signal as _sg, subprocess as _sp, sys as _s, tempfile as _tf
+    before = _iso_begin()
     d = _tf.mkdtemp(prefix="clawgym-agent-")
     try:
         p = _sp.Popen([_s.executable, "-P", "-c", _AGENT_CHILD], stdin=_sp.PIPE, stdout=_sp.PIPE,
@@ -177,9 +276,10 @@ def _agent_call(op, *args, timeout=60):
             p.wait()
     finally:
         _sh.rmtree(d, ignore_errors=True)
+        clean = _iso_end(before)
     mark = "__CLAWGYM_AGENT_CALL__"
     lines = [ln for ln in raw.decode("utf-8", "replace").splitlines() if ln.startswith(mark)]
-    if p.returncode != 0 or len(lines) != 1:
+    if not clean or p.returncode != 0 or len(lines) != 1:
         return None
     try:
         return _j.loads(lines[0][len(mark):])
@@ -280,7 +380,7 @@ def _calls(name, src, fn, arg_lists):
     return res
 '''
 
-PYRUN = "_AGENT_CHILD = " + repr(AGENT_CORE + _AGENT_MAIN) + "\n" + _SHIM + _GRADER_SIDE
+PYRUN = "_AGENT_CHILD = " + repr(AGENT_CORE + _AGENT_MAIN) + "\n" + _SHIM + _ISOLATION + _GRADER_SIDE
 
 _rt: dict = {}
 exec(compile(AGENT_CORE, "agent_core", "exec"), _rt)
@@ -1064,16 +1164,18 @@ def implement_spec_function(ctx: Ctx) -> None:
     ctx.check("function_cases", "frac(sum(_cases_ok(ws, 'textkit.py', 'textkit', E['fn'], E['cases'])), len(E['cases']))")
     ctx.check("existing_kept", "E['fn'] in T('textkit.py') and all(_cases_ok(ws, 'textkit.py', 'textkit', 'truncate', "
                                "E['old_cases']) or [False])")
-    ctx.check("tests_written", f"_ntests(T({trel!r})) >= 3 and E['fn'] in T({trel!r})")
+    # Writing tests, their passing and the report are credited beside real work only (the function, or tests
+    # that catch the bug): three `assert True` tests and a report on an unimplemented function earn nothing.
+    ctx.check("tests_written", f"_ntests(T({trel!r})) >= 3 and E['fn'] in T({trel!r})", support=True)
     ctx.check("tests_pass", f"_runs(ws, 'textkit', T('textkit.py'), T({trel!r}))[1] == 0 and "
-                            f"_runs(ws, 'textkit', T('textkit.py'), T({trel!r}))[0] >= 3")
+                            f"_runs(ws, 'textkit', T('textkit.py'), T({trel!r}))[0] >= 3", support=True)
     # the kill counts only for tests that also pass on a hidden rewrite of the reference module (tests pinning
     # the module's text, not its behaviour, fail on it); the mutant is a rewrite too (_spec_sources)
     ctx.check("tests_catch_bug", f"_runs(ws, 'textkit', E['mutant_src'], T({trel!r}))[1] > 0 and "
                                  f"_runs(ws, 'textkit', E['equiv_src'], T({trel!r}))[1] == 0")
     ctx.check("report", f"J({rep!r})['function'] == E['fn'] and J({rep!r})['test_file'] == E['trel'] and "
                         f"to_num(J({rep!r})['tests_written']) == _ntests(T({trel!r})) == "
-                        f"to_num(J({rep!r})['tests_passed'])")
+                        f"to_num(J({rep!r})['tests_passed'])", support=True)
     ctx.read("docs/SPEC.md")
     ctx.read("textkit.py")
     ctx.read("tests/test_truncate.py")
@@ -1281,6 +1383,7 @@ def _make_run(d, target, timeout=20):
     import os as _o, signal as _sg, subprocess as _sp
     env = {k: v for k, v in _o.environ.items() if k not in ('MAKEFLAGS', 'MFLAGS', 'GNUMAKEFLAGS', 'MAKELEVEL',
                                                              'MAKEFILES', 'PYTHONPYCACHEPREFIX')}
+    before = _iso_begin(d)
     try:
         p = _sp.Popen(['make', target], cwd=d, stdin=_sp.DEVNULL, stdout=_sp.DEVNULL, stderr=_sp.DEVNULL, env=env,
                       close_fds=True, start_new_session=True)
@@ -1296,6 +1399,8 @@ def _make_run(d, target, timeout=20):
         except OSError:
             pass
         p.wait()
+        if not _iso_end(before, d):  # every process the recipes left is gone, and what they made outside d
+            rc = None
     return rc
 
 def _made_json(path):
@@ -1317,19 +1422,22 @@ def _made_json(path):
         if fd is not None:
             _o.close(fd)
 
-def _make_rm(path):
-    import os as _o, shutil as _sh
-    if _o.path.isdir(path) and not _o.path.islink(path):
-        _sh.rmtree(path, ignore_errors=True)
-    elif _o.path.lexists(path):
-        try:
-            _o.unlink(path)
-        except OSError:
-            pass
+def _make_tree(files):
+    # a fresh copy of the agent's Makefile and scripts with the hidden docs set: each target runs in its own, so
+    # nothing one target left in the tree reaches the next
+    import os as _o, tempfile as _tf
+    d = _tf.mkdtemp(prefix='clawgym-make-')
+    for rel, b in list(files.items()) + [(p, t.encode()) for p, t in E['hidden_docs'].items()]:
+        p = _o.path.join(d, rel)
+        _o.makedirs(_o.path.dirname(p), exist_ok=True)
+        with open(p, 'wb') as fh:
+            fh.write(b)
+    return d
 
 def _make_trial(ws):
-    # {'stats': ..., 'all': ..., 'clean': ...}: what the agent's targets do on the hidden docs set
-    import hashlib as _h, os as _o, shutil as _sh, tempfile as _tf
+    # {'stats': ..., 'all': ..., 'clean': ...}: what the agent's targets do on the hidden docs set, each target in
+    # a fresh tree, its leftover processes killed and what it made outside the tree removed before the next
+    import hashlib as _h, os as _o, shutil as _sh
     files = _make_files(ws)
     if not any(n in files for n in ('Makefile', 'makefile', 'GNUmakefile')):
         return {}
@@ -1337,23 +1445,22 @@ def _make_trial(ws):
     if _MAKE_MEMO.get('key') == key:
         return _MAKE_MEMO['res']
     res = {'stats': False, 'all': False, 'clean': False}
-    d = _tf.mkdtemp(prefix='clawgym-make-')
+    dirs = []
     try:
-        for rel, b in list(files.items()) + [(p, t.encode()) for p, t in E['hidden_docs'].items()]:
-            p = _o.path.join(d, rel)
-            _o.makedirs(_o.path.dirname(p), exist_ok=True)
-            with open(p, 'wb') as fh:
-                fh.write(b)
+        d = _make_tree(files)
+        dirs.append(d)
         out = _o.path.join(d, 'output', 'stats.json')
         res['stats'] = _make_run(d, 'stats') == 0 and _made_json(out) == E['hidden']
         if res['stats']:  # `all` builds stats (from nothing) and still lints (py_compile writes the .pyc)
-            _make_rm(_o.path.join(d, 'output'))
-            _make_rm(_o.path.join(d, 'scripts', '__pycache__'))
+            d = _make_tree(files)
+            dirs.append(d)
+            out = _o.path.join(d, 'output', 'stats.json')
             res['all'] = _make_run(d, 'all') == 0 and _made_json(out) == E['hidden']
             cache = _o.path.join(d, 'scripts', '__pycache__')
             res['all'] = res['all'] and _o.path.isdir(cache) and any(
                 n.startswith('wordstats.') and n.endswith('.pyc') for n in _o.listdir(cache))
-        _make_rm(_o.path.join(d, 'output'))
+        d = _make_tree(files)
+        dirs.append(d)
         _o.makedirs(_o.path.join(d, 'output'))
         with open(_o.path.join(d, 'output', 'stats.json'), 'w') as fh:
             fh.write('{}')
@@ -1362,7 +1469,8 @@ def _make_trial(ws):
     except OSError:
         pass
     finally:
-        _sh.rmtree(d, ignore_errors=True)
+        for d in dirs:
+            _sh.rmtree(d, ignore_errors=True)
     _MAKE_MEMO.clear()
     _MAKE_MEMO.update(key=key, res=res)
     return res
@@ -1401,6 +1509,7 @@ def makefile_stats_target(ctx: Ctx) -> None:
     ctx.expect("hidden_docs", hidden_docs)
     ctx.expect("hidden", hidden)
     ctx.output(out)
+    ctx.grade.helper(_ISOLATION)
     ctx.grade.helper(_MAKE_TRIAL)
     # The targets are run for real, on a copy of the agent's Makefile and scripts with a hidden docs set (a recipe
     # that only names the script, the docs or `rm` does nothing there); the workspace's own stats.json counts only
