@@ -165,15 +165,18 @@ _ISOLATION = r'''
 # mutant from a hidden rewrite of the module. A run that changed a file which was there before it counts as
 # failed: that file cannot be given back.
 _SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")
+# Set by the synthesis gates' driver (clawgym.sandbox.guest.synth.grade), which grades only clawgym's own variants
+# of a task (the reference, its mutations, the hacker gate's exploits), never an agent's workspace.
+_ISO_OFF = False
 
 def _iso_state(own=None, limit=20000):
     # {path: what lstat says} under the scratch places, the run's own folder `own` left out
     import os as _o
     seen = {}
+    skip = {own, _o.getcwd()}  # the run's own folder; the graded workspace (sealed: nothing writes there)
     for top in _SCRATCH + ((_o.environ.get("HOME") or "/nonexistent"),):
         for dp, dns, fns in _o.walk(top):
-            if own is not None:
-                dns[:] = [n for n in dns if _o.path.join(dp, n) != own]
+            dns[:] = [n for n in dns if _o.path.join(dp, n) not in skip]
             for n in dns + fns:
                 q = _o.path.join(dp, n)
                 try:
@@ -186,6 +189,8 @@ def _iso_state(own=None, limit=20000):
     return seen
 
 def _iso_begin(own=None):
+    if _ISO_OFF:
+        return None
     import ctypes as _c
     try:
         _c.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
@@ -234,6 +239,8 @@ def _iso_end(before, own=None):
     """After a run: its leftover processes killed and what it created removed; False when it changed or removed
     something that was there before it (the run's result is then not taken)."""
     import os as _o, shutil as _sh
+    if before is None:
+        return True
     _iso_kill()
     after = _iso_state(own)
     clean = True

@@ -212,6 +212,8 @@ def run(job: dict, root: str, base_modules=None) -> list:
                     raise SyntaxError(cerr)
                 sys.executable = exe
                 exec(code, ns)
+                if "_ISO_OFF" in ns:  # the runs' isolation is for an agent's code; these variants are clawgym's own
+                    ns["_ISO_OFF"] = True
                 if callable(ns.get("_agent_call")):
                     if direct and isinstance(ns.get("_AGENT_CHILD"), str):
                         ns["_agent_call"] = _direct(ns["_agent_call"], ns["_AGENT_CHILD"])
