@@ -1348,8 +1348,9 @@ def _hidden_docs(seed: int, words: list[str]) -> tuple[dict[str, str], dict]:
 
 # The grader's side: the agent's Makefile and scripts (every regular file of the workspace outside docs/ and
 # output/, or only the Makefile and scripts/ when that is over the caps) copied into a temp dir with the hidden docs
-# set; `make stats`, `make all` (output/ and __pycache__ removed first) and `make clean` (output/ there first) run
-# once each, as child processes in their own session (killed with their group after), never in this process.
+# set; `make stats`, `make all` and `make clean` (output/ there first) run once each, each in a fresh copy, as child
+# processes in their own session, never in this process; what a target left (processes, files outside its copy) is
+# gone before the next (`_ISOLATION`).
 _MAKE_TRIAL = r"""
 _MAKE_MEMO = {}
 
@@ -1448,9 +1449,11 @@ def _make_trial(ws):
     files = _make_files(ws)
     if not any(n in files for n in ('Makefile', 'makefile', 'GNUmakefile')):
         return {}
-    key = (ws, _h.sha256(repr(sorted(files.items())).encode()).hexdigest())
-    if _MAKE_MEMO.get('key') == key:
-        return _MAKE_MEMO['res']
+    # the trial depends on the files it copies alone (the hidden docs are the task's): keyed by their content, so
+    # the three checks, and the synthesis gates' variants of one task sharing a Makefile, run it once
+    key = _h.sha256(repr(sorted(files.items())).encode()).hexdigest()
+    if key in _MAKE_MEMO:
+        return dict(_MAKE_MEMO[key])
     res = {'stats': False, 'all': False, 'clean': False}
     dirs = []
     try:
@@ -1478,8 +1481,9 @@ def _make_trial(ws):
     finally:
         for d in dirs:
             _sh.rmtree(d, ignore_errors=True)
-    _MAKE_MEMO.clear()
-    _MAKE_MEMO.update(key=key, res=res)
+    if len(_MAKE_MEMO) > 16:
+        _MAKE_MEMO.clear()
+    _MAKE_MEMO[key] = dict(res)
     return res
 """
 

@@ -193,6 +193,7 @@ def run(job: dict, root: str, base_modules=None) -> list:
         except BaseException as e:
             code, cerr = None, "%s: %s" % (type(e).__name__, e)
         shared: dict = {}
+        make_memo: dict = {}
         for vname, ov in t["variants"].items():
             n += 1
             d = os.path.join(root, "g%d" % n)
@@ -214,6 +215,10 @@ def run(job: dict, root: str, base_modules=None) -> list:
                 exec(code, ns)
                 if "_ISO_OFF" in ns:  # the runs' isolation is for an agent's code; these variants are clawgym's own
                     ns["_ISO_OFF"] = True
+                if isinstance(ns.get("_MAKE_MEMO"), dict) and job.get("memo", True):
+                    # a check's own memo of its runs, keyed by what they copy: shared by the task's variants as
+                    # `_agent_call`'s is (oracle_2 runs everything again)
+                    ns["_MAKE_MEMO"] = {} if vname in _PRIVATE else make_memo
                 if callable(ns.get("_agent_call")):
                     if direct and isinstance(ns.get("_AGENT_CHILD"), str):
                         ns["_agent_call"] = _direct(ns["_agent_call"], ns["_AGENT_CHILD"])
