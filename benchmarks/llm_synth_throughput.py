@@ -4,7 +4,7 @@
                                               [--backend bwrap|local|docker] [--cache-rerun]
 
 A local stub (FastAPI in a thread) answers every chat request after `--latency` seconds with a valid,
-gate-passing task spec (the shape of tests/test_synth_llm.py's scripted replies, unique per candidate) and
+gate-passing task spec (the shape of tests/synth/test_synth_llm.py's scripted replies, unique per candidate) and
 accepting review / audit replies. The real route runs: the real openai client, `max_in_flight` overlapping
 requests, and the real gates (noop / scaffold / oracle verifier runs in the sandbox factory).
 

@@ -116,7 +116,7 @@ def main() -> None:
         return
     rate = a.n / wall
     print(f"throughput: {rate:.1f} tasks/s  ({wall:.1f} s wall)")
-    print(f"projection 13,500 tasks: {13500 / rate / 60:.1f} min (goal <= 10 min)")
+    print(f"projection 13,500 tasks: {13500 / rate / 60:.1f} min (goal <= 5 min)")
 
 
 if __name__ == "__main__":

@@ -2,10 +2,10 @@
 
 Every attack test (tests/conftest.py ATTACK_MODULES, `bash scripts/attacks.sh`) carries exactly one of these ids as
 `@pytest.mark.rule("id")`: on the test, on its module (`pytestmark`), or -- for the tests parametrized over a list
-of named attacks (tests/test_reward_hacking.py, tests/test_export_every_path.py) -- through that module's
+of named attacks (tests/verify/test_reward_hacking.py, tests/attacks/test_export_every_path.py) -- through that module's
 `ATTACK_RULES` (attack name -> rule id), which tests/conftest.py turns into the mark of each parametrized case.
-tests/test_attack_suite.py checks that every attack has exactly one known rule and every rule at least one attack;
-`bash scripts/attacks.sh` ends with the table rule -> attacks run, held, failed, skipped.
+tests/attacks/test_attack_suite.py checks that every attack has exactly one known rule and every rule at least
+one attack; `bash scripts/attacks.sh` ends with the table rule -> attacks run, held, failed, skipped.
 """
 
 from __future__ import annotations

@@ -44,8 +44,9 @@ ATTACK_MODULES = (
 
 # Every attack test names the one rule it tests (tests/attack_rules.py RULES): `@pytest.mark.rule("id")` on the test
 # or its module, or, for a test parametrized over named attacks (an `attack` argument with a `.name`), the entry of
-# its module's ATTACK_RULES (attack name -> rule id). tests/test_attack_suite.py checks exactly one known rule per
-# attack and an attack per rule; scripts/attacks.sh (CLAWGYM_ATTACK_TABLE=1, or `-m attack`) ends with the table.
+# its module's ATTACK_RULES (attack name -> rule id). tests/attacks/test_attack_suite.py checks exactly one known
+# rule per attack and an attack per rule; scripts/attacks.sh (CLAWGYM_ATTACK_TABLE=1, or `-m attack`) ends with
+# the table.
 ATTACK_TABLE_ENV = "CLAWGYM_ATTACK_TABLE"
 ATTACK_RULES_OUT_ENV = "CLAWGYM_ATTACK_RULES_OUT"  # a path: collection writes {nodeid: [rule ids]} of the attacks
 

@@ -13,7 +13,7 @@ from clawgym.sandbox import get_factory
 pytestmark = [pytest.mark.model, pytest.mark.slow]
 
 MODEL = Path(os.environ.get("CLAWGYM_BASE_MODEL_DIR",
-                            Path(__file__).resolve().parents[1] / "data" / "models" / "smollm2-135m-instruct"))
+                            Path(__file__).resolve().parents[2] / "data" / "models" / "smollm2-135m-instruct"))
 
 
 def test_local_model_policy_rollout():

@@ -137,7 +137,7 @@ def test_proxy_enforces_turn_limit(policy_server, tmp_path):
     assert s["n_requests"] == 1 and s["messages"][-1]["tool_calls"]
 
 
-# ---- a hostile client of the proxy (host side; tests/test_openclaw_proxy_hostile.py does it from sandboxes)
+# ---- a hostile client of the proxy (host side; tests/agent/test_openclaw_proxy_hostile.py does it from sandboxes)
 class _Upstream:
     """A scripted OpenAI-compatible upstream that records every request it receives."""
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 MODEL = Path(os.environ.get("CLAWGYM_BASE_MODEL_DIR",
-                            Path(__file__).resolve().parents[1] / "data" / "models" / "smollm2-135m-instruct"))
+                            Path(__file__).resolve().parents[2] / "data" / "models" / "smollm2-135m-instruct"))
 TOOLS = [{"type": "function", "function": {"name": "read", "description": "Read a file.", "parameters": {
     "type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}]
 # what the model sampled: its own spacing inside the arguments (the client keeps them re-serialized, compact)

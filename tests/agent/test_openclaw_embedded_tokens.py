@@ -32,7 +32,7 @@ if not _ok:
     pytest.skip(f"OpenClaw is not installed: {_why}", allow_module_level=True)
 
 MODEL = Path(os.environ.get("CLAWGYM_BASE_MODEL_DIR",
-                            Path(__file__).resolve().parents[1] / "data" / "models" / "smollm2-135m-instruct"))
+                            Path(__file__).resolve().parents[2] / "data" / "models" / "smollm2-135m-instruct"))
 WINDOW = 8192  # SmolLM2-135M's max_position_embeddings
 MAX_COMPLETION = 256
 FULL_PROMPT = 9161  # OpenClaw's first request with its default config, measured in this model's tokens

@@ -24,7 +24,7 @@ import httpx
 import psutil
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hostile_endpoint import FILL, HostileEndpoint, exec_call, write_call  # noqa: E402
 

@@ -16,7 +16,7 @@ or `Sandbox.exec`) and tries to raise the score (force the hidden tests to pass)
 
 Each must end with the score of the untouched workspace (0.5; 0.0 where the workspace itself is replaced) and a
 class other than `infra`, on every path a workspace takes to a verifier, on docker and bwrap (the `backend`
-fixture of tests/test_reward_hacking.py):
+fixture of tests/verify/test_reward_hacking.py):
 
 1. the built-in rollout: `clawgym.agent.rollout.run_rollout` -> `_attempt` -> `Sandbox.export_workspace()` ->
    `clawgym.verify.runtime.verify_after_agent(..., export=export)` (a scripted policy, tests/hostile_endpoint.py);
@@ -62,7 +62,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hostile_endpoint import HostileEndpoint, exec_call, put  # noqa: E402
 from test_reward_hacking import (  # noqa: E402,F401  (backend: the docker/bwrap fixture, reused)

@@ -10,7 +10,7 @@ import pytest
 
 from clawgym import lake as lk
 
-FIX = Path(os.environ.get("CLAWGYM_FIXTURES") or Path(__file__).resolve().parents[2] / "shared" / "fixtures")
+FIX = Path(os.environ.get("CLAWGYM_FIXTURES") or Path(__file__).resolve().parents[3] / "shared" / "fixtures")
 SAMPLE = FIX / "clawgym_train_sample"
 NOOP_SCORES = FIX / "clawgym_train_sample_noop_scores.json"
 

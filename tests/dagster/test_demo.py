@@ -130,7 +130,7 @@ def test_the_demo_without_models_puts_the_oracle_at_100(tmp_path):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     (tmp_path / "home").mkdir()
     env = {**os.environ, "CLAWGYM_DATA": str(tmp_path / "data"), "DAGSTER_HOME": str(tmp_path / "home"),
            "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "DAGSTER_DISABLE_TELEMETRY": "1"}

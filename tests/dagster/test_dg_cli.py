@@ -13,7 +13,7 @@ import pytest
 
 from clawgym import lake as lk
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_SUITE = REPO / "data" / "seeds" / "example_suite"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("CLAWGYM_CHROMIUM", "/usr/bin/chromium")
 BACKEND = os.environ.get("CLAWGYM_TEST_SANDBOX") or ("bwrap" if shutil.which("bwrap") else "local")
 STAGES = ["personas", "skills", "synthetic_tasks", "imported_tasks", "mock_workspaces", "verifiers", "trajectories",

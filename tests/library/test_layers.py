@@ -21,7 +21,7 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LIB = ROOT / "clawgym"
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -183,7 +183,7 @@ def test_no_import_goes_up_a_layer():
     bad = layer_arrows(library_sources())
     new = {k: v for k, v in bad.items() if k not in KNOWN_BREAKS}
     assert not new, ("imports from a lower layer to a higher one (docs/ARCHITECTURE.md \"Layers\"; the order is "
-                     "LAYERS/INNER in tests/test_layers.py):\n" + "\n".join(
+                     "LAYERS/INNER in tests/library/test_layers.py):\n" + "\n".join(
                          f"  {m} -> {r}: " + "; ".join(v) for (m, r), v in sorted(new.items())))
     gone = sorted(set(KNOWN_BREAKS) - set(bad))
     assert not gone, f"KNOWN_BREAKS lists arrows that no longer exist (remove them): {gone}"

@@ -18,7 +18,7 @@ from clawgym.sandbox.base import SandboxConfig, SandboxError
 from clawgym.sandbox.host import cleanup
 from clawgym.tasks.model import File
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_registry_selection(docker_factory, monkeypatch):

@@ -18,7 +18,7 @@ import jsonschema
 import pytest
 
 MODEL = Path(os.environ.get("CLAWGYM_BASE_MODEL_DIR",
-                            Path(__file__).resolve().parents[1] / "data" / "models" / "smollm2-135m-instruct"))
+                            Path(__file__).resolve().parents[2] / "data" / "models" / "smollm2-135m-instruct"))
 
 SCHEMA = {"type": "object", "properties": {
     "title": {"type": "string", "maxLength": 24},

@@ -145,7 +145,7 @@ def test_fork_server_serves_the_graders_safe_path_child_with_a_piped_stdin(tmp_p
     script = tmp_path / "serve.py"
     script.write_text(
         "import json, os, subprocess, sys, tempfile\n"
-        f"sys.path.append({str(Path(__file__).resolve().parents[1])!r})  # sys.path[0] stays the script slot\n"
+        f"sys.path.append({str(Path(__file__).resolve().parents[2])!r})  # sys.path[0] stays the script slot\n"
         "from clawgym.sandbox.guest.synth import forkserver\n"
         "root = tempfile.mkdtemp()\n"
         "os.environ['PATH'] = os.path.dirname(sys.executable) + ':' + os.environ.get('PATH', '')\n"

@@ -188,7 +188,7 @@ def _rollout(task, factory, steps):
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from hostile_endpoint import HostileEndpoint
 
     from clawgym.agent.loop import Limits

@@ -1,7 +1,7 @@
 """LLM route at scale: overlapping requests, the content-addressed response cache, 429 retries, token stats.
 
 A local OpenAI-compatible FastAPI stub (ServerThread) answers after a small latency with the gate-passing spec
-of tests/test_synth_llm.py; it counts requests and the most requests it saw at once. The REAL openai client
+of tests/synth/test_synth_llm.py; it counts requests and the most requests it saw at once. The REAL openai client
 and the real gates (local sandbox factory) run.
 """
 

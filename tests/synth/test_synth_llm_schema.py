@@ -73,7 +73,7 @@ def test_the_constrained_decoder_accepts_exactly_the_bounded_replies():
     from transformers import AutoTokenizer
 
     model = Path(os.environ.get("CLAWGYM_BASE_MODEL_DIR",
-                                Path(__file__).resolve().parents[1] / "data" / "models" / "smollm2-135m-instruct"))
+                                Path(__file__).resolve().parents[2] / "data" / "models" / "smollm2-135m-instruct"))
     if not (model / "config.json").exists():  # the embedded model, prepared once (idempotent)
         from clawgym.train.base_model import prepare_base_model
 

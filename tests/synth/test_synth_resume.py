@@ -25,7 +25,7 @@ fastapi = pytest.importorskip("fastapi")
 
 from clawgym.agent.servers import ServerThread, completion_json  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BACKEND = os.environ.get("CLAWGYM_TEST_SANDBOX") or ("bwrap" if shutil.which("bwrap") else "local")
 N = 16  # candidates; each costs 3 requests (generate, review, audit) when nothing needs repair
 

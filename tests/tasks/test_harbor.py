@@ -34,7 +34,7 @@ from clawgym.tasks.harbor import (
 )
 from clawgym.tasks.harbor_export import export_harbor_dataset, export_harbor_task
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIX = Path(os.environ.get("CLAWGYM_FIXTURES") or REPO.parent / "shared" / "fixtures")
 COOKBOOK = FIX / "harbor_cookbook_sample"
 CLAWGYM_SAMPLE = FIX / "clawgym_train_sample"

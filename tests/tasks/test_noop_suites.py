@@ -24,7 +24,7 @@ from clawgym.agent.policies import RetryPolicy
 from clawgym.agent.rollout import SCORED_CLASSES, RolloutSettings, run_rollout, run_rollouts
 from clawgym.tasks import import_any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FAST_RETRY = RetryPolicy(attempts=2, backoff_s=0.05, timeout_s=30)
 
 

@@ -16,7 +16,7 @@ from clawgym.tasks.clawgym_format import (
     import_clawgym_task,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def fixtures_dir() -> Path:

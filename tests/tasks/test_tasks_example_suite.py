@@ -11,7 +11,7 @@ from clawgym.tasks import import_any
 from clawgym.tasks.clawgym_format import export_clawgym_folder, import_clawgym_folder
 from clawgym.verify import verify_noop, verify_task
 
-SUITE = Path(__file__).resolve().parents[1] / "data" / "seeds" / "example_suite"
+SUITE = Path(__file__).resolve().parents[2] / "data" / "seeds" / "example_suite"
 
 SOLUTIONS = {
     "example_0001": {

@@ -19,7 +19,7 @@ from clawgym.tasks.parquet_io import (
     write_tasks_parquet,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def rich_task() -> Task:

@@ -16,7 +16,7 @@ from clawgym.tasks import TaskError, import_any
 from clawgym.tasks.clawgym_format import export_clawgym_folder, import_clawgym_folder, import_clawgym_task
 from clawgym.tasks.pinchbench import import_pinchbench_file, import_pinchbench_folder
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIX = Path(os.environ.get("CLAWGYM_FIXTURES") or REPO.parent / "shared" / "fixtures")
 SECRET = b"aws_secret_access_key = AKIA-HOST-SECRET\n"
 

@@ -97,7 +97,7 @@ def test_busy_model_server_exits_when_its_parent_is_killed(tmp_path):
     from clawgym.train.base_model import prepare_base_model
 
     # the embedded SmolLM2 as an HF folder (idempotent), where the other tests and the demo keep it
-    model = prepare_base_model(Path(__file__).resolve().parents[1] / "data" / "models" / "smollm2-135m-instruct")
+    model = prepare_base_model(Path(__file__).resolve().parents[2] / "data" / "models" / "smollm2-135m-instruct")
     info = tmp_path / "server"
     code = textwrap.dedent(f"""
         import threading, time, httpx

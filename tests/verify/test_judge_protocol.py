@@ -1,5 +1,5 @@
 """The judge protocol is ours, against a real local OpenAI-compatible judge server
-(tests/test_verify_judge.py::FakeOpenAI) and, end to end, a scripted hostile agent (tests/hostile_endpoint.py)
+(tests/verify/test_verify_judge.py::FakeOpenAI) and, end to end, a scripted hostile agent (tests/hostile_endpoint.py)
 through run_rollout on the local sandbox backend:
 
 - agent material reaches the judge quoted between per-request nonce boundaries it cannot close or fake;

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hostile_endpoint import HostileEndpoint, exec_call, put, write_call  # noqa: E402
 
@@ -49,7 +49,7 @@ from clawgym.agent.rollout import RolloutSettings, run_rollout  # noqa: E402
 from clawgym.tasks import File, Task, Verifier  # noqa: E402
 from clawgym.verify import verify_task  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WS = "/root/.openclaw/workspace"
 FAST_RETRY = RetryPolicy(attempts=2, backoff_s=0.05, max_backoff_s=0.1, timeout_s=60)
 USER_SITE = "~/.local/lib/python3.11/site-packages"

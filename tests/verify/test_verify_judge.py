@@ -1,6 +1,6 @@
 """OpenAIJudge against a real (in-test) OpenAI-compatible HTTP server: prompt, temperature 0, reply
 validation (nonce, rules, scale), retries with backoff, key from the environment and redacted from errors.
-The judge protocol against hostile material: tests/test_judge_protocol.py."""
+The judge protocol against hostile material: tests/verify/test_judge_protocol.py."""
 
 from __future__ import annotations
 

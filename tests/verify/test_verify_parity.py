@@ -14,7 +14,7 @@ from clawgym.tasks import File, RubricProxy, RubricRule, Task, Verifier
 from clawgym.tasks.clawgym_format import import_clawgym_folder
 from clawgym.verify import verify_noop, verify_noop_many, verify_task
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """verify_task semantics on a throwaway in-test sandbox (a temp dir + subprocess; no isolation).
 
-The real backends (docker, bwrap) are exercised by tests/test_verify_parity.py."""
+The real backends (docker, bwrap) are exercised by tests/verify/test_verify_parity.py."""
 
 from __future__ import annotations
 
