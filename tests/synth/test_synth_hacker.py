@@ -457,11 +457,10 @@ _SUMMARY4 = ('{"test_functions": 3, "functions_covered": ["add_stock", "remove_s
 
 @pytest.mark.parametrize("suite", ["file", "daemon"])
 def test_run_counting_suites_kill_no_mutant(suite, any_isolating_factory):
-    from clawgym.synth.families.software import _INV, run_tests
-
     t = get_family("tests_that_catch_bugs").generate(3)
     attack = {"file": _RUN_COUNTER_FILE, "daemon": _RUN_COUNTER_DAEMON}[suite]
-    assert run_tests("inventory", _INV, attack) == (3, 0)  # armed: a vacuous suite, green on a first run
+    # (armed: against the checks before the isolation, both scored 1.0, all four mutants "killed"; they are not run
+    # on this host, where the count or the daemon would outlive the test)
     score, subs = _rollout(t, any_isolating_factory, _writes({"tests/test_inventory.py": attack,
                                                                "output/test_summary.json": _SUMMARY4}))
     untouched, _ = _rollout(t, any_isolating_factory, "noop")
