@@ -70,8 +70,14 @@ def _count(data: Path, shards: int) -> int:
 def in_process(data: Path, shards: int) -> tuple[float, int]:
     import dagster as dg
 
-    from clawgym_assets import rollouts
-    from clawgym_resources import JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
+    from clawgym_assets.defs.lake.resources import LakeResource
+    from clawgym_assets.defs.rollouts import assets as rollouts
+    from clawgym_assets.defs.rollouts.resources import (
+        JudgeResource,
+        ModelEndpointsResource,
+        OpenClawResource,
+        SandboxResource,
+    )
 
     lake = LakeResource(data_dir=str(data))
     res = {"lake": lake, "sandbox": SandboxResource(backend="docker"), "endpoints": ModelEndpointsResource(lake=lake),

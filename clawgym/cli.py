@@ -61,7 +61,7 @@ def _lake_root():
     """The lake the commands read: <data>/lake, or the object-store lake of $CLAWGYM_LAKE_URI (s3://…), whose
     endpoint and credentials the LakeResource takes from the environment."""
     if os.environ.get("CLAWGYM_LAKE_URI"):
-        from clawgym_resources import LakeResource
+        from clawgym_assets.defs.lake.resources import LakeResource
 
         return LakeResource.from_env().lake_dir
     return _lake_dir()
@@ -188,7 +188,8 @@ def demo(sft_steps: int = typer.Option(0, help="SFT steps for the demo checkpoin
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from clawgym.train.demo_plan import DemoPlan
     from clawgym_assets.demo import learning_report, run_demo
-    from clawgym_resources import GraphSettings, default_resources
+    from clawgym_assets.resources import default_resources
+    from clawgym_assets.settings import GraphSettings
 
     plan = DemoPlan()
     if sft_steps:

@@ -28,6 +28,9 @@ DOMAINS = (synthesis, rollouts, training, bench, harbor)
 # the default graph's assets (DEFAULT_SHARDS shards); build_defs swaps in trajectories/steps for other counts
 ASSETS = [a for d in DOMAINS for a in d.ASSETS]
 
+# every asset check of the graph (each domain keeps its own in defs/<domain>/checks.py)
+CHECKS = [c for d in DOMAINS for c in d.CHECKS]
+
 
 def graph_assets(n_shards: int) -> list:
     """ASSETS with `trajectories` / `steps` partitioned over `n_shards` shards."""

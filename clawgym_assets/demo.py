@@ -15,8 +15,7 @@ import dagster as dg
 
 from clawgym.lake.io import REPO_ROOT
 from clawgym.train.demo_plan import DemoPlan, learning_rows
-from clawgym_assets.checks import CHECKS
-from clawgym_assets.definitions import graph_assets
+from clawgym_assets.definitions import CHECKS, graph_assets
 from clawgym_assets.resources import default_resources
 from clawgym_assets.settings import GraphSettings
 

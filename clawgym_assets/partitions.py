@@ -9,7 +9,6 @@ from functools import cache
 import dagster as dg
 
 DEFAULT_SHARDS = 4
-N_SHARDS = DEFAULT_SHARDS  # the default graph's shard count (kept for callers of the old name)
 SUITES = ("procedural", "clawgym", "pinchbench", "harbor")
 
 policy_partitions = dg.DynamicPartitionsDefinition(name="policy")

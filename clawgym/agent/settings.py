@@ -7,7 +7,7 @@ task, the policy, the sandboxes and the judge.
     run_suite(tasks, "oracle", factory, model="oracle", suite="procedural", settings=settings)
 
 `TrajectoriesConfig` and `BenchScoresConfig` (clawgym_assets) build it from the fields they share
-(`clawgym_assets.rollout_config.RolloutConfig`, declared once); the CLI, benchmarks and tests pass it as is.
+(`clawgym_assets.defs.rollouts.config.RolloutConfig`, declared once); the CLI, benchmarks and tests pass it as is.
 """
 
 from __future__ import annotations

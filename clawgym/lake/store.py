@@ -2,8 +2,8 @@
 ``pyarrow.fs.S3FileSystem`` (any S3-compatible server: AWS, MinIO, Ceph, moto).
 
 The library never reads the environment: the endpoint, region and credentials arrive as :class:`S3Options`
-(``clawgym_resources.LakeResource`` fills them from dg.EnvVar settings). Secrets are kept out of ``repr`` and
-scrubbed from every error message this module raises.
+(``clawgym_assets.defs.lake.resources.LakeResource`` fills them from dg.EnvVar settings). Secrets are kept out of
+``repr`` and scrubbed from every error message this module raises.
 
 Object-store semantics the lake relies on (NOTES "Lake on object storage"):
 
@@ -36,7 +36,7 @@ class LakeStorageError(RuntimeError):
     credentials); the message names the setting to fix and never holds a secret."""
 
 
-# the settings named in error messages: the LakeResource field and the env var clawgym_resources reads it from
+# the settings named in error messages: the LakeResource field and the env var its from_env reads it from
 SETTINGS = {
     "uri": "LakeResource.lake_uri ($CLAWGYM_LAKE_URI)",
     "endpoint_url": "LakeResource.s3_endpoint_url ($CLAWGYM_S3_ENDPOINT_URL)",

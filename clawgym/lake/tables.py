@@ -1,6 +1,6 @@
 """Typed access to the lake's tables: one method per table (and per task source), so no caller reads a table
-by a string name. :class:`Lake` binds them to a lake folder; ``clawgym_resources.LakeResource`` mixes in the
-same :class:`LakeTables` methods over its own ``read``."""
+by a string name. :class:`Lake` binds them to a lake folder; ``clawgym_assets.defs.lake.resources.LakeResource``
+mixes in the same :class:`LakeTables` methods over its own ``read``."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ A backend registers its SandboxFactory subclass with a decorator (compare inspec
 `auto` is the backend's rank for get_factory("auto") (lowest first; None: never chosen automatically):
 "auto" takes the first registered backend whose `available(config)` says yes (docker when an engine answers
 and has the image, else bwrap). local is never chosen automatically. Which backend a deployment wants
-(e.g. $CLAWGYM_SANDBOX) is decided by the entry point (clawgym_resources.SandboxResource), not here.
+(e.g. $CLAWGYM_SANDBOX) is decided by the entry point (clawgym_assets.defs.rollouts.resources.SandboxResource),
+not here.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ served for the run), the taxonomy, skills and caches -> clawgym.synth.pipeline.L
     with contextlib.ExitStack() as servers:
         plan = llm_plan(config, endpoints.policy, personas, skills, cache_dir=..., gate_cache_dir=..., stack=servers)
 
-`config` is anything with the LLM route's fields (clawgym_assets.synthesis.LLMRouteConfig: generator, reviewer,
-auditor, n_llm, skill_fraction, categories, max_repairs, llm_workers, max_in_flight, llm_hacker, max_tokens);
+`config` is anything with the LLM route's fields (clawgym_assets.defs.synthesis.assets.LLMRouteConfig: generator,
+reviewer, auditor, n_llm, skill_fraction, categories, max_repairs, llm_workers, max_in_flight, llm_hacker, max_tokens);
 `lookup(name)` gives the PolicySpec registered as `name` (KeyError otherwise). A bad value raises
 :class:`PlanError` whose message names the field: ``<asset>.config.<field>: ...``.
 """

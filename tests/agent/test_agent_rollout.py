@@ -182,7 +182,8 @@ def test_policy_registry_from_endpoints_json(monkeypatch):
     assert "vllm" not in policy_registry()
     with pytest.raises(KeyError):
         get_policy("nope")
-    from clawgym_resources import LakeResource, ModelEndpointsResource
+    from clawgym_assets.defs.lake.resources import LakeResource
+    from clawgym_assets.defs.rollouts.resources import ModelEndpointsResource
 
     assert ModelEndpointsResource(lake=LakeResource(), endpoints_json=eps).policy("vllm").api_key_env == "K"
 

@@ -79,7 +79,13 @@ def test_leaderboard_ranks_unflagged_and_deltas_on_common_scored_tasks():
 
 
 def _resources(data):
-    from clawgym_resources import JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
+    from clawgym_assets.defs.lake.resources import LakeResource
+    from clawgym_assets.defs.rollouts.resources import (
+        JudgeResource,
+        ModelEndpointsResource,
+        OpenClawResource,
+        SandboxResource,
+    )
 
     lake = LakeResource(data_dir=str(data))  # one lake, nested where data paths are needed
     return {"lake": lake, "sandbox": SandboxResource(backend="local"),
@@ -91,7 +97,7 @@ def test_bench_scores_and_leaderboard_flag_a_model_with_infra(tmp_path, monkeypa
     from clawgym.agent.demo import demo_tasks
     from clawgym.agent.servers import shared_policy_server
     from clawgym.lake.records import task_row
-    from clawgym_assets import bench
+    from clawgym_assets.defs.bench import assets as bench
 
     data = tmp_path / "data"
     monkeypatch.setenv("CLAWGYM_DATA", str(data))

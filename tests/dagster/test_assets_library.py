@@ -32,10 +32,10 @@ def test_rollout_settings_defaults_and_validation():
 
 
 def test_both_asset_configs_build_the_same_settings_from_fields_declared_once():
-    from clawgym_assets.bench import BenchScoresConfig
-    from clawgym_assets.rollout_config import RolloutConfig
-    from clawgym_assets.rollouts import TrajectoriesConfig
-    from clawgym_resources import OpenClawResource
+    from clawgym_assets.defs.bench.assets import BenchScoresConfig
+    from clawgym_assets.defs.rollouts.assets import TrajectoriesConfig
+    from clawgym_assets.defs.rollouts.config import RolloutConfig
+    from clawgym_assets.defs.rollouts.resources import OpenClawResource
 
     fields = {"max_turns": 7, "max_wall_s": 50.0, "max_completion_tokens": 99, "attempts": 2, "retry_wait_s": 0.5,
               "request_attempts": 4, "request_backoff_s": 0.25}

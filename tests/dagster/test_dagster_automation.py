@@ -6,9 +6,14 @@ import dagster as dg
 import pytest
 
 from clawgym import lake as lk
-from clawgym_assets.automation import bench_job, discover_checkpoints, new_checkpoint_sensor, weekly_rescore_schedule
 from clawgym_assets.definitions import build_defs, defs
-from clawgym_resources import LakeResource
+from clawgym_assets.defs.bench.automation import (
+    bench_job,
+    discover_checkpoints,
+    new_checkpoint_sensor,
+    weekly_rescore_schedule,
+)
+from clawgym_assets.defs.lake.resources import LakeResource
 
 
 @pytest.fixture()

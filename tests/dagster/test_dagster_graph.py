@@ -33,7 +33,13 @@ BACKEND = os.environ.get("CLAWGYM_TEST_SANDBOX") or ("bwrap" if shutil.which("bw
 
 
 def _resources(data):
-    from clawgym_resources import JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
+    from clawgym_assets.defs.lake.resources import LakeResource
+    from clawgym_assets.defs.rollouts.resources import (
+        JudgeResource,
+        ModelEndpointsResource,
+        OpenClawResource,
+        SandboxResource,
+    )
 
     lake = LakeResource(data_dir=str(data))  # one lake, nested where data paths are needed
     return {"lake": lake, "sandbox": SandboxResource(backend=BACKEND),
@@ -44,8 +50,10 @@ def _resources(data):
 def graph(tmp_path_factory):
     if not SAMPLE.is_dir():
         pytest.skip(f"ClawGym fixtures not found at {SAMPLE} (set CLAWGYM_FIXTURES)")
-    from clawgym_assets import bench, rollouts, synthesis
-    from clawgym_assets.checks import CHECKS
+    from clawgym_assets.definitions import CHECKS
+    from clawgym_assets.defs.bench import assets as bench
+    from clawgym_assets.defs.rollouts import assets as rollouts
+    from clawgym_assets.defs.synthesis import assets as synthesis
 
     data = tmp_path_factory.mktemp("data")
     old = os.environ.get("CLAWGYM_DATA")
@@ -153,14 +161,14 @@ def test_leaderboard_metadata(graph):
 
 def test_trajectories_resume_and_steps(graph):
     from clawgym.agent.resume import shard_of
-    from clawgym_assets.partitions import N_SHARDS
+    from clawgym_assets.partitions import DEFAULT_SHARDS
 
     inst, res, assets = graph["instance"], graph["res"], graph["assets"]
     root = graph["data"] / "lake"
     train = [t["task_id"] for t in lk.read_table("tasks", {"source": "synthetic"}, root=root).to_pylist()
              if t["split"] == "train"]
-    shard = max(range(N_SHARDS), key=lambda s: sum(shard_of(t, N_SHARDS) == s for t in train))
-    mine = sorted(t for t in train if shard_of(t, N_SHARDS) == shard)
+    shard = max(range(DEFAULT_SHARDS), key=lambda s: sum(shard_of(t, DEFAULT_SHARDS) == s for t in train))
+    mine = sorted(t for t in train if shard_of(t, DEFAULT_SHARDS) == shard)
     assert len(mine) >= 2
     part = {"policy": "oracle", "shard": shard}
     # a partially written partition: one rollout already there (as if a run was killed after it)
@@ -185,9 +193,9 @@ def test_sft_dataset_exports_and_gates(graph, tmp_path):
     import datasets
 
     from clawgym.train.base_model import make_tiny_model
-    from clawgym_assets import rollouts
-    from clawgym_assets.checks import sft_gx
-    from clawgym_resources import ModelEndpointsResource
+    from clawgym_assets.defs.rollouts import assets as rollouts
+    from clawgym_assets.defs.rollouts.checks import sft_gx
+    from clawgym_assets.defs.rollouts.resources import ModelEndpointsResource
 
     inst, res, root = graph["instance"], dict(graph["res"]), graph["data"] / "lake"
     if not lk.read_table("trajectories", root=root).num_rows:  # run alone: write one partition first

@@ -5,7 +5,8 @@ import dagster as dg
 import pytest
 
 from clawgym_assets.definitions import build_defs
-from clawgym_resources import GraphSettings, default_resources
+from clawgym_assets.resources import default_resources
+from clawgym_assets.settings import GraphSettings
 
 
 def _executor_name(defs: dg.Definitions) -> str:

@@ -41,7 +41,9 @@ def populated_home(tmp_path, monkeypatch):
     from test_dagster_graph import _families
 
     from clawgym_assets.definitions import ASSETS
-    from clawgym_resources import LakeResource, SandboxResource, default_resources
+    from clawgym_assets.defs.lake.resources import LakeResource
+    from clawgym_assets.defs.rollouts.resources import SandboxResource
+    from clawgym_assets.resources import default_resources
 
     res = {**default_resources(), "lake": LakeResource(data_dir=str(data)), "sandbox": SandboxResource(backend=BACKEND)}
     with dg.DagsterInstance.from_config(str(home)) as inst:

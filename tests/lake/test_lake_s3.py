@@ -68,7 +68,7 @@ def s3(tmp_path_factory):
 
 
 def _resource(s3, prefix: str, data_dir: Path, bucket: str = "lake", endpoint: str | None = None):
-    from clawgym_resources import LakeResource
+    from clawgym_assets.defs.lake.resources import LakeResource
 
     return LakeResource(data_dir=str(data_dir), lake_uri=f"s3://{bucket}/{prefix}",
                         s3_endpoint_url=endpoint or s3["url"], s3_region="us-east-1",
@@ -301,7 +301,7 @@ def test_wrong_bucket_or_endpoint_is_one_clear_error(s3, tmp_path):
 def test_resource_from_env_keeps_secrets_as_env_vars(s3, tmp_path):
     import dagster as dg
 
-    from clawgym_resources import LakeResource
+    from clawgym_assets.defs.lake.resources import LakeResource
 
     env = {"CLAWGYM_DATA": str(tmp_path), "CLAWGYM_LAKE_URI": "s3://lake/fromenv", "CLAWGYM_S3_ENDPOINT_URL": s3["url"],
            "AWS_REGION": "us-east-1", "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET}
@@ -317,7 +317,7 @@ def test_secrets_absent_from_everything_written(s3, tmp_path):
     """The dagster path too: an asset writes through the resource whose credentials are dg.EnvVar."""
     import dagster as dg
 
-    from clawgym_resources import LakeResource
+    from clawgym_assets.defs.lake.resources import LakeResource
 
     data = tmp_path / "data"
 
@@ -363,7 +363,7 @@ def test_secrets_absent_from_everything_written(s3, tmp_path):
 
 def test_local_lake_unchanged(tmp_path):
     """No lake_uri: the same folder layout, Paths and files as before."""
-    from clawgym_resources import LakeResource
+    from clawgym_assets.defs.lake.resources import LakeResource
 
     res = LakeResource(data_dir=str(tmp_path))
     assert not res.remote and res.lake_dir == tmp_path.resolve() / "lake"
@@ -379,9 +379,16 @@ def test_demo_data_stages_on_s3(s3, tmp_path):
     verifiers, bench_tasks, trajectories for the oracle on one shard), then SQL over the result."""
     import dagster as dg
 
-    from clawgym_assets import bench, rollouts, synthesis
-    from clawgym_assets.checks import CHECKS
-    from clawgym_resources import JudgeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
+    from clawgym_assets.definitions import CHECKS
+    from clawgym_assets.defs.bench import assets as bench
+    from clawgym_assets.defs.rollouts import assets as rollouts
+    from clawgym_assets.defs.rollouts.resources import (
+        JudgeResource,
+        ModelEndpointsResource,
+        OpenClawResource,
+        SandboxResource,
+    )
+    from clawgym_assets.defs.synthesis import assets as synthesis
 
     data = tmp_path / "data"
     lake = _resource(s3, "demo", data)
@@ -433,7 +440,7 @@ def test_checkpoints_read_the_sft_table_from_s3_as_local_files(s3, tmp_path):
     """The trainer reads local Parquet: an S3 lake's sft files are downloaded byte for byte, once per version."""
     import pyarrow.parquet as pq
 
-    from clawgym_assets.training import sft_table_files
+    from clawgym_assets.defs.training.assets import sft_table_files
 
     data = tmp_path / "data"
     lake = _resource(s3, "train", data)
@@ -453,7 +460,7 @@ def test_checkpoints_read_the_sft_table_from_s3_as_local_files(s3, tmp_path):
 
 
 def test_new_checkpoint_sensor_reads_the_registry_on_s3(s3, tmp_path):
-    from clawgym_assets.automation import discover_checkpoints
+    from clawgym_assets.defs.bench.automation import discover_checkpoints
 
     data = tmp_path / "data"
     lake = _resource(s3, "registry", data)

@@ -7,9 +7,9 @@
   Function-local imports and `if TYPE_CHECKING:` imports count: a lazy import is still an arrow.
 - Programs shipped as text (into a sandbox, a Harbor container, a grade() body) import the standard library only,
   and of clawgym only the stdlib-only modules that travel with them.
-- clawgym/ never imports Dagster, clawgym_assets or clawgym_resources (the layers above it), except the CLI entry
+- clawgym/ never imports Dagster or clawgym_assets (the layer above it), except the CLI entry
   point that lives in the package.
-- Every `clawgym/…`, `clawgym_assets/…`, `clawgym_resources/…` path in backticks in docs/ARCHITECTURE.md exists.
+- Every `clawgym/…`, `clawgym_assets/…` path in backticks in docs/ARCHITECTURE.md exists.
 - Every read of the environment in clawgym/ outside the CLI entry point is a row of docs/NOTES.md "Environment
   reads outside the edges".
 """
@@ -70,9 +70,9 @@ SIBLINGS = {"clawgym/tasks/harbor_side/clawgym_solve.py": {"toolcore": "clawgym.
             "clawgym/tasks/harbor_side/clawgym_verify.py": {"scoring": "clawgym.verify.scoring"}}
 
 # the layers above the library, and the only modules of it that may import them
-ABOVE = ("dagster", "clawgym_assets", "clawgym_resources")
+ABOVE = ("dagster", "clawgym_assets")
 EDGE_IMPORTS = {
-    "clawgym.cli": {"dagster", "clawgym_assets", "clawgym_resources"},  # the CLI main (pyproject: clawgym.cli:app)
+    "clawgym.cli": {"dagster", "clawgym_assets"},  # the CLI main (pyproject: clawgym.cli:app)
     "clawgym.train.pipes_sft": {"dagster_pipes"},  # `python -m clawgym.train.pipes_sft`: a Pipes child process
 }
 
@@ -250,14 +250,14 @@ def test_the_library_imports_nothing_above_it():
         if above:
             found[mod] = above
     bad = {m: n for m, n in found.items() if not n <= EDGE_IMPORTS.get(m, set())}
-    assert not bad, f"clawgym/ imports Dagster / clawgym_assets / clawgym_resources (only entry points may): {bad}"
+    assert not bad, f"clawgym/ imports Dagster / clawgym_assets (only entry points may): {bad}"
     assert found == EDGE_IMPORTS, f"EDGE_IMPORTS is out of date: found {found}"
 
 
 def test_architecture_paths_exist():
     text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
     paths = sorted({p for p in re.findall(r"`([^`\s]+)`", text)
-                    if p.split("/")[0] in ("clawgym", "clawgym_assets", "clawgym_resources") and "/" in p})
+                    if p.split("/")[0] in ("clawgym", "clawgym_assets") and "/" in p})
     assert len(paths) > 15
     missing = []
     for p in paths:

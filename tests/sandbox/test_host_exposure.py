@@ -145,7 +145,7 @@ def test_lake_catalog_and_cache_files_are_owner_only(tmp_path):
 
 
 def test_shared_group_setting_opens_them_to_the_group(tmp_path, monkeypatch):
-    from clawgym_resources import LakeResource
+    from clawgym_assets.defs.lake.resources import LakeResource
 
     monkeypatch.setenv("CLAWGYM_SHARED_GROUP", "1")
     res = LakeResource.from_env()
@@ -167,7 +167,7 @@ def test_shared_group_setting_opens_them_to_the_group(tmp_path, monkeypatch):
 def test_entry_points_protect_the_data_root(tmp_path, monkeypatch):
     import dagster as dg
 
-    from clawgym_resources import LakeResource
+    from clawgym_assets.defs.lake.resources import LakeResource
 
     monkeypatch.setenv("CLAWGYM_DATA", str(tmp_path / "data"))
     monkeypatch.delenv("CLAWGYM_SHARED_GROUP", raising=False)

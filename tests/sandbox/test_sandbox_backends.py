@@ -35,7 +35,7 @@ def test_registry_selection(docker_factory, monkeypatch):
 
 def test_entry_point_reads_the_sandbox_env(monkeypatch):
     """CLAWGYM_SANDBOX / CLAWGYM_BWRAP_SERVER work through the Dagster resource (not inside clawgym.sandbox)."""
-    from clawgym_resources import default_resources
+    from clawgym_assets.resources import default_resources
 
     monkeypatch.setenv("CLAWGYM_SANDBOX", "bwrap")
     monkeypatch.setenv("CLAWGYM_BWRAP_SERVER", "0")
@@ -51,7 +51,7 @@ def test_entry_point_reads_the_host_facts(monkeypatch, tmp_path):
     """CLAWGYM_ROOTFS / CLAWGYM_SANDBOX_TMP / CLAWGYM_SANDBOX_NO_TMPFS / CLAWGYM_SANDBOX_NO_CGROUP / CLAWGYM_EXECD_STAGE
     become SandboxConfig fields at the entry points (the Dagster resource, `host_settings`), not inside the library."""
     from clawgym.sandbox import host_settings
-    from clawgym_resources import SandboxResource
+    from clawgym_assets.defs.rollouts.resources import SandboxResource
 
     env = {"CLAWGYM_ROOTFS": "/srv/rootfs", "CLAWGYM_SANDBOX_TMP": str(tmp_path), "CLAWGYM_SANDBOX_NO_TMPFS": "1",
            "CLAWGYM_SANDBOX_NO_CGROUP": "1", "CLAWGYM_EXECD_STAGE": "1"}

@@ -118,8 +118,9 @@ from test_dagster_graph import FAMILIES  # noqa: E402  (tests/ is on sys.path: p
 
 
 def _materialize(data, url, cfg: dict, raise_on_error: bool = True):
-    from clawgym_assets import synthesis
-    from clawgym_resources import LakeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
+    from clawgym_assets.defs.lake.resources import LakeResource
+    from clawgym_assets.defs.rollouts.resources import ModelEndpointsResource, OpenClawResource, SandboxResource
+    from clawgym_assets.defs.synthesis import assets as synthesis
 
     lake = LakeResource(data_dir=str(data))
     eps = [{"name": n, "base_url": url, "model": f"{n}-model", "api_key_env": "CLAWGYM_TEST_SYNTH_KEY"}
@@ -245,9 +246,10 @@ def test_unknown_route_and_endpoint_fail_clearly(server, tmp_path):
 def test_llm_candidates_backfill_fills_the_caches(server, tmp_path):
     """A backfill of `llm_candidates` over its 16 shards makes every candidate once; `synthetic_tasks` with the same
     LLM config then makes no request and gates nothing, and accepts the same tasks as a whole run."""
-    from clawgym_assets import synthesis
+    from clawgym_assets.defs.lake.resources import LakeResource
+    from clawgym_assets.defs.rollouts.resources import ModelEndpointsResource, OpenClawResource, SandboxResource
+    from clawgym_assets.defs.synthesis import assets as synthesis
     from clawgym_assets.partitions import llm_shard_partitions
-    from clawgym_resources import LakeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
 
     url, script = server
     data = tmp_path / "data"

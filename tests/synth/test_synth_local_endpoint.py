@@ -95,8 +95,9 @@ def fake_server(monkeypatch):
 
 
 def _materialize(data, cfg: dict, model_dir):
-    from clawgym_assets import synthesis
-    from clawgym_resources import LakeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
+    from clawgym_assets.defs.lake.resources import LakeResource
+    from clawgym_assets.defs.rollouts.resources import ModelEndpointsResource, OpenClawResource, SandboxResource
+    from clawgym_assets.defs.synthesis import assets as synthesis
 
     lake = LakeResource(data_dir=str(data))
     res = {"lake": lake, "sandbox": SandboxResource(backend=BACKEND), "openclaw": OpenClawResource(),

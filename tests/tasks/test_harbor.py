@@ -311,8 +311,8 @@ def test_harbor_datasets_asset_and_cli(tmp_path):
 
     from clawgym.lake import Table, TaskSource
     from clawgym.lake.records import task_row
-    from clawgym_assets.harbor import harbor_datasets
-    from clawgym_resources import LakeResource
+    from clawgym_assets.defs.harbor.assets import harbor_datasets
+    from clawgym_assets.defs.lake.resources import LakeResource
 
     tasks = procedural_tasks(1)
     for i, t in enumerate(tasks):

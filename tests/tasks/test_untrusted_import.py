@@ -306,8 +306,8 @@ def test_yaml_depth_node_and_size_caps(tmp_path):
 def _materialize_import_and_workspaces(tmp_path, folder):
     import dagster as dg
 
-    from clawgym_assets import synthesis
-    from clawgym_resources import LakeResource
+    from clawgym_assets.defs.lake.resources import LakeResource
+    from clawgym_assets.defs.synthesis import assets as synthesis
 
     data = tmp_path / "data"
     res = {"lake": LakeResource(data_dir=str(data))}
@@ -346,8 +346,8 @@ def test_task_id_path_in_lake_row_never_becomes_a_path(tmp_path):
     from clawgym.lake import Table
     from clawgym.lake.records import task_row
     from clawgym.tasks import File, Task
-    from clawgym_assets import synthesis
-    from clawgym_resources import LakeResource
+    from clawgym_assets.defs.lake.resources import LakeResource
+    from clawgym_assets.defs.synthesis import assets as synthesis
 
     victim = tmp_path / "outside" / ".ssh"
     t = Task.model_construct(**{**Task(task_id="x", instruction="i").__dict__, "task_id": "../../outside/.ssh",
@@ -400,8 +400,10 @@ def test_checkpoint_partition_key_path_grpo(tmp_path, key):
 
     from clawgym.lake import Table
     from clawgym.lake.records import task_row
-    from clawgym_assets import training
-    from clawgym_resources import LakeResource, ModelEndpointsResource, SandboxResource, TrainerResource
+    from clawgym_assets.defs.lake.resources import LakeResource
+    from clawgym_assets.defs.rollouts.resources import ModelEndpointsResource, SandboxResource
+    from clawgym_assets.defs.training import assets as training
+    from clawgym_assets.defs.training.resources import TrainerResource
 
     if key == "ABS":
         key = str(tmp_path / "abs" / "ckpt")

@@ -102,7 +102,7 @@ def test_checkpoint_record_row_matches_lake_schema(tmp_path):
 
 def test_trainer_resource_speaks_trl_names():
     from clawgym.train.config import TrainConfigError
-    from clawgym_resources import TrainerResource
+    from clawgym_assets.defs.training.resources import TrainerResource
 
     run = TrainerResource(max_steps=2, learning_rate=3e-4, sft_config={"warmup_steps": 1}, lora=True,
                           lora_config={"r": 8}).sft_run(name="ck", base_model="b", dataset_path="d", output_dir="o")

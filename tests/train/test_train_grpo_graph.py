@@ -34,8 +34,10 @@ def test_grpo_checkpoint_through_the_graph(tmp_path):
     from clawgym.tasks.model import File, Task, Verifier
     from clawgym.train.base_model import make_tiny_model
     from clawgym.train.record import read_registry_row
-    from clawgym_assets import training
-    from clawgym_resources import LakeResource, ModelEndpointsResource, SandboxResource, TrainerResource
+    from clawgym_assets.defs.lake.resources import LakeResource
+    from clawgym_assets.defs.rollouts.resources import ModelEndpointsResource, SandboxResource
+    from clawgym_assets.defs.training import assets as training
+    from clawgym_assets.defs.training.resources import TrainerResource
 
     data = tmp_path / "data"
     ckpts = data / "checkpoints"

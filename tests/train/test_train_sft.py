@@ -64,8 +64,10 @@ def test_sft_then_resume_through_pipes_then_serve(setup):
     # <tool_call> again).
     from clawgym import lake as lk
     from clawgym.trajectories.sft import write_sft_parquet
-    from clawgym_assets import training
-    from clawgym_resources import LakeResource, ModelEndpointsResource, SandboxResource, TrainerResource
+    from clawgym_assets.defs.lake.resources import LakeResource
+    from clawgym_assets.defs.rollouts.resources import ModelEndpointsResource, SandboxResource
+    from clawgym_assets.defs.training import assets as training
+    from clawgym_assets.defs.training.resources import TrainerResource
 
     data = setup["dir"] / "data"
     write_sft_parquet([{"sample_id": "s1", "task_id": "t1", "messages_json": json.dumps(CONV),

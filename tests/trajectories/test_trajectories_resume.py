@@ -31,7 +31,13 @@ def test_effective_rows_latest_finished_else_latest_infra():
 
 
 def _resources(data):
-    from clawgym_resources import JudgeResource, LakeResource, ModelEndpointsResource, OpenClawResource, SandboxResource
+    from clawgym_assets.defs.lake.resources import LakeResource
+    from clawgym_assets.defs.rollouts.resources import (
+        JudgeResource,
+        ModelEndpointsResource,
+        OpenClawResource,
+        SandboxResource,
+    )
 
     lake = LakeResource(data_dir=str(data))  # one lake, nested where data paths are needed
     return {"lake": lake, "sandbox": SandboxResource(backend="local"),
@@ -43,7 +49,7 @@ def world(tmp_path, monkeypatch):
     from clawgym.agent.demo import demo_tasks
     from clawgym.agent.resume import shard_of
     from clawgym.lake.records import task_row
-    from clawgym_assets.partitions import N_SHARDS
+    from clawgym_assets.partitions import DEFAULT_SHARDS
 
     data = tmp_path / "data"
     monkeypatch.setenv("CLAWGYM_DATA", str(data))
@@ -51,15 +57,15 @@ def world(tmp_path, monkeypatch):
              for i in range(4) for t in demo_tasks()]
     root = data / "lake"
     lk.write_table("tasks", [task_row(t, "synthetic") for t in tasks], {"source": "synthetic"}, root=root)
-    shard = max(range(N_SHARDS), key=lambda s: sum(shard_of(t.task_id, N_SHARDS) == s for t in tasks))
-    mine = sorted(t.task_id for t in tasks if shard_of(t.task_id, N_SHARDS) == shard)
+    shard = max(range(DEFAULT_SHARDS), key=lambda s: sum(shard_of(t.task_id, DEFAULT_SHARDS) == s for t in tasks))
+    mine = sorted(t.task_id for t in tasks if shard_of(t.task_id, DEFAULT_SHARDS) == shard)
     assert len(mine) >= 3
     return {"data": data, "root": root, "shard": shard, "mine": mine}
 
 
 def test_infra_rows_are_retried_and_kept_as_history(world):
     from clawgym.agent.servers import shared_policy_server
-    from clawgym_assets import rollouts
+    from clawgym_assets.defs.rollouts import assets as rollouts
 
     root, shard, mine = world["root"], world["shard"], world["mine"]
     res = _resources(world["data"])

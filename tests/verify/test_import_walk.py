@@ -1,4 +1,4 @@
-"""No import circle in the package: every module of clawgym, clawgym_assets and clawgym_resources
+"""No import circle in the package: every module of clawgym and clawgym_assets
 imports on its own in a fresh interpreter (no clawgym module loaded before it), and all of them import in sorted
 and in reversed order. A circle shows as an ImportError ("partially initialized module", "cannot import name")
 from the entry points that meet it first.
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("clawgym", "clawgym_assets", "clawgym_resources")
+PACKAGES = ("clawgym", "clawgym_assets")
 
 
 def package_modules() -> list[str]:
@@ -46,7 +46,7 @@ for dep in ("dagster", "pydantic", "pyarrow", "pyarrow.parquet", "numpy", "yaml"
         importlib.import_module(dep)
     except Exception:
         pass
-assert not [m for m in sys.modules if m.split(".")[0] in ("clawgym", "clawgym_assets", "clawgym_resources")]
+assert not [m for m in sys.modules if m.split(".")[0] in ("clawgym", "clawgym_assets")]
 bad = {}
 if sys.argv[2] == "alone":
     for m in mods:
@@ -94,7 +94,7 @@ def test_the_walk_finds_the_package():
     mods = package_modules()
     assert len(mods) > 100
     for m in ("clawgym.agent.servers", "clawgym.synth.solutions", "clawgym.synth.solutions._check",
-              "clawgym_assets.definitions", "clawgym_resources"):
+              "clawgym_assets.definitions"):
         assert m in mods
     assert "clawgym.synth.solutions.backup_retention" not in mods and "clawgym.synth.solutions.__main__" not in mods
 

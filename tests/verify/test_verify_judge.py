@@ -161,7 +161,7 @@ def test_make_judge_from_env(fake, monkeypatch):
     monkeypatch.setenv("CLAWGYM_JUDGE_MODEL", "envm")
     monkeypatch.setenv("CLAWGYM_JUDGE_API_KEY_ENV", "JUDGE_KEY")
     assert isinstance(make_judge("auto"), OfflineJudge)  # the library never reads the environment itself
-    from clawgym_resources import JudgeResource
+    from clawgym_assets.defs.rollouts.resources import JudgeResource
 
     res = JudgeResource.from_env()  # the resource does (kind from CLAWGYM_JUDGE; "auto" here)
     assert (res.base_url, res.model, res.api_key_env) == (fake.url, "envm", "JUDGE_KEY")

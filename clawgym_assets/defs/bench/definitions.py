@@ -6,6 +6,8 @@ import dagster as dg
 from clawgym_assets.defs.bench import assets, automation, checks
 from clawgym_assets.settings import GraphSettings
 
+CHECKS = checks.CHECKS
+
 ASSETS = [assets.bench_history, assets.bench_tasks, assets.bench_scores, assets.leaderboard]
 
 

@@ -6,6 +6,8 @@ import dagster as dg
 from clawgym_assets.defs.rollouts import assets, checks
 from clawgym_assets.settings import GraphSettings
 
+CHECKS = checks.CHECKS
+
 ASSETS = [assets.trajectories, assets.steps, assets.sft_dataset]  # the default graph's (DEFAULT_SHARDS shards)
 
 

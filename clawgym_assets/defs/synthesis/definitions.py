@@ -5,6 +5,8 @@ import dagster as dg
 from clawgym_assets.defs.synthesis import assets, checks
 from clawgym_assets.settings import GraphSettings
 
+CHECKS = checks.CHECKS
+
 ASSETS = [assets.personas, assets.skills, assets.imported_tasks, assets.llm_candidates, assets.synthetic_tasks,
           assets.mock_workspaces, assets.verifiers]
 

@@ -5,6 +5,7 @@ import dagster as dg
 from clawgym_assets.defs.training import assets
 from clawgym_assets.settings import GraphSettings
 
+CHECKS: list = []  # no quality gate of its own
 ASSETS = [assets.base_model, assets.checkpoints]
 
 
