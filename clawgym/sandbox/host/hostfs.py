@@ -14,6 +14,7 @@ the workspace and /tmp).
 
 from __future__ import annotations
 
+import builtins
 import errno
 import logging
 import os
@@ -35,6 +36,8 @@ from clawgym.sandbox.host.fstree import (
 )
 
 if TYPE_CHECKING:
+    import threading
+
     from clawgym.sandbox.host.export import WorkspaceExport
 
 log = logging.getLogger(__name__)
@@ -250,107 +253,40 @@ class HostFS:
         dropped and counted. At most `max_bytes` in all (default: 3/4 of the sandbox's disk, `max_read`), hard
         links and resolved symlinks counted at their full size (they become copies in the room): the room, of the
         same size, can always hold the export, and the host holds one copy of each inode."""
-        from clawgym.sandbox.host.export import WorkspaceExport, clean_mode, resolve_links
+        from clawgym.sandbox.host.export import WorkspaceExport, resolve_links
 
         exp = WorkspaceExport()
         limit = max_file if max_file is not None else self.max_read
         budget = max_bytes if max_bytes is not None else (self.max_read * 3 // 4 if self.max_read else None)
-        total = 0
-        inodes: dict[tuple[int, int], bytes] = {}
         root, host_root, parts = self.split(".")
+        dfd = self._open_export_root(parts, host_root, exp)
+        if dfd is None:
+            return exp
+        run = _ExportRun(exp, limit, budget)
         try:
-            dfd = self._walk(".", parts, host_root, create=False)
+            run.walk(dfd, max_entries)
+        finally:
+            os.close(dfd)
+        # the links are resolved against every path under which the sandbox sees this workspace
+        aliases = [r for r, h in self.roots.items() if h == host_root] + [root, self.workspace]
+        resolve_links(exp, tuple(dict.fromkeys(aliases)), None if budget is None else budget - run.total)
+        return exp
+
+    # builtins.list: in this class body `list` is the method HostFS.list
+    def _open_export_root(self, parts: builtins.list[str], host_root: str, exp: WorkspaceExport) -> int | None:
+        """The workspace directory opened for export, or None (listed in `exp.dropped`) when it is gone.
+
+        The agent deleted the workspace folder or put a link or a file in its place: that is its outcome, and
+        what is there is nothing a verifier may read (a link is never followed, a file is not a workspace), so
+        the export is empty and the task scores what an empty workspace earns."""
+        try:
+            return self._walk(".", parts, host_root, create=False)
         except OSError as err:
-            # the agent deleted the workspace folder or put a link or a file in its place: that is its outcome,
-            # and what is there is nothing a verifier may read (a link is never followed, a file is not a
-            # workspace), so the export is empty and the task scores what an empty workspace earns
             if isinstance(err, (FileNotFoundError, NotADirectoryError)) or err.errno in (errno.ELOOP, errno.EPERM):
                 exp.dropped.append({"path": ".", "kind": "workspace",
                                     "why": f"the workspace is not a directory any more: {type(err).__name__}"})
-                return exp
+                return None
             raise
-        try:
-            over = 0
-            for ev, fd, rel, e in iter_tree(dfd):
-                if ev in ("enter", "entry") and (ev == "entry" or rel) and \
-                        len(exp.files) + len(exp.links) + len(exp.dirs) >= max_entries:
-                    over += 1
-                    continue
-                if ev == "enter":
-                    if rel:
-                        exp.dirs.append("/".join(rel))
-                    continue
-                if ev != "entry":
-                    continue
-                p = "/".join(rel + (e.name,))
-                try:
-                    st = os.stat(e.name, dir_fd=fd, follow_symlinks=False)
-                except OSError as err:
-                    exp.dropped.append({"path": p, "kind": "unreadable", "why": str(err)[:200]})
-                    continue
-                if stat.S_ISLNK(st.st_mode):
-                    try:
-                        exp.links[p] = os.fsdecode(os.readlink(e.name, dir_fd=fd))
-                    except OSError as err:
-                        exp.dropped.append({"path": p, "kind": "symlink", "why": str(err)[:200]})
-                    continue
-                if not stat.S_ISREG(st.st_mode):
-                    exp.dropped.append({"path": p, "kind": "special", "why": "not a regular file"})
-                    continue
-                if limit is not None and st.st_size > limit:
-                    exp.dropped.append({"path": p, "kind": "file", "why": f"larger than {limit} bytes"})
-                    continue
-                if budget is not None and total + st.st_size > budget:
-                    exp.dropped.append({"path": p, "kind": "file", "why": f"over the export's {budget}-byte budget"})
-                    continue
-                key = (st.st_dev, st.st_ino)
-                if st.st_nlink > 1 and key in inodes:  # another name of a file read already: one copy on the host
-                    exp.files[p] = inodes[key]
-                    exp.modes[p] = clean_mode(st.st_mode)
-                    total += len(inodes[key])
-                    continue
-                try:
-                    f = os.open(e.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
-                except OSError as err:
-                    exp.dropped.append({"path": p, "kind": "file", "why": str(err)[:200]})
-                    continue
-                try:
-                    fst = os.fstat(f)
-                    if not stat.S_ISREG(fst.st_mode):
-                        exp.dropped.append({"path": p, "kind": "special", "why": "replaced while exported"})
-                        continue
-                    chunks, n = [], 0  # this file's bytes (`total` is the whole export's)
-                    while True:
-                        b = os.read(f, 1 << 20)
-                        if not b:
-                            break
-                        chunks.append(b)
-                        n += len(b)
-                        if limit is not None and n > limit:
-                            break
-                    if limit is not None and n > limit:
-                        exp.dropped.append({"path": p, "kind": "file", "why": f"larger than {limit} bytes"})
-                        continue
-                    data = b"".join(chunks)
-                    if budget is not None and total + len(data) > budget:  # grew while read
-                        exp.dropped.append({"path": p, "kind": "file",
-                                            "why": f"over the export's {budget}-byte budget"})
-                        continue
-                    exp.files[p] = data
-                    exp.modes[p] = clean_mode(fst.st_mode)
-                    total += len(data)
-                    if fst.st_nlink > 1:
-                        inodes[(fst.st_dev, fst.st_ino)] = data
-                finally:
-                    os.close(f)
-            if over:
-                exp.dropped.append({"path": "", "kind": "entries",
-                                    "why": f"{over} entries beyond the export's {max_entries}-entry cap"})
-        finally:
-            os.close(dfd)
-        aliases = [r for r, h in self.roots.items() if h == host_root] + [root, self.workspace]
-        resolve_links(exp, tuple(dict.fromkeys(aliases)), None if budget is None else budget - total)
-        return exp
 
     def seal(self, path: str, uid: int, gid: int, pin: bool = True) -> None:
         """Make the file or tree at `path` owned by uid:gid and read-only (directories 0755, files 0444, or
@@ -418,6 +354,129 @@ class HostFS:
             os.close(dfd)
 
 
+class _ExportRun:
+    """One `HostFS.export` walk: the export being filled, its per-file `limit` and byte `budget` (None: no
+    cap), the bytes taken so far and the files with several names read already. An entry that fails a check
+    is dropped and listed, never an error: what the workspace holds is the agent's doing."""
+
+    def __init__(self, exp: WorkspaceExport, limit: int | None, budget: int | None):
+        self.exp, self.limit, self.budget = exp, limit, budget
+        # bytes of the whole export so far: each name of a hard link counts in full (it becomes a copy in the room)
+        self.total = 0
+        # (st_dev, st_ino) -> bytes of a file with several names, so the host holds one copy of each inode
+        self.inodes: dict[tuple[int, int], bytes] = {}
+
+    def drop(self, path: str, kind: str, why: str) -> None:
+        self.exp.dropped.append({"path": path, "kind": kind, "why": why})
+
+    def walk(self, dfd: int, max_entries: int) -> None:
+        """Export the tree below the directory open at `dfd`, never following a link. Once the export holds
+        `max_entries` files, links and directories, every further entry is only counted (the workspace root
+        itself is no entry)."""
+        exp = self.exp
+        over = 0
+        for ev, fd, rel, e in iter_tree(dfd):
+            if ev in ("enter", "entry") and (ev == "entry" or rel) and \
+                    len(exp.files) + len(exp.links) + len(exp.dirs) >= max_entries:
+                over += 1
+                continue
+            if ev == "enter":
+                if rel:
+                    exp.dirs.append("/".join(rel))
+                continue
+            if ev != "entry":
+                continue
+            self.entry(fd, e.name, "/".join(rel + (e.name,)))
+        if over:
+            self.drop("", "entries", f"{over} entries beyond the export's {max_entries}-entry cap")
+
+    def entry(self, fd: int, name: str, p: str) -> None:
+        """Export the non-directory entry `name` of the directory open at `fd` as path `p`: a symlink as its
+        target (resolved after the walk), a regular file within the limits as its bytes; the rest is dropped."""
+        try:
+            st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+        except OSError as err:
+            self.drop(p, "unreadable", str(err)[:200])
+            return
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                self.exp.links[p] = os.fsdecode(os.readlink(name, dir_fd=fd))
+            except OSError as err:
+                self.drop(p, "symlink", str(err)[:200])
+            return
+        if not stat.S_ISREG(st.st_mode):
+            self.drop(p, "special", "not a regular file")
+            return
+        if not self.fits(p, st.st_size):
+            return
+        key = (st.st_dev, st.st_ino)
+        if st.st_nlink > 1 and key in self.inodes:  # another name of a file read already: one copy on the host
+            self.keep(p, self.inodes[key], st.st_mode)
+            return
+        self.read_file(fd, name, p)
+
+    def fits(self, p: str, size: int) -> bool:
+        """Whether a file of `size` bytes is within the per-file limit and what is left of the budget; if not,
+        it is dropped."""
+        if self.limit is not None and size > self.limit:
+            self.drop(p, "file", f"larger than {self.limit} bytes")
+            return False
+        if self.budget is not None and self.total + size > self.budget:
+            self.drop(p, "file", f"over the export's {self.budget}-byte budget")
+            return False
+        return True
+
+    def read_file(self, fd: int, name: str, p: str) -> None:
+        """Read the file `name` of the directory open at `fd`, stat'ed as a regular file within the limits. The
+        agent may have replaced or grown it since, so the open never follows a link nor blocks on a FIFO, and
+        what was opened is checked again: its type, and its size as it is read."""
+        try:
+            f = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+        except OSError as err:
+            self.drop(p, "file", str(err)[:200])
+            return
+        try:
+            fst = os.fstat(f)
+            if not stat.S_ISREG(fst.st_mode):
+                self.drop(p, "special", "replaced while exported")
+                return
+            data = _read_capped(f, self.limit)
+            if data is None:
+                self.drop(p, "file", f"larger than {self.limit} bytes")
+                return
+            if not self.fits(p, len(data)):  # grew while read: over the budget
+                return
+            self.keep(p, data, fst.st_mode)
+            if fst.st_nlink > 1:
+                self.inodes[(fst.st_dev, fst.st_ino)] = data
+        finally:
+            os.close(f)
+
+    def keep(self, p: str, data: bytes, st_mode: int) -> None:
+        """Add the file `p` with its bytes and clean mode to the export."""
+        from clawgym.sandbox.host.export import clean_mode
+
+        self.exp.files[p] = data
+        self.exp.modes[p] = clean_mode(st_mode)
+        self.total += len(data)
+
+
+def _read_capped(f: int, limit: int | None) -> bytes | None:
+    """The bytes of the file open at `f`, or None as soon as more than `limit` were read: reading stops there,
+    so a file that grows while it is read cannot fill the host's memory."""
+    chunks: list[bytes] = []
+    n = 0  # this file's bytes (the export's total is counted by the caller)
+    while True:
+        b = os.read(f, 1 << 20)
+        if not b:
+            break
+        chunks.append(b)
+        n += len(b)
+        if limit is not None and n > limit:
+            return None
+    return b"".join(chunks)
+
+
 # ---------------------------------------------------------------------------------------------
 class HostFileMixin:
     """read/write/list/remove/snapshot of a Sandbox through `self.fs` (a HostFS). Each call is bracketed by
@@ -426,6 +485,9 @@ class HostFileMixin:
 
     fs: HostFS
     _seal_pin = True  # seal(): make the top entry immutable where possible
+    # set by the sandbox class (declared here for the type checker only: no value, no attribute)
+    _lock: threading.Lock
+    _closed: bool
 
     def _check(self) -> None:
         if getattr(self, "_closed", False):
@@ -539,6 +601,9 @@ class CountedHostFileMixin(HostFileMixin):
     """HostFileMixin for sandboxes that are reused: execs and host file operations in flight are counted
     (`_active`, under `_lock`; `_idle` is notified at zero), so a reset can wait until the old handle is
     quiet. The class sets `_lock`, `_idle = threading.Condition(_lock)`, `_active` and `_closed`."""
+
+    _idle: threading.Condition
+    _active: int
 
     def _enter(self) -> None:
         with self._lock:

@@ -61,24 +61,8 @@ def run_capture(argv: list[str], *, env: dict[str, str] | None, cwd: str | None,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )
     assert proc.stdout is not None and proc.stderr is not None  # both are pipes (stdout=PIPE, stderr=PIPE)
-    writer = None
-    if stdin is not None:
-        def _feed():
-            try:
-                proc.stdin.write(stdin)
-            except (BrokenPipeError, OSError, ValueError):
-                pass
-            finally:
-                try:
-                    proc.stdin.close()
-                except OSError:
-                    pass
-        writer = threading.Thread(target=_feed, daemon=True)
-        writer.start()
+    writer = _start_feeder(proc, stdin) if stdin is not None else None
     bufs = {proc.stdout.fileno(): bytearray(), proc.stderr.fileno(): bytearray()}
-    truncated = False
-    timed_out = flooded = False
-    total = 0
     flood = flood_limit(max_output)
     deadline = t0 + timeout
     sel = selectors.DefaultSelector()
@@ -86,37 +70,18 @@ def run_capture(argv: list[str], *, env: dict[str, str] | None, cwd: str | None,
         os.set_blocking(f.fileno(), False)
         sel.register(f.fileno(), selectors.EVENT_READ)
     try:
-        while sel.get_map():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                timed_out = True
-                break
-            if flooded:
-                break
-            for key, _ in sel.select(timeout=min(left, 1.0)):
-                fd = key.fd
-                try:
-                    chunk = os.read(fd, 1 << 16)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    sel.unregister(fd)
-                    continue
-                total += len(chunk)
-                if total > flood:
-                    truncated = flooded = True
-                    break
-                truncated |= cap_append(bufs[fd], chunk, max_output)
+        timed_out, flooded, truncated = _drain(sel, bufs, deadline, flood, max_output)
         if flooded:
             _kill(proc, on_timeout)
         elif not timed_out:
+            # both pipes are closed, yet the command may still run (it can close its output and go on)
             left = deadline - time.monotonic()
             try:
                 proc.wait(timeout=max(left, 0.001))
             except subprocess.TimeoutExpired:
                 timed_out = True
     except BaseException:
-        _kill(proc, on_timeout)
+        _kill(proc, on_timeout)  # an error or an interrupt here must not leave the command running
         raise
     finally:
         sel.close()
@@ -133,6 +98,56 @@ def run_capture(argv: list[str], *, env: dict[str, str] | None, cwd: str | None,
         writer.join(timeout=1)
     return Captured(rc=rc, stdout=out, stderr=err, timed_out=timed_out, truncated=truncated,
                     duration_s=time.monotonic() - t0)
+
+
+def _start_feeder(proc: subprocess.Popen, stdin: bytes) -> threading.Thread:
+    """Write `stdin` to the command and close its stdin, from a daemon thread: a command that does not read
+    its input must not block the reading of its output (a full pipe both ways would deadlock)."""
+    def _feed():
+        try:
+            proc.stdin.write(stdin)
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+        finally:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+    writer = threading.Thread(target=_feed, daemon=True)
+    writer.start()
+    return writer
+
+
+def _drain(sel: selectors.BaseSelector, bufs: dict[int, bytearray], deadline: float, flood: int,
+           max_output: int) -> tuple[bool, bool, bool]:
+    """Read the pipes registered in `sel` until all are closed, keeping at most max_output bytes of each in
+    `bufs` (the rest is read and dropped). Stops early at the deadline, or once more than `flood` bytes came
+    in all. -> (timed_out, flooded, truncated)."""
+    truncated = False
+    timed_out = flooded = False
+    total = 0
+    while sel.get_map():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        if flooded:
+            break
+        for key, _ in sel.select(timeout=min(left, 1.0)):
+            fd = key.fd
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            if not chunk:
+                sel.unregister(fd)
+                continue
+            total += len(chunk)
+            if total > flood:
+                truncated = flooded = True
+                break
+            truncated |= cap_append(bufs[fd], chunk, max_output)
+    return timed_out, flooded, truncated
 
 
 def _kill(proc: subprocess.Popen, extra: Callable[[subprocess.Popen], None] | None) -> None:
