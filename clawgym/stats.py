@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from math import comb
+from typing import Any
 
 import numpy as np
 
@@ -112,14 +113,15 @@ def summarize(results: Iterable[Mapping], *, k: int | None = None, pass_threshol
     if not cat_of:
         return []
     kk = k or min((len(v) for v in by_task.values()), default=1)
-    rows = []
+    rows: list[ScoreRow] = []
     for cat in sorted(c for c in per_cat if c != OVERALL) + [OVERALL]:
         tids = sorted(t for t in tasks_of[cat] if t in by_task)
-        c = per_cat[cat]
-        n_roll = sum(c.values())
-        counts = dict(n_tasks=len(tasks_of[cat]), n_rollouts=n_roll, n_scored=c["scored"], n_infra=c["infra"],
-                      n_unjudged=c["unjudged"], infra_rate=c["infra"] / n_roll if n_roll else 0.0,
-                      unjudged_rate=c["unjudged"] / n_roll if n_roll else 0.0)
+        pc = per_cat[cat]
+        n_roll = sum(pc.values())
+        counts: dict[str, Any] = dict(
+            n_tasks=len(tasks_of[cat]), n_rollouts=n_roll, n_scored=pc["scored"], n_infra=pc["infra"],
+            n_unjudged=pc["unjudged"], infra_rate=pc["infra"] / n_roll if n_roll else 0.0,
+            unjudged_rate=pc["unjudged"] / n_roll if n_roll else 0.0)
         if not tids:
             rows.append(ScoreRow(cat, 0, None, None, None, None, None, kk, **counts))
             continue
@@ -133,8 +135,8 @@ def summarize(results: Iterable[Mapping], *, k: int | None = None, pass_threshol
     why = flag_reason(ov.n_rollouts, ov.n_scored, ov.n_infra, ov.n_unjudged, max_infra_rate=max_infra_rate,
                       max_unjudged_rate=max_unjudged_rate)
     if why:
-        for r in rows:
-            r.flagged, r.flag_reason = True, why
+        for row in rows:
+            row.flagged, row.flag_reason = True, why
     return rows
 
 

@@ -56,7 +56,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from clawgym.agent.secrets import redact
 
@@ -176,7 +176,7 @@ def get_policy(policy: str | PolicySpec, endpoints_json: str | None = None) -> P
 def engine_args(spec: PolicySpec) -> tuple[str, dict[str, Any]]:
     """A kind "local" spec's engine: the model folder and the clawgym.serve.ModelServer settings (its extra fields
     less those the endpoint itself reads)."""
-    path = spec.extra.get("model_path") or spec.model
+    path = cast(str, spec.extra.get("model_path") or spec.model)  # a local spec names its model folder
     return path, {k: v for k, v in spec.extra.items() if k not in ("model_path", "return_token_ids", "tokenizer")}
 
 

@@ -146,8 +146,8 @@ def merge_stream(chunks: list[dict]) -> dict:
         msg["reasoning_content"] = "".join(reasoning)
     if calls:
         msg["tool_calls"] = [calls[i] for i in sorted(calls)]
-    out = {"id": rid, "object": "chat.completion", "model": model,
-           "choices": [{"index": 0, "message": msg, "finish_reason": finish}], "usage": usage}
+    out: dict[str, Any] = {"id": rid, "object": "chat.completion", "model": model,
+                           "choices": [{"index": 0, "message": msg, "finish_reason": finish}], "usage": usage}
     if other:
         out[OTHER_CHOICES] = True
         return out
@@ -168,8 +168,10 @@ def _as_chunk(completion: dict) -> dict:
         delta["reasoning_content"] = msg["reasoning_content"]
     if msg.get("tool_calls"):
         delta["tool_calls"] = [{**tc, "index": i} for i, tc in enumerate(msg["tool_calls"])]
-    chunk = {"id": completion.get("id"), "model": completion.get("model"), "usage": completion.get("usage"),
-             "choices": [{"index": 0, "delta": delta, "finish_reason": completion["choices"][0]["finish_reason"]}]}
+    chunk: dict[str, Any] = {"id": completion.get("id"), "model": completion.get("model"),
+                             "usage": completion.get("usage"),
+                             "choices": [{"index": 0, "delta": delta,
+                                          "finish_reason": completion["choices"][0]["finish_reason"]}]}
     for k in ("token_ids", "logprobs"):  # the sampled tokens so far travel with the merged text
         if k in completion["choices"][0]:
             chunk["choices"][0][k] = completion["choices"][0][k]
@@ -185,7 +187,7 @@ def _reply_cut(response: dict, bounds: Limits | None) -> tuple | None:
     of `bounds`, else None."""
     if bounds is None:
         return None
-    choices = response.get("choices")
+    choices: Any = response.get("choices")
     msg = choices[0].get("message") if isinstance(choices, list) and choices and isinstance(choices[0], dict) \
         else None
     if not isinstance(msg, dict):
@@ -221,7 +223,7 @@ class _StreamCaps:
                     continue
                 i = tc.get("index", len(self.args))
                 i = i if isinstance(i, int) else len(self.args)
-                fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+                fn: Any = tc.get("function") if isinstance(tc.get("function"), dict) else {}
                 grown = len(str(fn.get("arguments") or "")) + len(str(fn.get("name") or ""))
                 self.args[i] = self.args.get(i, 0) + grown
                 if len(self.args) > b.max_tool_calls_per_turn:
@@ -474,7 +476,7 @@ class RecordingProxy(AppServer):
                     self._write({"kind": "refused", "ts": time.time(), "status": 403, "reason": why,
                                  "peer_pid": pid, "via": "socket"})
                 try:
-                    self.gate = PeerGate(self.uds, ("127.0.0.1", self._thread.port), on_refuse=refused,
+                    self.gate = PeerGate(self.uds, ("127.0.0.1", self.port), on_refuse=refused,
                                          expect=self.uds_expect).start()
                 except BaseException:
                     AppServer.stop(self)
@@ -565,6 +567,7 @@ class _ProxyRoutes:
         with proxy._lock:
             proxy._seq += 1
             seq = proxy._seq
+        assert proxy.bounds is not None  # only a bounded proxy refuses a body (_read_request)
         why = f"record size limit: request body over max_record_bytes ({proxy.bounds.max_record_bytes} bytes)"
         proxy._stop(why)
         proxy._log({"session": session, "seq": seq, "ts": t0, "status": 413, "limit": why, "latency_s": 0.0})
@@ -640,6 +643,7 @@ class _ProxyRoutes:
         except httpx.HTTPError as e:
             return self._unreachable(turn, e)
         if content is None:
+            assert proxy.bounds is not None  # only a bounded proxy stops reading (_read_response)
             return self._stop_answer(turn, f"reply size limit: the model's reply exceeded max_response_bytes "
                                            f"({proxy.bounds.max_response_bytes} bytes); not read further")
         entry.update(status=r.status_code, latency_s=time.time() - turn.t0)

@@ -15,7 +15,10 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from clawgym.agent.runtimes import AgentRuntime
 
 
 def shard_of(task_id: str, n_shards: int) -> int:
@@ -82,8 +85,10 @@ def run_shard(tasks: Sequence, prior: Iterable[Mapping[str, Any]], policy_spec,
         batch.clear()
 
     settings = settings or RolloutSettings()
+    # one runtime for the shard: closed before the factory (get_runtime's instances are context managers, closing
+    # themselves, which its protocol does not say)
     with open_factory() as factory, open_endpoint(get_policy(policy_spec), todo) as ep, \
-            get_runtime(settings.runtime) as rt:  # one runtime for the shard: closed before the factory
+            cast("AbstractContextManager[AgentRuntime]", get_runtime(settings.runtime)) as rt:
         for t in todo:
             ro = run_rollout(t, ep, factory, settings, judge=judge, runtime=rt)
             ro.policy = policy

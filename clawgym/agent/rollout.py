@@ -28,7 +28,7 @@ import json
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, Field
 
@@ -41,6 +41,9 @@ from clawgym.agent.settings import RolloutSettings, Runtime
 from clawgym.agent.tools import TOOL_SCHEMAS
 from clawgym.sandbox.base import SandboxError, SandboxFactory
 from clawgym.verify.result import VerificationResult
+
+if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
 
 FailureClass = Literal["ok", "agent_error", "limit", "infra", "unjudged"]
 SCORED_CLASSES = ("ok", "agent_error", "limit")
@@ -124,7 +127,7 @@ class Rollout(BaseModel):
                 q = pending.get(str(m.get("tool_call_id")))
                 if q:
                     answer[q.pop(0)] = m
-        rows = []
+        rows: list[dict[str, Any]] = []
         for i, m in enumerate(self.messages):
             if m.get("role") != "assistant":
                 continue
@@ -148,7 +151,8 @@ MAX_ERROR_CHARS = 8192  # a stored error message
 UNLISTED_DIFF = "unlisted"  # the `change` of a workspace_diff entry standing for entries not listed
 
 
-def _record_limit(failure_class: str, error: str | None, cap: int, dropped: dict | None) -> tuple[str, str | None]:
+def _record_limit(failure_class: FailureClass, error: str | None, cap: int,
+                  dropped: dict | None) -> tuple[FailureClass, str | None]:
     """(class, error) of a rollout whose transcript was cut to `cap` bytes: a scored class becomes `limit`
     (infra and unjudged keep theirs: their score is None, `limit` is scored)."""
     why = (f"record size limit ({cap} bytes): {(dropped or {}).get('dropped_messages', 0)} messages "
@@ -200,7 +204,8 @@ def _json_bytes(obj: Any) -> int:
 def _fsdecode(x: Any) -> str:
     import os
 
-    return os.fsdecode(x) if isinstance(x, (bytes, bytearray)) else str(x)
+    # a bytearray raises TypeError in fsdecode (as it always has): typeshed says so too
+    return os.fsdecode(x) if isinstance(x, (bytes, bytearray)) else str(x)  # type: ignore[arg-type]
 
 
 def workspace_diff(before: dict[str, bytes], after: dict[str, bytes]) -> list[dict]:
@@ -231,8 +236,8 @@ def _attempt(task, spec: PolicySpec | Endpoint, factory: SandboxFactory, setting
     limits = settings.limits
     t0 = time.monotonic()
     ro = Rollout(task_id=task.task_id, suite=task.suite, category=task.category, family=task.family,
-                 route=task.route, policy=getattr(spec, "name", None) or spec.policy, runtime=runtime.name,
-                 tools=TOOL_SCHEMAS)
+                 route=task.route, policy=getattr(spec, "name", None) or cast(Endpoint, spec).policy,
+                 runtime=runtime.name, tools=TOOL_SCHEMAS)
     rooms = factory.rooms()  # the clean rooms: a pool of the same backend that never holds an agent phase
     factory = runtime.prepare(factory, settings.runtime_options)  # where the agent phase runs
     try:
@@ -248,7 +253,7 @@ def _attempt(task, spec: PolicySpec | Endpoint, factory: SandboxFactory, setting
         ro.turns, ro.prompt_tokens, ro.completion_tokens = lr.turns, lr.prompt_tokens, lr.completion_tokens
         ro.tool_calls = count_tool_calls(lr.messages)
         ro.tool_types = tool_types(lr.messages)
-        ro.failure_class, ro.error = lr.failure_class, lr.error
+        ro.failure_class, ro.error = cast(FailureClass, lr.failure_class), lr.error  # LoopResult's: a str
         ro.proxy_log = lr.proxy_log
         ro.meta = dict(getattr(lr, "meta", None) or {})
         ro.tool_durations = [round(x, 4) for x in lr.tool_durations]
@@ -296,7 +301,9 @@ def run_rollout(task, policy: str | PolicySpec | Endpoint, factory: SandboxFacto
         judge = make_judge(judge)
     errors: list[str] = []
     ro: Rollout | None = None
-    with contextlib.nullcontext(runtime) if runtime is not None else get_runtime(settings.runtime) as rt:
+    # get_runtime's instances are context managers (closing themselves), which AgentRuntime does not say
+    with contextlib.nullcontext(runtime) if runtime is not None else \
+            cast("AbstractContextManager[AgentRuntime]", get_runtime(settings.runtime)) as rt:
         for i in range(1, max(1, attempts) + 1):
             ro = _attempt(task, spec, factory, settings, judge, rt)
             ro.attempt = i
@@ -326,7 +333,7 @@ def run_rollouts(tasks, policy: str | PolicySpec | Endpoint, factory: SandboxFac
     spec = policy if isinstance(policy, Endpoint) else get_policy(policy)
     settings = settings or RolloutSettings()
     cm = contextlib.nullcontext(spec) if isinstance(spec, Endpoint) else open_endpoint(spec, tasks=tasks)
-    with cm as ep, get_runtime(settings.runtime) as rt:
+    with cm as ep, cast("AbstractContextManager[AgentRuntime]", get_runtime(settings.runtime)) as rt:
         if isinstance(spec, PolicySpec):
             ep.policy = spec.name
             ep.api_key_env = spec.api_key_env

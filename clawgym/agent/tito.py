@@ -27,7 +27,7 @@ import functools
 import json
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, cast
 
 SERVED_MAX = 256  # served sequences kept per rollout / session
 KV_FIELD = "kv_transfer_params"  # the request field that carries the prompt ids (vLLM)
@@ -110,7 +110,7 @@ def template_messages(messages: list[dict]) -> list[dict]:
                 args = fn.get("arguments") if isinstance(fn, dict) else None
                 if isinstance(args, str):
                     try:
-                        tc = {**tc, "function": {**fn, "arguments": json.loads(args)}}
+                        tc = {**tc, "function": {**cast(dict, fn), "arguments": json.loads(args)}}  # args: fn is a dict
                     except ValueError:
                         pass
                 fixed.append(tc)

@@ -218,6 +218,7 @@ def _exec(ws: Workspace, args: dict, infra: Infra = (), max_timeout_s: float | N
     t = max(1.0, min(t, EXEC_MAX_TIMEOUT_S))
     capped = max_timeout_s is not None and max_timeout_s < t
     if capped:  # the rollout's tool time limit or the wall time it has left
+        assert max_timeout_s is not None  # capped implies it
         t = max(0.01, float(max_timeout_s))
     workdir = args.get("workdir")
     wd = ws.workspace
