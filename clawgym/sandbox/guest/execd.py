@@ -60,11 +60,11 @@ def _frame(kind: int, payload: bytes) -> bytes:
     return struct.pack(">BI", kind, len(payload)) + payload
 
 
-def _send(conn, kind: int, payload: bytes) -> None:
+def _send(conn: socket.socket, kind: int, payload: bytes) -> None:
     conn.sendall(_frame(kind, payload))
 
 
-def _recv_exact(conn, n: int) -> bytes:
+def _recv_exact(conn: socket.socket, n: int) -> bytes:
     buf = bytearray()
     while len(buf) < n:
         b = conn.recv(n - len(buf))
@@ -94,7 +94,7 @@ def _start(req: dict, stdin_r: int | None, out_w: int, err_w: int) -> tuple[int 
         signal.signal(s, signal.SIG_DFL)
     uid, gid = int(req.get("uid", 1000)), int(req.get("gid", 1000))
     same = os.getresuid() == (uid, uid, uid) and os.getresgid() == (gid, gid, gid)
-    drop = {} if same else {"user": uid, "group": gid, "extra_groups": [gid]}  # like `docker exec --user`
+    drop: dict = {} if same else {"user": uid, "group": gid, "extra_groups": [gid]}  # like `docker exec --user`
     os.umask(0o022)
     cwd = req.get("cwd") or "/"
     argv = [str(a) for a in req["argv"]]
@@ -119,6 +119,7 @@ def _start(req: dict, stdin_r: int | None, out_w: int, err_w: int) -> tuple[int 
         return None, 126, f"{argv[0]}: {e.strerror}\n".encode()
     finally:
         if own:
+            assert base is not None  # own is true only when base was read (differs)
             _set_oom_adj("self", base)  # the handler itself stays protected
     if differs and not own:  # bwrap: the handler (not dumpable) cannot write its own; the command's it can
         _set_oom_adj(str(p.pid), COMMAND_OOM_ADJ)
@@ -156,7 +157,7 @@ def _status_rc(status: int) -> int:
     return 126
 
 
-def _run(conn, req: dict) -> None:
+def _run(conn: socket.socket, req: dict) -> None:
     """The handler: start the command, relay stdin/stdout/stderr, send its exit status."""
     want_stdin = bool(req.get("stdin"))
     out_r, out_w = os.pipe()
@@ -177,20 +178,91 @@ def _run(conn, req: dict) -> None:
         _send(conn, ERR, msg)
         _send(conn, EXIT, struct.pack(">i", rc0))
         return
-    try:
-        pidfd = os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        pidfd = None
-    outs = {out_r: OUT, err_r: ERR}
-    for fd in outs:
-        os.set_blocking(fd, False)
-    pending = bytearray()  # stdin not yet written to the child
-    conn_open = want_stdin
-    if in_w is not None:
-        os.set_blocking(in_w, False)
-    rc = None
+    _Relay(conn, pid, {out_r: OUT, err_r: ERR}, in_w, want_stdin).run()
 
-    def pump(fd) -> bool:
+
+class _Relay:
+    """The handler's relay for a started command: its stdout/stderr pipes to the connection as frames, the host's
+    stdin bytes to the command, and its exit status once it has exited."""
+
+    def __init__(self, conn: socket.socket, pid: int, outs: dict[int, int], in_w: int | None,
+                 want_stdin: bool) -> None:
+        self.conn = conn
+        self.pid = pid
+        self.pidfd: int | None
+        try:
+            self.pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self.pidfd = None
+        self.outs = outs  # the read end of each output pipe -> its frame kind
+        for fd in outs:
+            os.set_blocking(fd, False)
+        self.pending = bytearray()  # stdin not yet written to the child
+        self.conn_open = want_stdin  # the host may still send stdin
+        self.in_w = in_w
+        if in_w is not None:
+            os.set_blocking(in_w, False)
+        self.rc: int | None = None
+
+    def run(self) -> None:
+        """Relay until the command has exited and its output pipes are at EOF."""
+        while True:
+            if self.rc is None:
+                self._reap()
+            if self.rc is not None and not self.outs:
+                return
+            ready = self._select()
+            if ready is None:
+                continue
+            r, w = ready
+            for fd in r:
+                if fd is self.conn:
+                    self._read_stdin()
+                elif fd in self.outs:
+                    self._relay_output(fd)
+            if w and self.in_w is not None:
+                self._write_stdin(self.in_w)
+            if self.in_w is not None and not self.conn_open and not self.pending:
+                os.close(self.in_w)
+                self.in_w = None
+
+    def _reap(self) -> None:
+        """Once the command has exited: relay what it wrote, send its exit status, stop watching its pidfd."""
+        try:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            done, status = self.pid, 0
+        if done == self.pid:
+            self.rc = _status_rc(status)
+            for fd in list(self.outs):  # what the command wrote before it exited comes first
+                self._relay_output(fd)
+            _send(self.conn, EXIT, struct.pack(">i", self.rc))
+            if self.pidfd is not None:
+                os.close(self.pidfd)
+                self.pidfd = None
+
+    def _select(self) -> tuple[list, list] | None:
+        """Wait for output, the command's exit (its pidfd), stdin from the host, or room in the command's stdin
+        -> (readable, writable); None when a signal interrupted the wait."""
+        rl: list = list(self.outs)
+        if self.pidfd is not None:
+            rl.append(self.pidfd)
+        if self.conn_open and len(self.pending) < (1 << 20):
+            rl.append(self.conn)
+        wl = [self.in_w] if self.in_w is not None and self.pending else []
+        try:
+            r, w, _ = select.select(rl, wl, [], 0.05 if self.pidfd is None else 5.0)
+        except InterruptedError:
+            return None
+        return r, w
+
+    def _relay_output(self, fd: int) -> None:
+        """Send what output pipe `fd` holds; at its EOF close it and stop watching it."""
+        if not self._pump(fd):
+            os.close(fd)
+            del self.outs[fd]
+
+    def _pump(self, fd: int) -> bool:
         """Read what is there; False at EOF."""
         while True:
             try:
@@ -201,65 +273,33 @@ def _run(conn, req: dict) -> None:
                 b = b""
             if not b:
                 return False
-            _send(conn, outs[fd], b)
+            _send(self.conn, self.outs[fd], b)
             if len(b) < _CHUNK:
                 return True
 
-    while True:
-        if rc is None:
-            try:
-                done, status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done, status = pid, 0
-            if done == pid:
-                rc = _status_rc(status)
-                for fd in list(outs):  # what the command wrote before it exited comes first
-                    if not pump(fd):
-                        os.close(fd)
-                        del outs[fd]
-                _send(conn, EXIT, struct.pack(">i", rc))
-                if pidfd is not None:
-                    os.close(pidfd)
-                    pidfd = None
-        if rc is not None and not outs:
-            return
-        rl = list(outs)
-        if pidfd is not None:
-            rl.append(pidfd)
-        if conn_open and len(pending) < (1 << 20):
-            rl.append(conn)
-        wl = [in_w] if in_w is not None and pending else []
+    def _read_stdin(self) -> None:
+        """Take what the host sent for the command's stdin; at its EOF (or an error) no more comes."""
         try:
-            r, w, _ = select.select(rl, wl, [], 0.05 if pidfd is None else 5.0)
-        except InterruptedError:
-            continue
-        for fd in r:
-            if fd is conn:
-                try:
-                    b = conn.recv(_CHUNK)
-                except OSError:
-                    b = b""
-                if b:
-                    pending += b
-                else:
-                    conn_open = False
-            elif fd in outs and not pump(fd):
-                os.close(fd)
-                del outs[fd]
-        if w and in_w is not None:
-            try:
-                n = os.write(in_w, pending)
-                del pending[:n]
-            except BlockingIOError:
-                pass
-            except OSError:  # the command closed its stdin
-                pending.clear()
-                conn_open = False
-                os.close(in_w)
-                in_w = None
-        if in_w is not None and not conn_open and not pending:
+            b = self.conn.recv(_CHUNK)
+        except OSError:
+            b = b""
+        if b:
+            self.pending += b
+        else:
+            self.conn_open = False
+
+    def _write_stdin(self, in_w: int) -> None:
+        """Write what the command's stdin pipe takes of the pending bytes."""
+        try:
+            n = os.write(in_w, self.pending)
+            del self.pending[:n]
+        except BlockingIOError:
+            pass
+        except OSError:  # the command closed its stdin
+            self.pending.clear()
+            self.conn_open = False
             os.close(in_w)
-            in_w = None
+            self.in_w = None
 
 
 _IPC_RMID = 0
@@ -350,7 +390,7 @@ def _empty_fd(dfd: int, depth: int) -> None:
                 pass
 
 
-def _reset(conn, req: dict) -> None:
+def _reset(conn: socket.socket, req: dict) -> None:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -381,7 +421,7 @@ def _reset(conn, req: dict) -> None:
     _send(conn, EXIT, struct.pack(">i", _status_rc(status)))
 
 
-def _handle(conn) -> None:
+def _handle(conn: socket.socket) -> None:
     n = struct.unpack(">I", _recv_exact(conn, 4))[0]
     if n > (16 << 20):
         raise ValueError("request too large")
