@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -46,7 +46,7 @@ def lake_root(root: str | Path | RemoteLake | None = None) -> Path | RemoteLake:
     (``s3://…`` or a RemoteLake) gives its :class:`~clawgym.lake.store.RemoteLake`."""
     if is_remote(root):
         return as_remote(root)
-    return Path(root).resolve() if root else data_root() / "lake"
+    return Path(cast("str | Path", root)).resolve() if root else data_root() / "lake"  # not remote: a path
 
 
 def table_dir(name: str, root: str | Path | RemoteLake | None = None) -> Path | str:
@@ -80,6 +80,7 @@ def partition_dir(name: str, partitions: Mapping[str, Any] | None = None,
     d = table_dir(name, root)
     if is_remote(root):
         return "/".join([str(d), *_partition_parts(name, partitions)])
+    d = cast(Path, d)  # a local lake's folder
     for kv in _partition_parts(name, partitions):
         d = d / kv
     return d
@@ -222,13 +223,13 @@ def write_table(name: str, rows, partitions: Mapping[str, Any] | None = None, *,
             rows = [{**r, **{c: None for c in cols}}
                     for r in (rows.to_pylist() if isinstance(rows, pa.Table) else rows)]
         return _remote_write(name, to_table(name, rows, for_file=True), parts, mode, as_remote(root))
-    d = partition_dir(name, partitions, root) if cols else table_dir(name, root)
+    d = cast(Path, partition_dir(name, partitions, root) if cols else table_dir(name, root))  # local (remote: above)
     if cols:
         rows = [{**r, **{c: None for c in cols}} for r in (rows.to_pylist() if isinstance(rows, pa.Table) else rows)]
     tbl = to_table(name, rows, for_file=True)
     old = sorted(d.glob("*.parquet")) if d.exists() else []
     if cols:  # parts at the root of a partitioned table (written before it was partitioned): no reader sees them,
-        top = table_dir(name, root)  # and DuckDB's hive view cannot mix them with partition folders
+        top = cast(Path, table_dir(name, root))  # and DuckDB's hive view cannot mix them with partition folders
         old += sorted(top.glob("*.parquet")) if top.exists() else []
     path = atomic_write_parquet(tbl, d / _part_name())
     for p in old:
@@ -278,6 +279,7 @@ def read_table(name: str, partitions: Mapping[str, Any] | None = None,
     if is_remote(root):
         read = _remote_read(name, as_remote(root), partitions)
     else:
+        d = cast(Path, d)  # a local lake's folder
         pattern = "/".join(f"{c}={partitions.get(c, '*')}" for c in cols)
         files = sorted(d.glob(f"{pattern}/*.parquet" if cols else "*.parquet")) if d.exists() else []
         read = [(pq.read_table(f), f.relative_to(d).parts[:-1]) for f in files]
@@ -318,7 +320,7 @@ def list_partitions(name: str, root: str | Path | RemoteLake | None = None) -> l
     if cols and is_remote(root):
         seen = sorted({tuple(kvs) for _, kvs in remote_parts(name, as_remote(root))})
         return [dict(kv.split("=", 1) for kv in kvs) for kvs in seen]
-    d = table_dir(name, root)
+    d = cast(Path, table_dir(name, root))  # a local lake's folder (when it is read below)
     if not cols or not d.exists():
         return []
     out = []

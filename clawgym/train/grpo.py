@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from clawgym.agent.tools import TOOL_SCHEMAS, execute_tool
 from clawgym.tasks.model import Task
@@ -170,7 +170,8 @@ def _py_type(prop: Mapping[str, Any]) -> Any:
     t = prop.get("type")
     if t == "array":
         items = prop.get("items") or {}
-        return list[_py_type(items)] if items.get("type") else list
+        # a generic alias built at run time (mypy sees no type expression in it)
+        return list[_py_type(items)] if items.get("type") else list  # type: ignore[misc]
     if t not in _JSON_TYPES:
         raise ValueError(f"tool schema: no Python type for JSON type {t!r}")
     return _JSON_TYPES[t]
@@ -435,13 +436,13 @@ def run_grpo(cfg: GRPORunConfig, tasks: list[Task], factory, on_log=None) -> Che
                               train_dataset=task_prompts(tasks, cfg.system_prompt), processing_class=tok,
                               environment_factory=envs, callbacks=[_Forward()])
         if engine is not None:  # the client holds the URL now; the saved arguments keep it without the token
-            trainer.args.vllm_server_base_url = engine.root_url
+            cast(GRPOConfig, trainer.args).vllm_server_base_url = engine.root_url  # `args`, a GRPOConfig
         # GRPOTrainer takes no optimizer_cls_and_kwargs argument; the Trainer reads the attribute in create_optimizer
         trainer.optimizer_cls_and_kwargs = bf16_optimizer(trl_fields, dtype)
         resume_from = last_trainer_checkpoint(work) if cfg.resume else None
         result = trainer.train(resume_from_checkpoint=resume_from)
         trainer.save_state()
-    final = trainer.model
+    final: Any = trainer.model  # the trained transformers model (its attributes are dynamic to mypy)
     final.generation_config.eos_token_id = eos  # serving stops at the end-of-turn token, as the base did
     final.save_pretrained(str(out))
     tok.padding_side = "right"

@@ -303,7 +303,7 @@ def run_sft(cfg: SFTRunConfig, on_log=None) -> CheckpointRecord:
     trainer.save_state()
 
     # the final, servable model folder (LoRA merged into the base weights)
-    final = trainer.model
+    final: Any = trainer.model  # the trained transformers / peft model (dynamic to mypy)
     if cfg.lora:
         final = final.merge_and_unload()
     final.save_pretrained(str(out))

@@ -33,10 +33,10 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from clawgym.agent.messages import text_of
 from clawgym.fsatomic import replace_dir
@@ -102,6 +102,7 @@ def drop_noise_turns(messages: list[dict]) -> tuple[list[dict], Counter]:
     """Remove heartbeat / cron / internal-context user turns together with the assistant's reply to them
     (the tool exchange that reply started, up to its first assistant message without tool calls). Reuses the
     agent's aggregation cleaner first when present."""
+    _agent_clean: Callable[[list[dict]], list[dict]] | None
     try:  # the recording proxy's aggregation helper (heartbeat + internal), same markers as here
         from clawgym.agent.proxy import clean_messages as _agent_clean
     except Exception:  # pragma: no cover - agent package absent
@@ -399,7 +400,7 @@ def _embedder(path: str | None):
     """all-MiniLM-L6-v2 (clawgym.synth.embed: numpy, same vectors as sentence-transformers, no torch import)."""
     from clawgym.synth.embed import MiniLM, load_minilm
 
-    return load_minilm() if path is None else MiniLM(path)
+    return load_minilm() if path is None else MiniLM(cast(Path, path))  # a str works: MiniLM makes a Path of it
 
 
 def contaminated_tasks(tasks: list[Task], bench_tasks: list[Task], threshold: float = 0.9, scope: str = "family",
@@ -482,7 +483,7 @@ def _rollout_refused(r: dict, tid: str, min_score: float, bench_ids: set[str], b
     if str(r.get("session") or "").startswith("cron:") or tid.startswith("cron:"):
         return ("cron",)
     if (r.get("failure_class") or "ok") != "ok":
-        return "failed", r.get("failure_class")
+        return "failed", cast(str, r.get("failure_class"))  # truthy here
     score = r.get("score")
     if score is None or float(score) < min_score:
         return "low_score", str(score)
@@ -518,7 +519,8 @@ def _sft_row(r: dict, tid: str, task: Task | None, h: str, n_tokens: int, msgs: 
         "sample_id": h[:16], "task_id": tid, "rollout_id": r.get("rollout_id") or "",
         "policy": r.get("policy") or "",
         "category": r.get("category") or (task.category if task else ""),
-        "family": r.get("family") or (task.family if task else ""), "score": float(r.get("score")),
+        "family": r.get("family") or (task.family if task else ""),
+        "score": float(cast(float, r.get("score"))),  # not None: _rollout_refused
         "n_turns": st["n_turns"], "n_tool_calls": st["n_tool_calls"], "tool_types": st["tool_types"],
         "n_tokens": n_tokens, "messages": msgs, "tools": tools,
         "messages_json": json.dumps(msgs, ensure_ascii=False), "tools_json": json.dumps(tools, ensure_ascii=False),
@@ -634,16 +636,18 @@ def check_sft_rows(rows: list[dict], max_tokens: int) -> tuple[bool, dict]:
 
     return validate_frame(_check_frame(rows), name="sft_rows", unique=["sample_id"],
                           not_null=["sample_id", "n_tokens"],
-                          between={"min_assistant_chars": (1, None), "n_tools": (1, None), "n_tokens": (1, max_tokens)},
+                          # (1, None): no upper bound (validate_frame's annotation says floats only)
+                          between=cast("dict[str, tuple[float, float]]", {
+                              "min_assistant_chars": (1, None), "n_tools": (1, None), "n_tokens": (1, max_tokens)}),
                           min_rows=1)
 
 
-def write_sft_parquet(rows: list[dict], root: str | os.PathLike | None = None) -> Path:
+def write_sft_parquet(rows: list[dict], root: str | os.PathLike | None = None) -> Path | str:
     """Overwrite the lake's `sft` table with these rows (atomic)."""
     from clawgym.lake.io import write_table
     from clawgym.lake.schemas import Table
 
-    return write_table(Table.SFT, rows, root=root)
+    return write_table(Table.SFT, rows, root=cast("str | Path | None", root))  # a PathLike works too
 
 
 class TokenRecordMismatch(ControlTextError):

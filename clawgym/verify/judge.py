@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 from clawgym.keys import secret
 from clawgym.tasks.model import RUBRIC_SCALE, RubricRule
@@ -127,6 +127,7 @@ class OfflineJudge:
         if proxy_checks(p) == 0:
             raise JudgeError(f"rule {it.rule.name!r} declares no proxy: the offline judge cannot score it")
         else:
+            assert p is not None  # proxy_checks(None) == 0
             for f in p.required_files:
                 checks.append((f"file {f}", f in ctx.existing_files, True))
             for ph in p.required_phrases:
@@ -364,9 +365,9 @@ class OpenAIJudge:
                 time.sleep(self.backoff_s * (2 ** (attempt - 1)))
             rf = None if plain else self._format(items, nonce)
             try:
-                kw = {"response_format": rf} if rf is not None else {}
-                resp = self._client.chat.completions.create(
-                    model=self.model, messages=messages, temperature=0, max_tokens=self.max_tokens, **kw)
+                kw: dict[str, Any] = {"response_format": rf} if rf is not None else {}
+                resp = self._client.chat.completions.create(  # messages: OpenAI's message dicts, untyped here
+                    model=self.model, messages=cast(Any, messages), temperature=0, max_tokens=self.max_tokens, **kw)
                 text = resp.choices[0].message.content if resp.choices else None
                 out = parse_judge_reply(text, items, nonce)
                 if plain and rf is None and self.response_format_ok:
