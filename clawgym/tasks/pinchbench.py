@@ -277,11 +277,112 @@ def _workspace_files(fm: dict, file: str, md_path: Path, assets_dir: Path | None
 
 
 # ------------------------------------------------------------- transcripts (OpenAI -> OpenClaw) ----
+# The parts of to_openclaw_transcript travel with it into PinchBench's check code (grade_adapter), so each loads
+# only builtins and the other parts, and their names carry a prefix no check code uses.
+def _clawgym_is_chat(e):
+    """An OpenAI-style chat message (a role and no OpenClaw "message" envelope)."""
+    return isinstance(e, dict) and isinstance(e.get("role"), str) and "message" not in e
+
+
+def _clawgym_text_items(content, keep_empty):
+    """A message's content as OpenClaw content items; empty text items dropped unless keep_empty (then at least
+    one)."""
+    if content is None:
+        items = []
+    elif isinstance(content, str):
+        items = [{"type": "text", "text": content}]
+    elif isinstance(content, list):
+        items = []
+        for p in content:
+            if isinstance(p, str):
+                items.append({"type": "text", "text": p})
+            elif isinstance(p, dict) and p.get("type") in ("text", "input_text", "output_text"):
+                t = p.get("text")
+                t = t if isinstance(t, str) else ("" if t is None else str(t))
+                items.append({"type": "text", "text": t})
+            else:
+                items.append(p)  # images and other parts: kept as they are
+    else:
+        items = [{"type": "text", "text": str(content)}]
+    if not keep_empty:
+        items = [i for i in items if not (isinstance(i, dict) and i.get("type") == "text" and not i.get("text"))]
+    elif not items:
+        items = [{"type": "text", "text": ""}]
+    return items
+
+
+def _clawgym_parse_args(raw):
+    """(arguments, raw text or None): a JSON object parsed, anything else {} plus its raw text."""
+    import json
+
+    if isinstance(raw, dict):
+        return raw, None
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return {}, None
+    if isinstance(raw, str):
+        try:
+            v = json.loads(raw)
+        except (ValueError, RecursionError):
+            v = None
+        if isinstance(v, dict):
+            return v, None
+        return {}, raw
+    try:
+        return {}, json.dumps(raw, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return {}, str(raw)
+
+
+def _clawgym_assistant_message(e, run, call_names):
+    """An assistant message: thinking, text and tool calls; what it said and called joins `run`, each call's name
+    `call_names` (by call id) for the tool results that follow."""
+    items = []
+    reasoning = e.get("reasoning_content") or e.get("reasoning")
+    if isinstance(reasoning, str) and reasoning.strip():
+        items.append({"type": "thinking", "thinking": reasoning})
+    texts = _clawgym_text_items(e.get("content"), False)
+    items.extend(texts)
+    said = "".join(i.get("text", "") for i in texts if isinstance(i, dict) and i.get("type") == "text")
+    if said.strip():
+        run["texts"].append(said)
+    calls = e.get("tool_calls")
+    if isinstance(calls, dict):
+        calls = [calls]
+    for tc in calls if isinstance(calls, list) else []:
+        tc = tc if isinstance(tc, dict) else {}
+        fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+        name = fn.get("name") if isinstance(fn.get("name"), str) else ""
+        cid = tc.get("id") if isinstance(tc.get("id"), str) else ""
+        args, raw = _clawgym_parse_args(fn.get("arguments"))
+        item = {"type": "toolCall", "id": cid, "name": name, "arguments": args}
+        if raw is not None:
+            item["rawArguments"] = raw
+        items.append(item)
+        call_names[cid] = name
+        run["tools"].append({"toolName": name})
+    return {"role": "assistant", "content": items,
+            "stopReason": "toolUse" if any(i.get("type") == "toolCall" for i in items
+                                           if isinstance(i, dict)) else "stop"}
+
+
+def _clawgym_run_events(runs):
+    """The trajectory events newer graders read, per run that said or called something."""
+    out = []
+    for i, r in enumerate(runs):
+        if not r["texts"] and not r["tools"]:
+            continue
+        rid = "clawgym-run-%d" % (i + 1)
+        out.append({"type": "model.completed", "runId": rid, "data": {"assistantTexts": list(r["texts"])}})
+        out.append({"type": "trace.artifacts", "runId": rid,
+                    "data": {"assistantTexts": list(r["texts"]), "toolMetas": list(r["tools"])}})
+    return out
+
+
 def to_openclaw_transcript(messages) -> list[dict]:
     """OpenAI-style chat messages -> OpenClaw session transcript entries, as PinchBench's grade() reads them.
 
-    Stdlib only and self-contained (no module globals): its source is what runs inside the sandbox (see
-    grade_adapter()), on whatever python3 the sandbox has.
+    Stdlib only: its source and its parts' (_TRANSCRIPT_PARTS, which load nothing but builtins and each other)
+    are what runs inside the sandbox (see grade_adapter()), on whatever python3 the sandbox has.
 
     - a session header, then one {"type": "message", "id", "parentId", "message": {...}} entry per message, in
       order. system (and developer) messages are left out: OpenClaw does not write the system prompt to
@@ -302,67 +403,17 @@ def to_openclaw_transcript(messages) -> list[dict]:
     Entries that are already OpenClaw-shaped (no top-level "role") pass through in place; a transcript with no
     OpenAI-style message at all is returned unchanged (a copy), so the conversion is idempotent. Anything
     that is not a list is returned as it is."""
-    import json
-
     if not isinstance(messages, list):
         return messages
-
-    def is_chat(e):
-        return isinstance(e, dict) and isinstance(e.get("role"), str) and "message" not in e
-
-    if not any(is_chat(e) for e in messages):
+    if not any(_clawgym_is_chat(e) for e in messages):
         return list(messages)
-
-    def text_items(content, keep_empty):
-        if content is None:
-            items = []
-        elif isinstance(content, str):
-            items = [{"type": "text", "text": content}]
-        elif isinstance(content, list):
-            items = []
-            for p in content:
-                if isinstance(p, str):
-                    items.append({"type": "text", "text": p})
-                elif isinstance(p, dict) and p.get("type") in ("text", "input_text", "output_text"):
-                    t = p.get("text")
-                    t = t if isinstance(t, str) else ("" if t is None else str(t))
-                    items.append({"type": "text", "text": t})
-                else:
-                    items.append(p)  # images and other parts: kept as they are
-        else:
-            items = [{"type": "text", "text": str(content)}]
-        if not keep_empty:
-            items = [i for i in items if not (isinstance(i, dict) and i.get("type") == "text" and not i.get("text"))]
-        elif not items:
-            items = [{"type": "text", "text": ""}]
-        return items
-
-    def parse_args(raw):
-        """(arguments, raw text or None): a JSON object parsed, anything else {} plus its raw text."""
-        if isinstance(raw, dict):
-            return raw, None
-        if raw is None or (isinstance(raw, str) and not raw.strip()):
-            return {}, None
-        if isinstance(raw, str):
-            try:
-                v = json.loads(raw)
-            except (ValueError, RecursionError):
-                v = None
-            if isinstance(v, dict):
-                return v, None
-            return {}, raw
-        try:
-            return {}, json.dumps(raw, ensure_ascii=False, default=str)
-        except (TypeError, ValueError):
-            return {}, str(raw)
-
     out = [{"type": "session", "version": 3, "id": "clawgym"}]
     runs = [{"texts": [], "tools": []}]
     call_names = {}
     parent = None
     n = 0
     for e in messages:
-        if not is_chat(e):
+        if not _clawgym_is_chat(e):
             out.append(e)
             continue
         role = e.get("role")
@@ -371,55 +422,27 @@ def to_openclaw_transcript(messages) -> list[dict]:
         if role == "user":
             if runs[-1]["texts"] or runs[-1]["tools"]:
                 runs.append({"texts": [], "tools": []})
-            msg = {"role": "user", "content": text_items(e.get("content"), True)}
+            msg = {"role": "user", "content": _clawgym_text_items(e.get("content"), True)}
         elif role == "assistant":
-            items = []
-            reasoning = e.get("reasoning_content") or e.get("reasoning")
-            if isinstance(reasoning, str) and reasoning.strip():
-                items.append({"type": "thinking", "thinking": reasoning})
-            texts = text_items(e.get("content"), False)
-            items.extend(texts)
-            said = "".join(i.get("text", "") for i in texts if isinstance(i, dict) and i.get("type") == "text")
-            if said.strip():
-                runs[-1]["texts"].append(said)
-            calls = e.get("tool_calls")
-            if isinstance(calls, dict):
-                calls = [calls]
-            for tc in calls if isinstance(calls, list) else []:
-                tc = tc if isinstance(tc, dict) else {}
-                fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
-                name = fn.get("name") if isinstance(fn.get("name"), str) else ""
-                cid = tc.get("id") if isinstance(tc.get("id"), str) else ""
-                args, raw = parse_args(fn.get("arguments"))
-                item = {"type": "toolCall", "id": cid, "name": name, "arguments": args}
-                if raw is not None:
-                    item["rawArguments"] = raw
-                items.append(item)
-                call_names[cid] = name
-                runs[-1]["tools"].append({"toolName": name})
-            msg = {"role": "assistant", "content": items,
-                   "stopReason": "toolUse" if any(i.get("type") == "toolCall" for i in items
-                                                  if isinstance(i, dict)) else "stop"}
+            msg = _clawgym_assistant_message(e, runs[-1], call_names)
         elif role in ("tool", "function"):
             cid = e.get("tool_call_id") if isinstance(e.get("tool_call_id"), str) else ""
             name = call_names.get(cid) or (e.get("name") if isinstance(e.get("name"), str) else "")
             msg = {"role": "toolResult", "toolCallId": cid, "toolName": name,
-                   "content": text_items(e.get("content"), True),
+                   "content": _clawgym_text_items(e.get("content"), True),
                    "isError": bool(e.get("is_error") or e.get("isError"))}
         else:
-            msg = {"role": role, "content": text_items(e.get("content"), True)}
+            msg = {"role": role, "content": _clawgym_text_items(e.get("content"), True)}
         n += 1
         eid = "%08x" % n
         out.append({"type": "message", "id": eid, "parentId": parent, "message": msg})
         parent = eid
-    for i, r in enumerate(runs):
-        if not r["texts"] and not r["tools"]:
-            continue
-        rid = "clawgym-run-%d" % (i + 1)
-        out.append({"type": "model.completed", "runId": rid, "data": {"assistantTexts": list(r["texts"])}})
-        out.append({"type": "trace.artifacts", "runId": rid,
-                    "data": {"assistantTexts": list(r["texts"]), "toolMetas": list(r["tools"])}})
-    return out
+    return out + _clawgym_run_events(runs)
+
+
+# what grade_adapter ships beside to_openclaw_transcript, in this order
+_TRANSCRIPT_PARTS = (_clawgym_is_chat, _clawgym_text_items, _clawgym_parse_args, _clawgym_assistant_message,
+                     _clawgym_run_events)
 
 
 ADAPTER_MARK = "# --- clawgym: OpenClaw transcript adapter (added on import, removed on export) ---"
@@ -441,11 +464,13 @@ if callable(globals().get("grade")):
 
 @functools.lru_cache(maxsize=1)
 def grade_adapter() -> str:
-    """The code appended to PinchBench check code: ADAPTER_MARK, to_openclaw_transcript's own source (renamed
-    _clawgym_to_openclaw_transcript) and the rebinding of grade(). One source of truth: the function above."""
+    """The code appended to PinchBench check code: ADAPTER_MARK, the conversion's parts and to_openclaw_transcript's
+    own source (renamed _clawgym_to_openclaw_transcript), then the rebinding of grade(). One source of truth: the
+    functions above."""
+    parts = [textwrap.dedent(inspect.getsource(f)).rstrip("\n") for f in _TRANSCRIPT_PARTS]
     src = textwrap.dedent(inspect.getsource(to_openclaw_transcript))
     src = src.replace("def to_openclaw_transcript(", "def _clawgym_to_openclaw_transcript(", 1)
-    return ADAPTER_MARK + "\n" + src.rstrip("\n") + "\n" + _ADAPTER_TAIL
+    return ADAPTER_MARK + "\n" + "\n\n\n".join([*parts, src.rstrip("\n")]) + "\n" + _ADAPTER_TAIL
 
 
 def strip_grade_adapter(code: str) -> str:

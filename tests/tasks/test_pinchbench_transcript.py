@@ -13,6 +13,7 @@ import pytest
 from test_verify_runtime import TmpSandbox  # tests/ is on sys.path (pytest prepend import mode)
 
 from clawgym.tasks.pinchbench import (
+    _TRANSCRIPT_PARTS,
     ADAPTER_MARK,
     add_grade_adapter,
     export_pinchbench_task,
@@ -252,8 +253,10 @@ def test_adapter_is_self_contained_and_matches_the_function():
     exec(compile(grade_adapter(), "adapter.py", "exec"), ns)  # no grade() defined: nothing rebound
     assert "grade" not in ns
     assert ns["_clawgym_to_openclaw_transcript"](DID_IT) == to_openclaw_transcript(DID_IT)
-    # every global the function (and its nested helpers) loads is a builtin: it needs nothing of this module
-    assert _globals_loaded(to_openclaw_transcript.__code__) <= set(dir(builtins))
+    # every global the function and its shipped parts load is a builtin or another part: nothing else of this module
+    parts = {f.__name__ for f in _TRANSCRIPT_PARTS}
+    for f in (*_TRANSCRIPT_PARTS, to_openclaw_transcript):
+        assert _globals_loaded(f.__code__) <= set(dir(builtins)) | parts, f.__name__
 
 
 def _globals_loaded(code) -> set[str]:
