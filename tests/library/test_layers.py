@@ -12,6 +12,8 @@
 - Every `clawgym/…`, `clawgym_assets/…` path in backticks in docs/ARCHITECTURE.md exists.
 - Every read of the environment in clawgym/ outside the CLI entry point is a row of docs/NOTES.md "Environment
   reads outside the edges".
+- No function in clawgym/ or clawgym_assets/ is over MAX_FUNCTION_LINES lines: a longer one has parts a reader
+  wants names for.
 """
 
 from __future__ import annotations
@@ -312,3 +314,32 @@ def test_every_environment_read_in_the_library_is_listed():
                           + ", ".join(f"{k} (line {min(found[k])})" for k in unlisted))
     stale = sorted(listed - set(found))
     assert not stale, f'docs/NOTES.md "{ENV_HEADING}" lists reads that are gone: {stale}'
+
+
+# ---------------------------------------------------------------------------------------------------------------
+MAX_FUNCTION_LINES = 80
+
+
+def long_functions(paths, root: Path = ROOT) -> list[str]:
+    """`path::name (lines)` of every function (methods and nested ones included) over MAX_FUNCTION_LINES lines,
+    counted from its `def` to the last line of its body."""
+    out = []
+    for p in paths:
+        for n in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = n.end_lineno - n.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    out.append(f"{p.relative_to(root)}::{n.name} ({lines})")
+    return out
+
+
+def test_no_function_is_over_the_line_limit():
+    paths = sorted([*LIB.rglob("*.py"), *(ROOT / "clawgym_assets").rglob("*.py")])
+    assert len(paths) > 100
+    assert long_functions(paths) == []
+
+
+def test_a_long_function_is_caught(tmp_path):
+    body = "".join(f"        x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "m.py").write_text(f"def short():\n    return 1\n\n\nclass C:\n    def long(self):\n{body}")
+    assert long_functions([tmp_path / "m.py"], tmp_path) == [f"m.py::long ({MAX_FUNCTION_LINES + 1})"]
