@@ -48,7 +48,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -235,7 +235,7 @@ def _run_driver(factory: Any, driver: str, payload: dict[str, Any], timeout: flo
     return out
 
 
-def _b64(d: dict[str, bytes | None]) -> dict[str, str | None]:
+def _b64(d: Mapping[str, bytes | None]) -> dict[str, str | None]:
     return {p: (base64.b64encode(b).decode() if b is not None else None) for p, b in d.items()}
 
 
@@ -383,8 +383,8 @@ def validate_many(tasks: Iterable[Task], factory: Any = None, workers: int = 1, 
     tasks = list(tasks)
     cache = GateCache(cache_dir) if cache_dir else None
     if cache is not None:
-        hits = {i: cache.get(t, hacker, bound) for i, t in enumerate(tasks)}
-        hits = {i: v for i, v in hits.items() if v is not None}
+        got = {i: cache.get(t, hacker, bound) for i, t in enumerate(tasks)}
+        hits = {i: v for i, v in got.items() if v is not None}
         if stats is not None:
             stats["cache_hits"] = stats.get("cache_hits", 0) + len(hits)
         if hits:

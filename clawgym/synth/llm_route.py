@@ -36,7 +36,7 @@ import logging
 import os
 import random
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from clawgym.synth.llm_cache import ResponseCache
 from clawgym.synth.llm_client import ClientConfig, LLMReplyError, _chat_json, _Runtime
@@ -61,7 +61,7 @@ from clawgym.synth.llm_spec import (  # noqa: F401
     scaffold_files,
     spec_to_task,
 )
-from clawgym.tasks.model import Task
+from clawgym.tasks.model import Route, Task
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +135,9 @@ def _route_runtime(client_cfg: ClientConfig | dict[str, Any] | None, reviewer: C
     rev = ClientConfig.coerce(reviewer) if reviewer is not None else None
     aud = ClientConfig.coerce(auditor) if auditor is not None else rev
     cdir = cache_dir if cache_dir is not None else cfg.cache_dir
-    rt = _Runtime({"generator": cfg, "reviewer": rev, "auditor": aud}, ResponseCache(cdir) if cdir else None,
-                  max_in_flight)
+    # a None role is the generator's endpoint (_Runtime reads it so; its annotation says ClientConfig only)
+    roles = cast("dict[str, ClientConfig]", {"generator": cfg, "reviewer": rev, "auditor": aud})
+    rt = _Runtime(roles, ResponseCache(cdir) if cdir else None, max_in_flight)
     return cfg, cdir, rt
 
 
@@ -221,8 +222,9 @@ def generate_llm_tasks(
         factory = own_factory = get_factory("auto")
     t0 = time.perf_counter()
     try:
+        gcache = gate_cache_dir or (os.path.join(cdir, "gates") if cdir else None)  # a PathLike: GateCache takes it
         with GateBatcher(factory, hacker=hacker, max_batch=gate_batch, gate_workers=gate_workers,
-                         cache_dir=gate_cache_dir or (os.path.join(cdir, "gates") if cdir else None)) as gates:
+                         cache_dir=cast("str | None", gcache)) as gates:
             idx = list(range(n)) if indices is None else [int(i) for i in indices]
             accepted, rejected = _generate(personas, skills, taxonomy, rt, idx, route, max_repairs, gates, seed,
                                            workers)
@@ -366,7 +368,8 @@ def _one_task(i: int, src: dict[str, Any], slots: list[tuple[str, str]], rt: _Ru
     verdict: tuple[str, str] | None = None
     for rnd_no in range(max_repairs + 1):
         try:
-            task = spec_to_task(spec, task_id=task_id, category=category, route=route, persona_id=persona_id,
+            task = spec_to_task(spec, task_id=task_id, category=category, route=cast(Route, route),  # persona|skill
+                                persona_id=persona_id,
                                 skill_ids=skill_ids, seed=seed, meta={**meta, "repairs": rnd_no})
             gate, problem, scores = _code_gates(task, gates)
             guidance = problem

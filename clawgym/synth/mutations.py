@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any
+from typing import Any, cast
 
 from clawgym.tasks.model import Task
 
@@ -192,10 +192,11 @@ def family_mutations(task: Task, overlay: dict[str, bytes | None]) -> dict[str, 
         return {}
     from clawgym.synth.families.base import get_family
 
-    out = {}
+    out: dict[str, dict[str, bytes | None]] = {}
     for name, m in get_family(task.family).mutations(task.seed or 0).items():
         try:
-            out[name] = m.fn(dict(overlay))
+            # Mutation.fn is typed bytes-only; its overlays carry None (= deleted) both ways
+            out[name] = cast("dict[str, bytes | None]", m.fn(cast("dict[str, bytes]", dict(overlay))))
         except Exception:  # a mutation that cannot apply is skipped, not counted
             continue
     return out

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from clawgym.synth.families.base import all_families, generate_procedural, get_family
 from clawgym.synth.gates import (
@@ -165,11 +165,12 @@ def generate_llm(plan: LLMPlan, factory: Any = None, seed: int = 0
         idx = [i for i in range(k) if plan.shard is None or i % max(1, plan.n_shards) == plan.shard]
         if not idx:
             continue
-        acc, rej, st = generate_llm_tasks(plan.personas, plan.skills, plan.taxonomy, gen, k, route=route,
-                                          indices=idx, max_repairs=plan.max_repairs, factory=factory, seed=seed,
-                                          reviewer=rev, auditor=aud, cache_dir=plan.cache_dir,
-                                          workers=plan.workers, hacker=plan.hacker,
-                                          gate_cache_dir=plan.gate_cache_dir, return_stats=True)
+        res = generate_llm_tasks(plan.personas, plan.skills, plan.taxonomy, gen, k, route=route,
+                                 indices=idx, max_repairs=plan.max_repairs, factory=factory, seed=seed,
+                                 reviewer=rev, auditor=aud, cache_dir=plan.cache_dir,
+                                 workers=plan.workers, hacker=plan.hacker,
+                                 gate_cache_dir=plan.gate_cache_dir, return_stats=True)
+        acc, rej, st = cast("tuple[list[Task], list[dict[str, Any]], dict[str, Any]]", res)  # return_stats: a 3-tuple
         accepted += acc
         rejected += [{**r, "route": r.get("route") or route} for r in rej]
         stats = _merge_stats(stats, {kk: vv for kk, vv in st.items() if kk != "rejected_by_reason"})
@@ -262,9 +263,9 @@ def synthesize(n: int, seed: int = 0, factory: Any = None, families: list[str] |
     llm_rej: list[dict[str, Any]] = []
     llm_stats: dict[str, Any] = {}
     if llm is not None and llm.n > 0:
-        t = time.perf_counter()
+        t_llm = time.perf_counter()
         llm_tasks, llm_rej, llm_stats = generate_llm(llm, factory=factory, seed=seed)
-        timings["llm_s"] = time.perf_counter() - t
+        timings["llm_s"] = time.perf_counter() - t_llm
     candidates = [{"task_id": t.task_id, "route": t.route or "procedural", "category": t.category}
                   for t in tasks + llm_tasks]
     by_id = {t.task_id: t for t in tasks + llm_tasks}
