@@ -15,10 +15,7 @@ import hashlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
-
-if TYPE_CHECKING:
-    from clawgym.agent.runtimes import AgentRuntime
+from typing import Any
 
 
 def shard_of(task_id: str, n_shards: int) -> int:
@@ -85,10 +82,9 @@ def run_shard(tasks: Sequence, prior: Iterable[Mapping[str, Any]], policy_spec,
         batch.clear()
 
     settings = settings or RolloutSettings()
-    # one runtime for the shard: closed before the factory (get_runtime's instances are context managers, closing
-    # themselves, which its protocol does not say)
+    # one runtime for the shard: closed before the factory
     with open_factory() as factory, open_endpoint(get_policy(policy_spec), todo) as ep, \
-            cast("AbstractContextManager[AgentRuntime]", get_runtime(settings.runtime)) as rt:
+            get_runtime(settings.runtime) as rt:
         for t in todo:
             ro = run_rollout(t, ep, factory, settings, judge=judge, runtime=rt)
             ro.policy = policy

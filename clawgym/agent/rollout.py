@@ -28,7 +28,7 @@ import json
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, Field
 
@@ -41,9 +41,6 @@ from clawgym.agent.settings import RolloutSettings, Runtime
 from clawgym.agent.tools import TOOL_SCHEMAS
 from clawgym.sandbox.base import SandboxError, SandboxFactory
 from clawgym.verify.result import VerificationResult
-
-if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
 
 FailureClass = Literal["ok", "agent_error", "limit", "infra", "unjudged"]
 SCORED_CLASSES = ("ok", "agent_error", "limit")
@@ -204,8 +201,8 @@ def _json_bytes(obj: Any) -> int:
 def _fsdecode(x: Any) -> str:
     import os
 
-    # a bytearray raises TypeError in fsdecode (as it always has): typeshed says so too
-    return os.fsdecode(x) if isinstance(x, (bytes, bytearray)) else str(x)  # type: ignore[arg-type]
+    # fsdecode takes bytes, not a bytearray: a bytearray is copied to bytes first
+    return os.fsdecode(bytes(x)) if isinstance(x, (bytes, bytearray)) else str(x)
 
 
 def workspace_diff(before: dict[str, bytes], after: dict[str, bytes]) -> list[dict]:
@@ -301,9 +298,8 @@ def run_rollout(task, policy: str | PolicySpec | Endpoint, factory: SandboxFacto
         judge = make_judge(judge)
     errors: list[str] = []
     ro: Rollout | None = None
-    # get_runtime's instances are context managers (closing themselves), which AgentRuntime does not say
     with contextlib.nullcontext(runtime) if runtime is not None else \
-            cast("AbstractContextManager[AgentRuntime]", get_runtime(settings.runtime)) as rt:
+            get_runtime(settings.runtime) as rt:
         for i in range(1, max(1, attempts) + 1):
             ro = _attempt(task, spec, factory, settings, judge, rt)
             ro.attempt = i
@@ -333,7 +329,7 @@ def run_rollouts(tasks, policy: str | PolicySpec | Endpoint, factory: SandboxFac
     spec = policy if isinstance(policy, Endpoint) else get_policy(policy)
     settings = settings or RolloutSettings()
     cm = contextlib.nullcontext(spec) if isinstance(spec, Endpoint) else open_endpoint(spec, tasks=tasks)
-    with cm as ep, cast("AbstractContextManager[AgentRuntime]", get_runtime(settings.runtime)) as rt:
+    with cm as ep, get_runtime(settings.runtime) as rt:
         if isinstance(spec, PolicySpec):
             ep.policy = spec.name
             ep.api_key_env = spec.api_key_env

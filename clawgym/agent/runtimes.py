@@ -59,6 +59,14 @@ class AgentRuntime(Protocol):
         """Release what prepare() made (idempotent)."""
         ...
 
+    def __enter__(self) -> AgentRuntime:
+        """The runtime itself: ``with get_runtime(name) as rt`` closes it at the end."""
+        ...
+
+    def __exit__(self, *exc: object) -> None:
+        """close()."""
+        ...
+
 
 _B = TypeVar("_B", bound="BaseRuntime")
 
@@ -95,8 +103,10 @@ def agent_runtime(name: str) -> Callable[[R], R]:
     """Class decorator: register an AgentRuntime class as runtime `name` (get_runtime(name) makes an instance)."""
 
     def deco(cls: R) -> R:
-        if not isinstance(cls, type) or not all(callable(getattr(cls, m, None)) for m in ("prepare", "run", "close")):
-            raise TypeError(f"agent runtime {name!r}: {cls!r} is not a class with prepare, run and close")
+        methods = ("prepare", "run", "close", "__enter__", "__exit__")
+        if not isinstance(cls, type) or not all(callable(getattr(cls, m, None)) for m in methods):
+            raise TypeError(f"agent runtime {name!r}: {cls!r} is not a class with prepare, run, close and the context "
+                            "manager methods (BaseRuntime has them)")
         cast(Any, cls).name = name
         with _lock:
             _registry[name] = cls

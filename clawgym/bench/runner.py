@@ -5,12 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
-
-if TYPE_CHECKING:
-    from contextlib import AbstractContextManager
-
-    from clawgym.agent.runtimes import AgentRuntime
+from typing import Any
 
 _FORBIDDEN = ("/",)
 
@@ -68,9 +63,8 @@ def run_suite(tasks: Iterable, policy, factory, *, model: str, suite: str, setti
     spec = get_policy(policy)
     jobs = [(t, r) for t in tasks for r in range(repeats)]
     settings = settings or RolloutSettings()
-    # get_runtime's instances are context managers (closing themselves), which its protocol does not say
     with open_endpoint(spec, tasks) as ep, \
-            cast("AbstractContextManager[AgentRuntime]", get_runtime(settings.runtime)) as rt:  # one for the suite
+            get_runtime(settings.runtime) as rt:  # one for the suite
         def one(job):
             t, r = job
             ro = run_rollout(t, ep, factory, settings, judge=judge, runtime=rt)

@@ -408,8 +408,8 @@ def to_openclaw_transcript(messages) -> list[dict]:
     if not any(_clawgym_is_chat(e) for e in messages):
         return list(messages)
     out = [{"type": "session", "version": 3, "id": "clawgym"}]
-    runs = [{"texts": [], "tools": []}]
-    call_names = {}
+    runs: list[dict[str, list]] = [{"texts": [], "tools": []}]
+    call_names: dict[str, str] = {}
     parent = None
     n = 0
     for e in messages:
@@ -694,7 +694,8 @@ def export_pinchbench_task(task: Task, path: str | Path) -> Path:
                 fm = {}
             if not isinstance(fm, dict):
                 fm = {}
-            wfs = fm.get("workspace_files") if isinstance(fm.get("workspace_files"), list) else []
+            wfs = fm.get("workspace_files")
+            wfs = wfs if isinstance(wfs, list) else []
             if any("source" in e for e in wfs if isinstance(e, dict)):
                 # write the assets next to the file so the verbatim text re-imports
                 by_dest = {f.path: f for f in task.files}

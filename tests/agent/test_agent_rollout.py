@@ -111,6 +111,14 @@ def test_workspace_diff():
     assert workspace_diff({"a": b"1"}, {}) == [{"path": "a", "change": "deleted", "size": 0}]
 
 
+def test_a_record_with_raw_bytes_is_written_not_a_crash():
+    from clawgym.agent.rollout import _fsdecode
+
+    # bytes and bytearray values (a path as the OS gave it) are written as text, undecodable bytes as surrogates
+    assert _fsdecode(b"a\xff") == _fsdecode(bytearray(b"a\xff")) == "a\udcff"
+    assert json.dumps({"p": bytearray(b"x")}, default=_fsdecode) == '{"p": "x"}'
+
+
 def test_turn_limit_is_limit_and_scored():
     f = get_factory("local")
     task = demo_tasks()[2]

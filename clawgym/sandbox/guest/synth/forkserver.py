@@ -15,7 +15,7 @@ import stat
 import sys
 import threading
 
-_SHADOW = frozenset()  # top-level module names a program's own files would have shadowed
+_SHADOW: frozenset[str] = frozenset()  # top-level module names a program's own files would have shadowed
 
 
 def _preimport(heavy, base_modules):
@@ -179,10 +179,11 @@ def _child(mode, what, rest, env, cwd, fds, timeout, shimdir, safe_path=False, c
         signal.signal(signal.SIGALRM, signal.SIG_DFL)
         signal.alarm(max(1, int(timeout)))
         enc = _STDIO
-        sys.stdin = sys.__stdin__ = open(0, encoding=enc[0], errors=enc[1], closefd=False)
-        sys.stdout = sys.__stdout__ = open(1, "w", encoding=enc[0], errors=enc[1], closefd=False)
-        sys.stderr = sys.__stderr__ = open(2, "w", encoding=enc[0], errors="backslashreplace", closefd=False,
-                                             buffering=1)
+        # the child's own streams, the __std*__ originals included (typeshed calls those Final: not so here)
+        sys.stdin = sys.__stdin__ = open(0, encoding=enc[0], errors=enc[1], closefd=False)  # type: ignore[misc]
+        sys.stdout = sys.__stdout__ = open(1, "w", encoding=enc[0], errors=enc[1], closefd=False)  # type: ignore[misc]
+        sys.stderr = sys.__stderr__ = open(  # type: ignore[misc]
+            2, "w", encoding=enc[0], errors="backslashreplace", closefd=False, buffering=1)
         try:
             if mode == "m":
                 sys.argv = ["-m"] + rest
@@ -384,7 +385,7 @@ def _serve(srv, shimdir, timeout):
 
 
 REAL_EXECUTABLE = sys.executable
-SERVING = {}  # once started: {"shimdir", "timeout"}
+SERVING: dict = {}  # once started: {"shimdir", "timeout"}
 
 
 def precompile(src):

@@ -80,7 +80,8 @@ def _exchange(wfd: int, rfd: int, data: bytes, timeout: float):
     import time
     deadline = time.monotonic() + timeout
     os.set_blocking(wfd, False)
-    chunks, off = [], 0
+    chunks: list[bytes] = []
+    off = 0
     if not data:
         os.close(wfd)
         wfd = -1
@@ -204,7 +205,7 @@ def run(job: dict, root: str, base_modules=None) -> list:
                 else:
                     ws[p] = base64.b64decode(b)
             _write_tree(d, ws)
-            ns = {"__name__": "clawgym_check", "__file__": "check.py"}
+            ns: dict = {"__name__": "clawgym_check", "__file__": "check.py"}
             cwd = os.getcwd()
             try:
                 os.chdir(d)

@@ -20,7 +20,7 @@ def main(argv=None) -> None:
     if which == ["replay"]:
         from clawgym.sandbox.guest.synth import replay as driver
     elif which == ["grade"]:
-        from clawgym.sandbox.guest.synth import grade as driver
+        from clawgym.sandbox.guest.synth import grade as driver  # type: ignore[no-redef]  # one name, either driver
     else:
         raise SystemExit("usage: launch.py replay|grade")
     root = os.path.dirname(os.path.abspath(__file__))
