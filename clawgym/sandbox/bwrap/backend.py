@@ -43,6 +43,7 @@ import stat
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 
 from clawgym.sandbox import guest, spawner
 from clawgym.sandbox.base import ExecResult, Sandbox, SandboxConfig, SandboxError
@@ -118,8 +119,9 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         self._state = StateDir(config.workspace, config.disk_mb, uid, gid, tmpfs=can_mount(config.tmpfs),
                                root=config.state_root)
         self._shm = os.path.join(self._state.path, "shm")  # /dev/shm, on the sandbox's size-limited tmpfs
-        self._recycler = None  # server mode from a factory: close() hands the sandbox back to be reset
-        self._cg = None
+        # server mode from a factory: close() hands the sandbox back to be reset
+        self._recycler: Callable[[BwrapSandbox], None] | None = None
+        self._cg: Cgroup | None = None
         try:
             os.mkdir(self._shm, 0o1777)
             self._state._own(self._shm)
@@ -250,6 +252,18 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         if self._closed:
             raise SandboxError("sandbox was closed while a command ran")
 
+    def _server_sock(self) -> str:
+        """The server's socket path; a SandboxError once the server was stopped (a close racing a command)."""
+        sock = self._sock
+        if sock is None:
+            raise SandboxError("sandbox was closed while a command ran")
+        return sock
+
+    def _cgroup_kill(self, _proc: subprocess.Popen) -> None:
+        """run_capture's on_timeout: every process of the sandbox's cgroup killed."""
+        if self._cg is not None:
+            self._cg.kill_all()
+
     def _exec_server(self, argv, chdir, env, stdin, timeout, max_output) -> ExecResult:
         t0 = time.monotonic()
         deadline = t0 + timeout
@@ -259,7 +273,7 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         with self._counted_exec():
             for attempt in (1, 2, 3):
                 try:
-                    sock = execd_client.connect(self._sock, timeout=5.0)
+                    sock = execd_client.connect(self._server_sock(), timeout=5.0)
                     sock.sendall(req)
                 except OSError as e:
                     if self._closed:
@@ -359,8 +373,7 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         try:
             full = self._prefix() + self._argv_static[:1] + ["--json-status-fd", str(w)] + \
                 self._argv_static[1:] + ["--chdir", chdir, "--"] + self._inner_prefix() + argv
-            cg = self._cg
-            on_timeout = (lambda _p: cg.kill_all()) if cg is not None else None
+            on_timeout = self._cgroup_kill if self._cg is not None else None
             cap = run_capture(full, env=self._env(env), cwd="/", timeout=timeout, stdin=stdin,
                               max_output=max_output, on_timeout=on_timeout, pass_fds=(w,))
             os.close(w)
@@ -510,7 +523,7 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         if left:
             raise SandboxError(f"/dev/shm not empty after the reset: {left[:5]}")
         if not (ok and self._no_keys):
-            rc, msg = execd_client.reset_until_ok(self._sock, {"op": "reset", "uid": SANDBOX_UID,
+            rc, msg = execd_client.reset_until_ok(self._server_sock(), {"op": "reset", "uid": SANDBOX_UID,
                                                                "gid": SANDBOX_GID}, self._sweep)
             if rc != 0:
                 raise SandboxError(f"ipc reset rc={rc}: {msg[:200]!r}")
