@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections import Counter
+from typing import Any, cast
 
 from clawgym.synth.families.base import Ctx, csv_text, family, json_text, yaml_text
 
@@ -130,7 +131,7 @@ def disk_usage_report(ctx: Ctx) -> None:
             ctx.file(name, (unit * (n // len(unit) + 1))[:n])  # exactly n bytes (the answer's sizes)
             sizes[d].append((name, n))
     rows = sorted(({"dir": d, "files": len(v), "bytes": sum(n for _, n in v)} for d, v in sizes.items()),
-                  key=lambda r: (-r["bytes"], r["dir"]))
+                  key=lambda r: (-cast(int, r["bytes"]), r["dir"]))
     largest = [p for p, _ in sorted([x for v in sizes.values() for x in v], key=lambda x: (-x[1], x[0]))[:3]]
     ctx.distractors(1)
     ctx.ask("The data/ folder is filling the disk. For each top-level folder under data/ count the files (recursively) "
@@ -167,6 +168,7 @@ def cron_from_spec(ctx: Ctx) -> None:
         kind = rng.choice(["every_minutes", "daily_at", "weekly", "monthly", "weekdays_at"])
         h, m = rng.randint(0, 23), rng.choice([0, 5, 15, 30, 45])
         at = f"{h:02d}:{m:02d}"
+        sched: dict[str, Any]
         if kind == "every_minutes":
             k = rng.choice([5, 10, 15, 20, 30])
             sched, expr = {"every_minutes": k}, f"*/{k} * * * *"
@@ -210,9 +212,9 @@ def host_health_incident(ctx: Ctx) -> None:
     th = {"cpu_pct": rng.choice([85, 90]), "mem_pct": rng.choice([85, 90, 95]), "disk_pct": rng.choice([80, 90])}
     svcs = ["nginx", "postgres", "redis", "worker"]
     hosts = [f"{rng.choice(['web', 'db', 'app', 'cache'])}-{i:02d}" for i in range(1, rng.randint(5, 8))]
-    failing = []
+    failing: list[dict[str, Any]] = []
     for h in hosts:
-        snap = {"host": h, "cpu_pct": rng.randint(10, 99), "mem_pct": rng.randint(20, 99), "disk_pct": rng.randint(30, 97),
+        snap: dict[str, Any] = {"host": h, "cpu_pct": rng.randint(10, 99), "mem_pct": rng.randint(20, 99), "disk_pct": rng.randint(30, 97),
                 "services": {s: ("down" if rng.random() < 0.12 else "up") for s in rng.sample(svcs, 3)}}
         ctx.json(f"health/{h}.json", snap)
         reasons = [k for k in ("cpu_pct", "mem_pct", "disk_pct") if snap[k] >= th[k]]
@@ -355,7 +357,7 @@ def junit_failure_digest(ctx: Ctx) -> None:
     """JUnit XML reports from several CI shards -> output/ci_digest.json failure digest."""
     rng = ctx.rng
     mods = rng.sample(["test_api", "test_models", "test_utils", "test_cli", "test_auth", "test_io"], 3)
-    tot = Counter()
+    tot: Counter[str] = Counter()
     failed = []
     for shard in range(1, rng.randint(2, 4)):
         cases = []
