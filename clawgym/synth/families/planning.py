@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import heapq
+from typing import Any
 
 from clawgym.synth.families.base import Ctx, csv_text, dirty_text, family, json_text, md_table_text, people
 
@@ -15,7 +16,7 @@ _TASKS = ["Kickoff", "Requirements", "Design", "Vendor quotes", "Prototype", "Da
 
 def _dag(rng, n: int, max_deps: int = 2) -> tuple[list[str], dict[str, list[str]]]:
     ids = [f"T{i + 1:02d}" for i in range(n)]
-    deps = {ids[0]: []}
+    deps: dict[str, list[str]] = {ids[0]: []}
     for i in range(1, n):
         deps[ids[i]] = sorted(rng.sample(ids[:i], rng.randint(1 if i > 1 else 0, min(max_deps, i))))
     return ids, deps
@@ -31,12 +32,16 @@ def project_critical_path(ctx: Ctx) -> None:
     ids, deps = _dag(rng, n)
     names = rng.sample(_TASKS, n)
     days = {t: rng.randint(1, 8) for t in ids}
+    es: dict[str, int]
+    ef: dict[str, int]
     es, ef = {}, {}
     for t in ids:
         es[t] = max((ef[d] for d in deps[t]), default=0)
         ef[t] = es[t] + days[t]
     total = max(ef.values())
     succ = {t: [s for s in ids if t in deps[s]] for t in ids}
+    lf: dict[str, int]
+    ls: dict[str, int]
     lf, ls = {}, {}
     for t in reversed(ids):
         lf[t] = min((ls[s] for s in succ[t]), default=total)
@@ -90,6 +95,7 @@ def sprint_capacity_plan(ctx: Ctx) -> None:
     team = {nm: rng.choice([6, 8, 10]) for nm in people(rng, rng.randint(3, 5))}
     focus = rng.choice([0.6, 0.7, 0.8])
     cap = int(sum(team.values()) * focus)
+    items: list[dict[str, Any]]
     rows, items = [], []
     for i, title in enumerate(rng.sample(_STORIES, rng.randint(9, 13))):
         sid = f"S-{rng.randint(10, 99)}{i}"
@@ -353,11 +359,11 @@ def trip_option_planner(ctx: Ctx) -> None:
     rng = ctx.rng
     city = rng.choice(["Lisbon", "Osaka", "Toronto", "Berlin", "Nairobi"])
     nights = rng.randint(3, 6)
-    cons = {"nights": nights, "max_stops": rng.choice([0, 1]), "min_hotel_rating": rng.choice([3.5, 4.0]),
+    cons: dict[str, Any] = {"nights": nights, "max_stops": rng.choice([0, 1]), "min_hotel_rating": rng.choice([3.5, 4.0]),
             "max_km_from_center": rng.choice([3, 5]), "budget_usd": 0}
-    flights = [{"id": f"FL{i + 1}", "to": city if rng.random() > 0.1 else "Elsewhere", "price_usd": rng.randint(280, 900),
+    flights: list[dict[str, Any]] = [{"id": f"FL{i + 1}", "to": city if rng.random() > 0.1 else "Elsewhere", "price_usd": rng.randint(280, 900),
                 "stops": rng.choice([0, 0, 1, 2])} for i in range(rng.randint(5, 7))]
-    hotels = [{"id": f"H{i + 1}", "city": city, "nightly_usd": rng.randint(70, 260),
+    hotels: list[dict[str, Any]] = [{"id": f"H{i + 1}", "city": city, "nightly_usd": rng.randint(70, 260),
                "rating": rng.choice([3.0, 3.5, 3.8, 4.0, 4.2, 4.5, 4.8]),
                "km_from_center": round(rng.uniform(0.3, 8.0), 1)} for i in range(rng.randint(5, 7))]
     ok_f = [f for f in flights if f["to"] == city and f["stops"] <= cons["max_stops"]]
@@ -413,6 +419,7 @@ def spaced_review_schedule(ctx: Ctx) -> None:
     ease_bonus = rng.choice([1.3, 1.5])
     good_mult = rng.choice([2.0, 2.5])
     cards = rng.sample(_CARDS, rng.randint(8, 12))
+    exp: list[dict[str, Any]]
     rows, exp = [], []
     day = dt.date(2026, rng.randint(1, 12), rng.randint(1, 28))
     for c in cards:
