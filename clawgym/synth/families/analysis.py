@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter, defaultdict
+from typing import Any, cast
 
 from clawgym.synth.families.base import (
     PRODUCTS,
@@ -142,10 +143,10 @@ def weighted_ranking(ctx: Ctx) -> None:
     weights[crits[-1]] = round(1 - sum(weights[c] for c in crits[:-1]), 2)
     names = people(rng, rng.randint(5, 7)) if kind == "candidate" else \
         [f"{kind.title()} {chr(65 + i)}" for i in range(rng.randint(5, 7))]
-    opts = []
+    opts: list[dict[str, Any]] = []
     for n in names:
         opts.append({"name": n, "scores": {c: rng.randint(1, 10) for c in crits}})
-    ranked = []
+    ranked: list[dict[str, Any]] = []
     for o in opts:
         s = sum(weights[c] * ((11 - o["scores"][c]) if c in lower_better else o["scores"][c]) for c in crits)
         ranked.append({"name": o["name"], "score": r2(s)})
@@ -180,13 +181,13 @@ def metric_trend_alerts(ctx: Ctx) -> None:
     metrics = rng.sample(["signups", "churned", "tickets", "page_views", "refunds", "orders", "errors"], 4)
     threshold = rng.choice([15, 20, 25])
     start = dt.date(2026, rng.randint(1, 9), rng.randint(1, 20))
-    series = {m: [] for m in metrics}
+    series: dict[str, list[int]] = {m: [] for m in metrics}
     base = {m: rng.randint(40, 400) for m in metrics}
     shift = {m: rng.choice([0.0, 0.05, -0.08, 0.3, -0.35, 0.5]) for m in metrics}
-    rows = []
+    rows: list[list[Any]] = []
     for d in range(14):
         day = start + dt.timedelta(days=d)
-        row = [day.isoformat()]
+        row: list[Any] = [day.isoformat()]
         for m in metrics:
             f = 1 + (shift[m] if d >= 7 else 0)
             v = max(0, int(base[m] * f * rng.uniform(0.93, 1.07)))
@@ -230,7 +231,7 @@ def plan_cost_decision(ctx: Ctx) -> None:
     rng = ctx.rng
     kind = rng.choice(["mobile", "gym", "electricity", "cloud storage"])
     unit = {"mobile": "GB", "gym": "visit", "electricity": "kWh", "cloud storage": "GB"}[kind]
-    plans = []
+    plans: list[dict[str, Any]] = []
     for i in range(rng.randint(3, 5)):
         plans.append({"name": f"{rng.choice(['Basic', 'Plus', 'Flex', 'Max', 'Saver', 'Go'])} {i + 1}",
                       "monthly_fee": r2(rng.uniform(5, 45)), "included": rng.choice([0, 5, 10, 20, 50]),
@@ -279,7 +280,7 @@ def gradebook_finals(ctx: Ctx) -> None:
         marks = [rng.choice([rng.randint(50, 100)] * 5 + ["EX"]) for _ in hw]
         exam = rng.randint(45, 100)
         rows.append([s, *marks, exam])
-        nums = [m for m in marks if m != "EX"]
+        nums = cast("list[int]", [m for m in marks if m != "EX"])  # every mark but "EX" is an int
         if len(nums) > 1:
             nums.remove(min(nums))
         hw_avg = sum(nums) / len(nums) if nums else 0
@@ -313,7 +314,7 @@ def budget_variance(ctx: Ctx) -> None:
     centres = rng.sample(["Marketing", "Engineering", "Sales", "Support", "Facilities", "HR", "Legal", "IT"], 6)
     budget = {c: rng.randint(20, 200) * 500 for c in centres}
     actual_lines = []
-    actual = Counter()
+    actual = cast("dict[str, float]", Counter())  # float amounts: a Counter as a float tally
     for c in centres:
         tgt = budget[c] * rng.uniform(0.7, 1.3)
         parts = rng.randint(2, 4)
@@ -323,7 +324,7 @@ def budget_variance(ctx: Ctx) -> None:
             actual_lines.append([rng.choice(["2026-0%d" % m for m in range(1, 4)]), dirty_text(rng, c),
                                  dirty_number(rng, amt)])
     rng.shuffle(actual_lines)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for c in sorted(centres):
         a = r2(actual[c])
         rows.append({"cost_centre": c, "budget": budget[c], "actual": a, "variance": r2(a - budget[c]),
