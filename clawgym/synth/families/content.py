@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+from typing import Any
 
 from clawgym.synth.families.base import Ctx, csv_text, dirty_text, family, json_text, people, r2
 from clawgym.tasks.model import RubricProxy
@@ -41,7 +42,7 @@ _WORDS = ["guide", "pricing", "tips", "garden", "budget", "coffee", "remote", "t
 
 
 def _title(rng, target: int) -> str:
-    out = []
+    out: list[str] = []
     while len(" ".join(out)) < target:
         out.append(rng.choice(_WORDS))
     return " ".join(out).capitalize()
@@ -55,6 +56,7 @@ def seo_meta_audit(ctx: Ctx) -> None:
     rng = ctx.rng
     rules = {"title_max": rng.choice([55, 60, 65]), "description_min": rng.choice([60, 70]),
              "description_max": rng.choice([150, 160]), "min_words": rng.choice([250, 300, 400])}
+    expected: list[dict[str, Any]]
     pages, expected = [], []
     n = rng.randint(8, 12)
     for i in range(n):
@@ -218,6 +220,7 @@ def social_post_check(ctx: Ctx) -> None:
               "linkedin": {"max_chars": rng.choice([220, 260, 300]), "max_hashtags": rng.choice([3, 4])},
               "instagram": {"max_chars": rng.choice([240, 320]), "max_hashtags": rng.choice([5, 6])}}
     tags = ["#launch", "#tips", "#productivity", "#remote", "#design", "#ai", "#smallbiz", "#community", "#events"]
+    exp: list[dict[str, Any]]
     rows, exp = [], []
     base = dt.date(2026, rng.randint(1, 11), rng.randint(1, 20))
     for i in range(rng.randint(8, 12)):
@@ -364,6 +367,7 @@ _DOSES = {"amoxicillin": [250, 500, 875], "ibuprofen": [200, 400, 600, 800], "pa
 def dose_schedule_check(ctx: Ctx) -> None:
     rng = ctx.rng
     drugs = rng.sample(list(_DRUGS), rng.randint(4, 6))
+    exp: list[dict[str, Any]]
     rows, exp, ends = [], [], {}
     for d in drugs:
         dose = rng.choice(_DOSES[d])
@@ -485,9 +489,11 @@ def vuln_triage(ctx: Ctx) -> None:
     hosts = rng.sample(["web-01", "web-02", "db-01", "cache-01", "vpn-gw", "build-01", "mail-01", "hr-app"], 5)
     crit = {h: rng.choice(["high", "medium", "low"]) for h in hosts}
     weights = {"high": 1.5, "medium": 1.0, "low": 0.5}
+    finds: list[dict[str, Any]]
+    keep: list[dict[str, Any]]
     finds, keep = [], []
     for i in range(rng.randint(10, 16)):
-        f = {"id": f"F-{100 + i}", "host": rng.choice(hosts), "cve": f"CVE-2026-{rng.randint(1000, 49999)}",
+        f: dict[str, Any] = {"id": f"F-{100 + i}", "host": rng.choice(hosts), "cve": f"CVE-2026-{rng.randint(1000, 49999)}",
              "cvss": round(rng.uniform(2.0, 10.0), 1), "status": rng.choice(["open", "open", "fixed"]),
              "false_positive": rng.random() < 0.15}
         finds.append(f)
