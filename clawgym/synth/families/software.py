@@ -14,6 +14,7 @@ import functools
 import json
 import re
 import sys
+from typing import Any, TypedDict, cast
 
 from clawgym.synth.families.base import Ctx, family, json_text, people
 
@@ -572,7 +573,20 @@ def _runs(ws, mod_name, mod_src, test_src):
 # 1. fix a bug that a failing test exposes
 # ----------------------------------------------------------------------------------------------
 
-_BUGS = [
+
+class _Bug(TypedDict):
+    """A one-line bug: `src` with {BUG} replaced by `bug` (buggy) or `fix` (fixed); `cases` are [args, want]."""
+
+    module: str
+    fn: str
+    src: str
+    bug: str
+    fix: str
+    tests: str
+    cases: list[Any]
+
+
+_BUGS: list[_Bug] = [
     {
         "module": "pager", "fn": "paginate",
         "src": '''"""Pagination helpers for the listing API."""
@@ -764,10 +778,12 @@ def _bug_facts(k: int) -> tuple[int, int, tuple[str, ...], int, str, str]:
     assert all(_call_cases(mod, fixed, fn, b["cases"])) and not all(_call_cases(mod, buggy, fn, b["cases"]))
     failing = []
     tree = ast.parse(b["tests"])
-    imports = [ast.get_source_segment(b["tests"], n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    # nodes of the tree parsed from b["tests"] (positions set): get_source_segment gives their text, never None
+    imports = [cast(str, ast.get_source_segment(b["tests"], n)) for n in tree.body
+               if isinstance(n, (ast.Import, ast.ImportFrom))]
     for node in tree.body:
         if (isinstance(node, ast.FunctionDef) and node.name.startswith("test")
-                and run_tests(mod, buggy, "\n".join(imports + [ast.get_source_segment(b["tests"], node)]) + "\n")[1]):
+                and run_tests(mod, buggy, "\n".join(imports + [cast(str, ast.get_source_segment(b["tests"], node))]) + "\n")[1]):
             failing.append(node.name)
     line = next(i for i, l in enumerate(b["src"].splitlines(), 1) if "{BUG}" in l)
     bug_line = b["src"].splitlines()[line - 1]
@@ -832,7 +848,20 @@ def fix_failing_test(ctx: Ctx) -> None:
 # 2. add a function from a spec, with tests
 # ----------------------------------------------------------------------------------------------
 
-_SPECS = [
+
+class _Spec(TypedDict):
+    """A function to add to textkit: its reference `impl`, a wrong `mutant`, tests and [args, want] `cases`."""
+
+    fn: str
+    sig: str
+    doc: str
+    impl: str
+    mutant: str
+    tests: str
+    cases: list[Any]
+
+
+_SPECS: list[_Spec] = [
     {"fn": "slugify", "sig": "slugify(text)",
      "doc": "Lower-case the text, replace every run of characters that are not a-z or 0-9 with a single '-', and "
             "strip leading/trailing '-'.",
@@ -1083,7 +1112,7 @@ _TEXTKIT_PROBES = [
     ("title_case", ("hello WORLD",)), ("title_case", ("  many   spaces ",)), ("title_case", ("",)),
     ("title_case", ("\u00c9COLE \u00e9lan",)), ("title_case", ("x-y z",)), ("title_case", (None,)),
 ]
-_SPEC_PROBES = {
+_SPEC_PROBES: dict[str, list[tuple[Any, ...]]] = {
     "slugify": [("",), ("--a--",), ("\u00c0B c",), ("a_b",), ("\u0130x",), ("x\ty\nz",), ("UPPER lower 123",), (None,)],
     "chunk": [([1, 2, 3, 4, 5], 2), ([], 3), ([1], 0), ([1], -1), ("abcde", 2), ((1, 2, 3), 2), ([1, 2], True),
               ([1, 2], 1.5), ([1, 2], None), ([1, 2], 0.5)],
@@ -1092,7 +1121,7 @@ _SPEC_PROBES = {
 }
 
 
-def _spec_probes(sp: dict) -> list:
+def _spec_probes(sp: _Spec) -> list:
     fn = sp["fn"]
     return _TEXTKIT_PROBES + [(fn, tuple(a)) for a, _ in sp["cases"]] + [(fn, a) for a in _SPEC_PROBES[fn]]
 
@@ -1197,7 +1226,21 @@ def implement_spec_function(ctx: Ctx) -> None:
 # 3. rename a function across a small code base, keeping a deprecated alias
 # ----------------------------------------------------------------------------------------------
 
-_RENAMES = [
+
+class _Rename(TypedDict):
+    """A function `old` of `module` renamed to `new`; `calls` are (arg, arg) source texts, `cases` [args, want]."""
+
+    module: str
+    old: str
+    new: str
+    body: str
+    params: str
+    args: str
+    calls: list[tuple[str, str]]
+    cases: list[Any]
+
+
+_RENAMES: list[_Rename] = [
     {"module": "money", "old": "fmt", "new": "format_money",
      "body": '    return f"{currency} {amount:,.2f}"\n', "params": "amount, currency=\"USD\"", "args": "amount, currency",
      "calls": [("1234.5", "\"EUR\""), ("99", "\"USD\""), ("0.5", "\"GBP\""), ("1000000", "\"JPY\"")],
@@ -1223,7 +1266,7 @@ def rename_with_alias(ctx: Ctx) -> None:
     mod, old, new = r["module"], r["old"], r["new"]
     lib = (f'"""{mod}: shared helpers."""\n\n\ndef {old}({r["params"]}):\n    """Do not call directly from new code."""\n'
            + r["body"] + "\n\nVERSION = \"1.4.0\"\n")
-    callers: dict[str, list[str]] = {}
+    callers: dict[str, list[tuple[str, str]]] = {}
     sites = {}
     for f in ("report.py", "cli.py", f"tests/test_{mod}.py"):
         k = rng.randint(1, 3)
