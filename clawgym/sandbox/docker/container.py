@@ -95,13 +95,20 @@ class Slot:
     def sock(self) -> str | None:
         return os.path.join(self.ctl, "ctl.sock") if self.ctl else None
 
+    def server_sock(self) -> str:
+        """The exec server's socket path; OSError (as a failed connect) for a container started without one."""
+        sock = self.sock
+        if sock is None:
+            raise OSError(f"container {self.id[:12]} has no exec server socket")
+        return sock
+
     def fast(self) -> bool:
         """The exec server can be used: the host can sweep and the socket exists."""
         return (self.procs_file is not None and os.geteuid() == 0 and self.sock is not None
                 and os.path.exists(self.sock))
 
     def connect(self, timeout: float = 5.0) -> socket.socket:
-        return execd_client.connect(self.sock, timeout)
+        return execd_client.connect(self.server_sock(), timeout)
 
     def wait_server(self, timeout: float = 10.0) -> bool:
         if not self.sock:
@@ -159,6 +166,8 @@ class Slot:
             log.debug("cannot locate container %s processes from the host: %s", self.id[:12], e)
 
     def extra_pids(self) -> list[int]:
+        if self.procs_file is None:
+            raise OSError(f"container {self.id[:12]}: its cgroup was not located")
         with open(self.procs_file) as f:
             return [p for p in (int(x) for x in f.read().split()) if p not in self.keep]
 
@@ -185,7 +194,7 @@ class Slot:
 
     def request(self, req: dict, timeout: float = 10.0) -> tuple[int | None, bytes]:
         """A short request to the server (reset, ping): -> (rc or None, stderr)."""
-        return execd_client.short_request(self.sock, req, timeout)
+        return execd_client.short_request(self.server_sock(), req, timeout)
 
     def clear_host_side(self) -> str | None:
         """From the host (root), charging nothing to the container: every SysV IPC object and POSIX message
@@ -221,7 +230,7 @@ class Slot:
         if why:
             log.info("host-side IPC cleanup of %s: %s", self.id[:12], why)
             rc, msg = execd_client.reset_until_ok(
-                self.sock, {"op": "reset", "uid": SANDBOX_UID, "gid": SANDBOX_GID}, self.sweep)
+                self.server_sock(), {"op": "reset", "uid": SANDBOX_UID, "gid": SANDBOX_GID}, self.sweep)
             if rc != 0:
                 return f"ipc reset rc={rc}: {msg[:200]!r}"
         if not self.sweep():

@@ -9,18 +9,39 @@ import logging
 import socket
 import struct
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from clawgym.sandbox.base import ExecResult, SandboxError
+from clawgym.sandbox.base import ExecResult, SandboxConfig, SandboxError
 from clawgym.sandbox.host import execd_client
 from clawgym.sandbox.host.execd_client import SERVICE_GID, SERVICE_UID
 from clawgym.sandbox.host.proc import cap_append, flood_limit
 from clawgym.sandbox.host.statedir import SANDBOX_GID, SANDBOX_UID, sandbox_env
+
+if TYPE_CHECKING:
+    import threading
+
+    from clawgym.sandbox.docker.container import Slot
 
 log = logging.getLogger(__name__)
 
 
 class DockerExecMixin:
     """exec paths of a DockerSandbox; each returns (out, err, truncated, timed_out, rc)."""
+
+    # what DockerSandbox (and its host-file mixin) provide; annotations only: no attribute or method of the mixin
+    config: SandboxConfig
+    _slot: Slot
+    _api: Any
+    _lock: threading.Lock
+    _active: int
+    _closed: bool
+    use_execd: bool
+    kill_background: bool
+    _check: Callable[[], None]
+    _enter: Callable[[], None]
+    _leave: Callable[[], bool]
+    _kill_all: Callable[[], None]
 
     def _envd(self, env) -> dict[str, str]:
         return sandbox_env(self.config, env)
