@@ -1,6 +1,6 @@
-import datetime as dt
 import os
 import re
+import datetime as dt
 
 t = open("notes/meeting_notes.md").read()
 y = re.search(r"\d{4}", t)[0]

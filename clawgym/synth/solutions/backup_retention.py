@@ -1,6 +1,5 @@
-import json
 import os
-
+import json
 import yaml
 
 n = yaml.safe_load(open("backups/policy.yaml"))["per_host"]["keep_newest"]

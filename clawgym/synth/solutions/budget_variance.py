@@ -1,5 +1,5 @@
-import csv
 import os
+import csv
 import re
 
 budget = {r["cost_centre"].strip(): float(r["budget"]) for r in csv.DictReader(open("input/budget_q1.csv"))}

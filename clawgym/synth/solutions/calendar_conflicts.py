@@ -1,5 +1,5 @@
-import json
 import os
+import json
 
 ev = sorted(json.load(open("input/calendar.json"))["events"], key=lambda e: e["id"])
 out = []

@@ -1,6 +1,5 @@
-import json
 import os
-
+import json
 import yaml
 
 p = yaml.safe_load(open("input/policy.yaml"))

@@ -1,5 +1,4 @@
 import os
-
 import yaml
 
 dow = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]

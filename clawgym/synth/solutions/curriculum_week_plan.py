@@ -1,6 +1,5 @@
-import json
 import os
-
+import json
 import yaml
 
 mods = {m["id"]: m for m in yaml.safe_load(open("course/modules.yaml"))["modules"]}

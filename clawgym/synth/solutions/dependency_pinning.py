@@ -1,6 +1,6 @@
-import json
 import os
 import re
+import json
 
 lk = dict(l.split("==") for l in open("requirements.lock").read().splitlines() if "==" in l)
 out, un, mm, ms = [], [], [], []

@@ -1,5 +1,5 @@
-import csv
 import os
+import csv
 
 rows, files = [], []
 for d in sorted(os.listdir("data")):

@@ -1,10 +1,9 @@
-import csv
-import datetime as dt
-import json
 import os
+import csv
+import json
 import re
-
 import yaml
+import datetime as dt
 
 y = yaml.safe_load(open("input/daily_limits.yaml"))
 mx, fq = y["max_daily_mg"], y["frequency_codes"]

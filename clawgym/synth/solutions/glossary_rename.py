@@ -1,6 +1,6 @@
+import os
 import csv
 import json
-import os
 import re
 
 t = open("docs/handbook.md").read()

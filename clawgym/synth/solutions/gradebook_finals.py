@@ -1,6 +1,5 @@
-import csv
 import os
-
+import csv
 import yaml
 
 p = yaml.safe_load(open("input/grading_policy.yaml"))

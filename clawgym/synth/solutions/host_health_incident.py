@@ -1,6 +1,5 @@
-import json
 import os
-
+import json
 import yaml
 
 th = yaml.safe_load(open("config/thresholds.yaml"))["alert_when_at_or_above"]

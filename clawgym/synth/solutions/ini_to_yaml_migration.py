@@ -1,6 +1,5 @@
-import configparser
 import os
-
+import configparser
 import yaml
 
 ini = configparser.ConfigParser()

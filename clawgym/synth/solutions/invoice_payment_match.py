@@ -1,6 +1,6 @@
+import os
 import csv
 import json
-import os
 import re
 
 inv = list(csv.DictReader(open("finance/invoices.csv")))

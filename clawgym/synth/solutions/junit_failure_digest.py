@@ -1,6 +1,6 @@
+import os
 import glob
 import json
-import os
 import xml.etree.ElementTree as ET
 
 n = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}

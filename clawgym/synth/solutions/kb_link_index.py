@@ -1,8 +1,8 @@
+import os
+import re
 import csv
 import glob
 import json
-import os
-import re
 
 notes = {}
 for p in sorted(glob.glob("kb/*.md")):

@@ -1,6 +1,6 @@
-import json
 import os
 import re
+import json
 
 errs = []
 for f in ["logs/app.log.1", "logs/app.log"]:

@@ -1,9 +1,8 @@
 # args: earliest (\d+)-minute slot
-import json
 import os
 import re
 import sys
-
+import json
 import yaml
 
 dur = int(sys.argv[1])

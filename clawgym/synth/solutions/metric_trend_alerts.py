@@ -1,8 +1,8 @@
 # args: \|pct_change\| >= (\d+(?:\.\d+)?)
-import csv
-import json
 import os
+import csv
 import sys
+import json
 
 limit = float(sys.argv[1])
 rows = [r for r in csv.reader(open("input/daily_metrics.csv")) if r and not r[0].startswith("#")]

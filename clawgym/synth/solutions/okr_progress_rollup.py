@@ -1,7 +1,6 @@
-import json
 import os
 import re
-
+import json
 import yaml
 
 doc = yaml.safe_load(open("okrs/q3_okrs.yaml"))["objectives"]

@@ -1,6 +1,6 @@
+import os
 import csv
 import json
-import os
 
 d = json.load(open("input/plans.json"))
 use = [int(list(r.values())[1]) for r in csv.DictReader(open("input/usage_last_year.csv"))]

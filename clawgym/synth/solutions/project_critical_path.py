@@ -1,7 +1,6 @@
-import json
 import os
 import re
-
+import json
 import yaml
 
 ts = yaml.safe_load(open("plan/tasks.yaml"))["tasks"]

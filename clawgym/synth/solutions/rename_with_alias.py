@@ -1,8 +1,8 @@
 # args: renaming `(\w+)\.(\w+)` to `\w+\.(\w+)`
-import json
 import os
 import re
 import sys
+import json
 
 mod, old, new = sys.argv[1:4]
 src = open(f"{mod}.py").read()

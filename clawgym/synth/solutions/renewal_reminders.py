@@ -1,8 +1,8 @@
 # args: [Tt]oday is (\d{4}-\d\d-\d\d)\..*?and (\d+) days from today
-import csv
-import datetime as dt
 import os
+import csv
 import sys
+import datetime as dt
 
 today = dt.date.fromisoformat(sys.argv[1])
 last = today + dt.timedelta(days=int(sys.argv[2]))

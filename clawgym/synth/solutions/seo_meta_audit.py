@@ -1,6 +1,5 @@
-import json
 import os
-
+import json
 import yaml
 
 r = yaml.safe_load(open("input/seo_rules.yaml"))

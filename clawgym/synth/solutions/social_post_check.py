@@ -1,7 +1,6 @@
-import csv
 import os
+import csv
 import re
-
 import yaml
 
 lim = yaml.safe_load(open("input/channels.yaml"))

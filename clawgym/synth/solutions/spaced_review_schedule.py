@@ -1,8 +1,8 @@
-import csv
-import datetime as dt
-import json
 import os
 import re
+import csv
+import json
+import datetime as dt
 
 rule = open("study/rules.md").read()
 g = float(re.search(r"good: new interval = interval x ([\d.]+)", rule)[1])

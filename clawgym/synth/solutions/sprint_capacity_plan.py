@@ -1,7 +1,6 @@
+import os
 import csv
 import json
-import os
-
 import yaml
 
 tm = yaml.safe_load(open("backlog/team.yaml"))

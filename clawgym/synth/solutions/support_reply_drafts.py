@@ -1,6 +1,6 @@
-import json
 import os
 import re
+import json
 
 faq = dict((k, a.strip()) for k, a in re.findall(r"^## .+\((\w+)\)\n\n(.+)$", open("input/faq.md").read(), re.M))
 rows = []

@@ -1,7 +1,7 @@
 # args: as of (\d{4}-\d\d-\d\d)
-import json
 import os
 import sys
+import json
 
 as_of = sys.argv[1]
 rows = [json.loads(line) for line in open("input/board_export.jsonl") if line.strip()]

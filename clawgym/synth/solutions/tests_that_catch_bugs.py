@@ -1,6 +1,6 @@
+import os
 import ast
 import json
-import os
 
 t = '''import inventory
 

@@ -1,6 +1,5 @@
-import json
 import os
-
+import json
 import yaml
 
 o = json.load(open("trip/options.json"))

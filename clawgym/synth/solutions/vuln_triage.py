@@ -1,6 +1,5 @@
-import json
 import os
-
+import json
 import yaml
 
 a = yaml.safe_load(open("input/assets.yaml"))

@@ -1,7 +1,6 @@
+import os
 import glob
 import json
-import os
-
 import yaml
 
 rb = yaml.safe_load(open("input/rubric.yaml"))
