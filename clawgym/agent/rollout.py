@@ -30,7 +30,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any, Literal, cast
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from clawgym.agent.loop import Limits, bound_messages, count_tool_calls, tool_types
 from clawgym.agent.messages import text_of
@@ -49,33 +49,62 @@ SCORED_CLASSES = ("ok", "agent_error", "limit")
 class Rollout(BaseModel):
     """One rollout of a policy on a task: transcript, usage, workspace changes, verification and score."""
 
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     rollout_id: str = Field(default_factory=lambda: uuid.uuid4().hex[:16])
+    """This rollout's id (16 hex digits)."""
     task_id: str
+    """The task rolled out."""
     suite: str = "default"
+    """The task's suite (procedural, clawgym, pinchbench, harbor, ...)."""
     category: str = ""
+    """The task's category."""
     family: str = ""
+    """The task's family (procedural tasks)."""
     route: str = ""
+    """How the task was made (persona, skill, procedural, imported)."""
     policy: str
+    """The policy's (model's) name."""
     runtime: str = "builtin"
+    """The agent runtime that ran the agent phase (builtin, openclaw)."""
     messages: list[dict] = Field(default_factory=list)
+    """The transcript: OpenAI-style chat messages."""
     tools: list[dict] = Field(default_factory=list)
+    """The tool schemas the agent was offered."""
     turns: int = 0
+    """Model turns taken."""
     tool_calls: int = 0
+    """Tool calls made."""
     tool_types: list[str] = Field(default_factory=list)
+    """The distinct tools called."""
     prompt_tokens: int = 0
+    """Prompt tokens over all turns (the endpoint's usage)."""
     completion_tokens: int = 0
+    """Completion tokens over all turns (the endpoint's usage)."""
     wall_s: float = 0.0
+    """Wall time of the rollout, in seconds."""
     failure_class: FailureClass = "ok"
+    """ok | agent_error | limit | infra | unjudged: infra and unjudged are counted, never scored."""
     error: str | None = None
-    workspace_diff: list[dict] = Field(default_factory=list)  # {path, change: added|modified|deleted, size}
-    verification: VerificationResult | None = None  # None: not verified (infra before the check)
+    """What went wrong, if anything."""
+    workspace_diff: list[dict] = Field(default_factory=list)
+    """The files the agent changed: {path, change: added | modified | deleted, size}."""
+    verification: VerificationResult | None = None
+    """The verification; None when not verified (infra before the check)."""
     score: float | None = None
+    """The task score in [0, 1]; None when not scored."""
     attempt: int = 1
-    infra_errors: list[str] = Field(default_factory=list)  # errors of earlier, retried attempts
-    proxy_log: str | None = None  # openclaw runtime: path of the recording proxy's log
-    tool_durations: list[float] = Field(default_factory=list)  # builtin runtime: seconds per tool call, in order
-    meta: dict = Field(default_factory=dict)  # runtime facts (openclaw: proxy divergence, refused requests)
+    """Which try this is (infra failures are retried)."""
+    infra_errors: list[str] = Field(default_factory=list)
+    """Errors of earlier, retried attempts."""
+    proxy_log: str | None = None
+    """openclaw runtime: path of the recording proxy's log."""
+    tool_durations: list[float] = Field(default_factory=list)
+    """builtin runtime: seconds per tool call, in order."""
+    meta: dict = Field(default_factory=dict)
+    """Runtime facts (openclaw: proxy divergence, refused requests)."""
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    """When the rollout was made (UTC)."""
 
     def to_row(self, shard: int = 0, run_id: str = "", max_record_bytes: int | None = None) -> dict[str, Any]:
         """A flat row in the lake's `trajectories` schema (nested values as JSON text). Never unbounded: a

@@ -7,13 +7,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 RECORD_FILE = "clawgym_checkpoint.json"
 
@@ -22,40 +22,67 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-@dataclass
-class CheckpointRecord:
+class CheckpointRecord(BaseModel):
     """A trained checkpoint's registry record: where it is, what it started from, data and
-    hyperparameters, loss/reward curves and throughput."""
+    hyperparameters, loss/reward curves and throughput. Made with keywords (values are validated), saved as
+    JSON beside the model (`save` / `load`)."""
 
-    checkpoint: str  # the checkpoint's name (the `checkpoint` partition / model name)
-    path: str  # the servable HF model folder
-    base: str  # the model training started from
-    parent: str | None = None  # the model it is compared against ("" / None: the base)
-    algorithm: str = "sft"  # sft | grpo
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    checkpoint: str
+    """The checkpoint's name (the `checkpoint` partition / model name)."""
+    path: str
+    """The servable HF model folder."""
+    base: str
+    """The model training started from."""
+    parent: str | None = None
+    """The model it is compared against ("" / None: the base)."""
+    algorithm: str = "sft"
+    """sft | grpo."""
     data_version: str = ""
+    """The data version of the SFT set / task set it trained on."""
     dataset_path: str | None = None
-    n_samples: int | None = None  # SFT rows trained on
-    n_tasks: int | None = None  # GRPO tasks
-    hyperparams: dict[str, Any] = field(default_factory=dict)
-    loss_curve: list[dict] = field(default_factory=list)  # [{"step", "loss"}]
+    """The SFT set's folder (SFT)."""
+    n_samples: int | None = None
+    """SFT rows trained on."""
+    n_tasks: int | None = None
+    """GRPO tasks."""
+    hyperparams: dict[str, Any] = Field(default_factory=dict)
+    """TRL's config fields as run, LoRA, precision, token statistics, resume."""
+    loss_curve: list[dict] = Field(default_factory=list)
+    """[{"step", "loss"}], in step order."""
     final_loss: float | None = None
+    """The last logged loss."""
     train_loss: float | None = None
-    reward_curve: list[dict] = field(default_factory=list)  # GRPO: [{"step", "reward", "loss"}]
-    rewards: list[dict] = field(default_factory=list)  # GRPO: one {"task_id", "reward"} per sample
-    n_sandboxes: int | None = None  # GRPO: sandboxes opened (one per sample)
+    """The trainer's mean training loss (its `train_loss` metric)."""
+    reward_curve: list[dict] = Field(default_factory=list)
+    """GRPO: [{"step", "reward", "loss"}]."""
+    rewards: list[dict] = Field(default_factory=list)
+    """GRPO: one {"task_id", "reward"} per sample."""
+    n_sandboxes: int | None = None
+    """GRPO: sandboxes opened (one per sample)."""
     steps: int = 0
+    """Optimizer steps taken."""
     resumed_from: str | None = None
+    """The trainer checkpoint the run resumed from, if any."""
     tokens_seen: int | None = None
+    """Input tokens the trainer saw."""
     train_runtime_s: float | None = None
+    """The trainer's own runtime, in seconds."""
     tokens_per_s: float | None = None
+    """tokens_seen / train_runtime_s."""
     wall_s: float | None = None
+    """Wall time of the whole run (loading and saving included), in seconds."""
     loss_plot: str | None = None
-    run_id: str | None = None  # the Dagster run that registered it
-    created_at: str = field(default_factory=_now)  # ISO 8601, UTC
+    """The loss (or reward) plot beside the model, if one was drawn."""
+    run_id: str | None = None
+    """The Dagster run that registered it."""
+    created_at: str = Field(default_factory=_now)
+    """ISO 8601, UTC."""
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, plus ``hyperparams_json`` / ``loss_curve_json`` (the record file's layout)."""
-        d = dataclasses.asdict(self)
+        d = self.model_dump()
         d["hyperparams_json"] = json.dumps(self.hyperparams, default=str)
         d["loss_curve_json"] = json.dumps(self.loss_curve)
         d["reward_curve_json"] = json.dumps(self.reward_curve)
@@ -74,7 +101,7 @@ class CheckpointRecord:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CheckpointRecord:
         """From `to_dict`'s layout (derived ``*_json`` keys are ignored; an unknown key is an error)."""
-        known = {f.name for f in dataclasses.fields(cls)}
+        known = set(cls.model_fields)
         unknown = sorted(set(d) - known - {"hyperparams_json", "loss_curve_json", "reward_curve_json"})
         if unknown:
             raise ValueError(f"CheckpointRecord: unknown field(s) {', '.join(unknown)}")

@@ -1,7 +1,6 @@
 """Training settings by TRL's / peft's own names (checked against their dataclasses) and the one checkpoint
 registry record (its lake row matches the `checkpoints` schema). No training here: fast."""
 
-import dataclasses
 import json
 import os
 
@@ -97,7 +96,11 @@ def test_checkpoint_record_row_matches_lake_schema(tmp_path):
     (tmp_path / RECORD_FILE).write_text(json.dumps({**rec.to_dict(), "bogus": 1}))
     with pytest.raises(ValueError, match=r"clawgym_checkpoint\.json: .*bogus"):
         CheckpointRecord.load(tmp_path)
-    assert dataclasses.replace(rec, parent=None).to_row()["parent"] is None
+    assert rec.model_copy(update={"parent": None}).to_row()["parent"] is None
+    # a record file with a wrong-typed field is one error naming the file and the field
+    (tmp_path / RECORD_FILE).write_text(json.dumps({**rec.to_dict(), "n_samples": "three"}))
+    with pytest.raises(ValueError, match=r"clawgym_checkpoint\.json: (?s:.*)n_samples"):
+        CheckpointRecord.load(tmp_path)
 
 
 def test_trainer_resource_speaks_trl_names():

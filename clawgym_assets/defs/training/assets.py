@@ -147,7 +147,7 @@ def checkpoints(context: dg.AssetExecutionContext, config: CheckpointConfig, lak
     rec = CheckpointRecord.load(out_dir)
     if rec is None:
         raise dg.Failure(f"{out_dir}: the training run wrote no {RECORD_FILE}")
-    rec = dataclasses.replace(rec, parent=parent, run_id=context.run.run_id)
+    rec = rec.model_copy(update={"parent": parent, "run_id": context.run.run_id})
     rec.save(out_dir)
     reg = [r for r in lake.read("checkpoints").to_pylist() if r["checkpoint"] != name]
     lake.write("checkpoints", reg + [rec.to_row()])
