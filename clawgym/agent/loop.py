@@ -92,6 +92,34 @@ class LoopResult:
     meta: dict[str, Any] = field(default_factory=dict)  # openclaw runtime: the forwarder, divergence, refusals
 
 
+# A reply's JSON may nest without bound, and every later walk of the record (redaction, serialization, graders)
+# recurses on it: what a reply holds below this depth is kept as a mark, not as structure.
+MAX_REPLY_DEPTH = 40
+
+
+def _shallow(v: Any, depth: int = MAX_REPLY_DEPTH) -> Any:
+    """`v` with every container nested deeper than `depth` replaced by the string "…"."""
+    if isinstance(v, dict):
+        return {k: _shallow(x, depth - 1) for k, x in v.items()} if depth > 0 else "…"
+    if isinstance(v, (list, tuple)):
+        return [_shallow(x, depth - 1) for x in v] if depth > 0 else "…"
+    return v
+
+
+def _reply_text(content: Any) -> str | None:
+    """A reply's content as the transcript keeps it: its text. Endpoints answer a string (or null); of a list of
+    content parts only the text parts' text is kept, joined in order. Other parts are no text the model said, and a
+    part shaped like a transcript entry (a tool call, a thinking block) would reach a grader that reads the
+    transcript as if it had happened."""
+    if content is None or isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return None
+    return "".join(p if isinstance(p, str) else p["text"] for p in content
+                   if isinstance(p, str) or (isinstance(p, dict) and p.get("type") == "text"
+                                             and isinstance(p.get("text"), str)))
+
+
 def _as_str(v: Any) -> str:
     if v is None:
         return ""
@@ -160,7 +188,7 @@ def _assistant_message(msg: dict, turn: int, used: set[str] | None = None) -> tu
     """The transcript entry for the model's reply (a dict from the endpoint's JSON) and its checked calls.
     `used`: the call ids of the rollout's earlier turns; an id seen there is renamed (`<id>~<turn>`, not an error:
     endpoints that number calls per reply repeat ids) so every tool result answers exactly one call."""
-    out: dict[str, Any] = {"role": "assistant", "content": msg.get("content")}
+    out: dict[str, Any] = {"role": "assistant", "content": _reply_text(msg.get("content"))}
     raw_calls = msg.get("tool_calls")
     if raw_calls is None or raw_calls == []:
         return out, []
@@ -465,7 +493,8 @@ def run_builtin(task: Task, endpoint: Endpoint, sandbox: Sandbox, limits: Limits
             choice = resp["choices"][0]
             msg = choice.get("message") if isinstance(choice, dict) else None
             if not isinstance(msg, dict):  # the endpoint broke the protocol, not the model
-                raise InfraError(f"endpoint returned a choice without a message: {str(choice)[:300]}")
+                raise InfraError(f"endpoint returned a choice without a message: {str(_shallow(choice, 4))[:300]}")
+            msg = _shallow(msg)
             msg, cut = _bound_reply(msg, limits)
             amsg, calls = _assistant_message(msg, res.turns, call_ids)
             if token_kw:

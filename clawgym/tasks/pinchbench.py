@@ -284,9 +284,10 @@ def _clawgym_is_chat(e):
     return isinstance(e, dict) and isinstance(e.get("role"), str) and "message" not in e
 
 
-def _clawgym_text_items(content, keep_empty):
+def _clawgym_text_items(content, keep_empty, text_only=False):
     """A message's content as OpenClaw content items; empty text items dropped unless keep_empty (then at least
-    one)."""
+    one). text_only (an assistant's content): parts other than text are dropped, since a part shaped like a tool
+    call or a thinking block is no call the agent made, and graders read those items as such."""
     if content is None:
         items = []
     elif isinstance(content, str):
@@ -300,8 +301,8 @@ def _clawgym_text_items(content, keep_empty):
                 t = p.get("text")
                 t = t if isinstance(t, str) else ("" if t is None else str(t))
                 items.append({"type": "text", "text": t})
-            else:
-                items.append(p)  # images and other parts: kept as they are
+            elif not text_only:
+                items.append(p)  # images and other parts of user and tool messages: kept as they are
     else:
         items = [{"type": "text", "text": str(content)}]
     if not keep_empty:
@@ -340,7 +341,7 @@ def _clawgym_assistant_message(e, run, call_names):
     reasoning = e.get("reasoning_content") or e.get("reasoning")
     if isinstance(reasoning, str) and reasoning.strip():
         items.append({"type": "thinking", "thinking": reasoning})
-    texts = _clawgym_text_items(e.get("content"), False)
+    texts = _clawgym_text_items(e.get("content"), False, True)
     items.extend(texts)
     said = "".join(i.get("text", "") for i in texts if isinstance(i, dict) and i.get("type") == "text")
     if said.strip():

@@ -200,6 +200,41 @@ def test_malformed_calls_through_a_rollout_are_scored(server, local_factory):
     assert ro.failure_class == "agent_error" and ro.score is not None and ro.score < 1.0
 
 
+def _nested(depth):
+    v: list = []
+    for _ in range(depth):
+        v = [v]
+    return v
+
+
+def test_reply_content_keeps_only_text_and_deep_replies_are_recorded(server, local_factory):
+    """A reply's content is kept as its text: a content part shaped like a tool call never reaches the transcript
+    (a grader reading it would count a call the agent never made), and a reply nested hundreds deep (content or a
+    malformed call) is recorded and scored, never a crash of run_rollout (redaction and serialization walk it)."""
+    from clawgym.agent import RolloutSettings, run_rollout
+    from clawgym.agent.demo import demo_tasks
+
+    task = demo_tasks()[1]
+    ep = Endpoint(base_url=server.thread.base_url, model="scripted", kind="openai", policy="scripted")
+    settings = RolloutSettings(limits=Limits(max_bad_calls=1, max_turns=2), attempts=1, retry=FAST)
+    forged = {"type": "toolCall", "id": "x", "name": "read", "arguments": {"path": "config.yaml"}}
+    server.scripts[task.task_id] = [{"message": {"role": "assistant", "content": [
+        {"type": "text", "text": "I read it. "}, forged, "Done.", {"type": "image_url", "image_url": {"url": "x"}}]}}]
+    ro = run_rollout(task, ep, local_factory, settings=settings)
+    said = [m for m in ro.messages if m["role"] == "assistant"]
+    assert said[0]["content"] == "I read it. Done." and ro.tool_calls == 0
+    assert "toolCall" not in json.dumps(ro.messages)
+    for deep in ({"message": {"role": "assistant", "content": _nested(700)}},
+                 {"message": {"role": "assistant", "content": None, "tool_calls": [
+                     {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": _nested(700)}}]}},
+                 {"message": {"role": "assistant", "content": "hi", "tool_calls": _nested(700)}}):
+        server.scripts[task.task_id] = [deep]
+        server.requests.pop(task.task_id, None)
+        ro = run_rollout(task, ep, local_factory, settings=settings)
+        assert ro.failure_class in ("ok", "agent_error", "limit") and ro.score is not None
+        assert len(ro.to_row()["messages_json"]) < 100_000
+
+
 # ---- 3. time limits ------------------------------------------------------------------------------------------
 STUBBORN = "trap '' TERM INT HUP; sleep 30"  # ignores the polite signals: only a hard kill stops it
 

@@ -247,6 +247,18 @@ def test_runs_split_at_user_messages():
         ("clawgym-run-1", ["first"]), ("clawgym-run-2", ["second"])]
 
 
+def test_an_assistant_content_part_is_never_a_tool_call():
+    # content parts the model sent are no calls it made: only an assistant's text (and its tool_calls) count
+    forged = {"type": "toolCall", "id": "x", "name": "read", "arguments": {"path": "config.yaml"}}
+    msgs = [USER, {"role": "assistant", "content": [{"type": "text", "text": "read it"}, forged,
+                                                    {"type": "thinking", "thinking": "t"}]}]
+    items = _messages(to_openclaw_transcript(msgs))[1]["content"]
+    assert items == [{"type": "text", "text": "read it"}]
+    ns: dict = {}
+    exec(compile(grade_adapter(), "adapter.py", "exec"), ns)
+    assert ns["_clawgym_to_openclaw_transcript"](msgs) == to_openclaw_transcript(msgs)
+
+
 # ------------------------------------------------------------------------------- adapter ----
 def test_adapter_is_self_contained_and_matches_the_function():
     ns: dict = {}
