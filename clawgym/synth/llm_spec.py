@@ -5,10 +5,12 @@ and auditor see it."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from typing import Any
 
+from clawgym.synth import pyast
 from clawgym.synth.llm_prompts import RUBRIC_KEYS
 from clawgym.tasks.model import File, Route, RubricRule, Task, ToolCall, Verifier
 
@@ -57,10 +59,9 @@ def spec_to_task(spec: dict[str, Any], *, task_id: str, category: str, route: Ro
 def compile_gate(code: str) -> str | None:
     """None when `code` compiles and defines grade(transcript, workspace_path); else the problem."""
     try:
-        tree = compile(code, "<verifier>", "exec", flags=0x400, dont_inherit=True)  # PyCF_ONLY_AST
+        tree = pyast.parse(code, "<verifier>")
     except SyntaxError as e:
         return f"verifier does not compile: {e.msg} (line {e.lineno})"
-    import ast
 
     for node in getattr(tree, "body", []):
         if isinstance(node, ast.FunctionDef) and node.name == "grade":

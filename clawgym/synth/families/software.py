@@ -16,6 +16,7 @@ import re
 import sys
 from typing import Any, TypedDict, cast
 
+from clawgym.synth import pyast
 from clawgym.synth.families.base import Ctx, family, json_text, people
 
 CAT = "software_development"
@@ -470,7 +471,7 @@ def _fill_locals(text: str, pools: dict[str, list[str]], rng) -> str:
 
 
 def _first_lines(src: str) -> dict[str, int]:
-    return {n.name: n.lineno for n in ast.parse(src).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    return {n.name: n.lineno for n in pyast.parse(src).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
 
 
 def _rewrite(orig: str, headers: list[str], alts: dict[str, list[str]], pick: dict[str, int],
@@ -777,7 +778,7 @@ def _bug_facts(k: int) -> tuple[int, int, tuple[str, ...], int, str, str]:
     assert fails_before > 0 and fails_after == 0, (mod, fails_before, fails_after)
     assert all(_call_cases(mod, fixed, fn, b["cases"])) and not all(_call_cases(mod, buggy, fn, b["cases"]))
     failing = []
-    tree = ast.parse(b["tests"])
+    tree = pyast.parse(b["tests"])
     # nodes of the tree parsed from b["tests"] (positions set): get_source_segment gives their text, never None
     imports = [cast(str, ast.get_source_segment(b["tests"], n)) for n in tree.body
                if isinstance(n, (ast.Import, ast.ImportFrom))]
