@@ -228,10 +228,7 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         return cg is not None and cg.kill_all(keep=self._keep)
 
     def _sweep_if_alone(self) -> None:
-        with self._lock:
-            alone = self._active == 1
-        if alone:
-            self._sweep()
+        self._sweep_alone(self._sweep)
 
     def _server_alive(self) -> bool:
         p = self._proc
@@ -246,9 +243,7 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         try:
             yield
         finally:
-            last = self._leave()
-            if last and not self._closed:
-                self._sweep()
+            self._leave_swept(self._sweep)
         if self._closed:
             raise SandboxError("sandbox was closed while a command ran")
 
@@ -284,12 +279,12 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
                 except BaseException:  # Ctrl-C / error while the command runs: kill what it started
                     self._sweep()
                     raise
-                if r.started or r.timed_out or self._closed:
-                    break
-                # never started (the pids limit: the server could not fork): clear the sandbox, retry;
+                if r.not_started is None or r.timed_out or self._closed:
+                    break  # started, or silence: a command that may have run is never run again
+                # the server made no process for it (the pids limit): clear the sandbox and retry;
                 # nothing ran, so a retry cannot repeat a side effect
                 if attempt == 3 or not self._server_alive():
-                    raise SandboxError(f"exec failed: {r.error or 'the command could not be started'}")
+                    raise SandboxError(f"exec failed: {r.not_started}")
                 self._sweep_if_alone()
                 time.sleep(0.05 * attempt)
         timed_out, rc = r.timed_out, r.rc
@@ -300,6 +295,8 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         elif rc is None:
             if not self._server_alive():
                 raise SandboxError("bwrap sandbox died while a command ran")
+            if r.error is not None:
+                raise SandboxError(f"exec failed: {r.error}")
             rc = 137  # its handler was killed from inside (e.g. `kill -9 -1`): the command was killed
         return ExecResult(rc=rc, stdout=r.out.decode("utf-8", errors="replace"),
                           stderr=r.err.decode("utf-8", errors="replace"), timed_out=timed_out,
@@ -458,7 +455,7 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
         hand out again; this handle is closed."""
         new = object.__new__(BwrapSandbox)
         new.__dict__.update(self.__dict__)
-        new._closed, new._active, new._lock = False, 0, threading.Lock()
+        new._closed, new._active, new._lock, new._sweeping = False, 0, threading.Lock(), False
         new._idle = threading.Condition(new._lock)
         return new
 

@@ -1,7 +1,7 @@
 """How a docker sandbox runs a command: the in-container exec server (fast path) or `docker exec` through the
 raw API socket (fallback). A mixin of DockerSandbox (clawgym/sandbox/docker/backend.py), which provides
-`config`, `_slot`, `_api`, `_lock`/`_active`, `_enter()`/`_leave()`, `use_execd`, `kill_background`, `_recover()`
-and `_kill_all()`."""
+`config`, `_slot`, `_api`, `_enter()`/`_leave_swept()`/`_sweep_alone()` (CountedHostFileMixin), `use_execd`,
+`kill_background`, `_recover()` and `_kill_all()`."""
 
 from __future__ import annotations
 
@@ -19,8 +19,6 @@ from clawgym.sandbox.host.proc import cap_append, flood_limit
 from clawgym.sandbox.host.statedir import SANDBOX_GID, SANDBOX_UID, sandbox_env
 
 if TYPE_CHECKING:
-    import threading
-
     from clawgym.sandbox.docker.container import Slot
 
 log = logging.getLogger(__name__)
@@ -33,14 +31,13 @@ class DockerExecMixin:
     config: SandboxConfig
     _slot: Slot
     _api: Any
-    _lock: threading.Lock
-    _active: int
     _closed: bool
     use_execd: bool
     kill_background: bool
     _check: Callable[[], None]
     _enter: Callable[[], None]
-    _leave: Callable[[], bool]
+    _leave_swept: Callable[[Callable[[], object] | None], bool]
+    _sweep_alone: Callable[[Callable[[], object]], bool]
     _kill_all: Callable[[], None]
 
     def _envd(self, env) -> dict[str, str]:
@@ -73,24 +70,22 @@ class DockerExecMixin:
             except BaseException:  # Ctrl-C / error while the command runs: kill what it started
                 self._kill_interrupted()
                 raise
-            out, err, truncated, timed_out, flooded, rc, started, error = (
-                r.out, r.err, r.truncated, r.timed_out, r.flooded, r.rc, r.started, r.error)
-            if started or timed_out or self._closed:
-                break
-            # the command never started (the server could not fork: the pids limit): clear the
-            # sandbox and try again; nothing ran, so a retry cannot repeat a side effect
+            out, err, truncated, timed_out, flooded, rc = r.out, r.err, r.truncated, r.timed_out, r.flooded, r.rc
+            if r.not_started is None or timed_out or self._closed:
+                break  # started, or silence: a command that may have run is never run again
+            # the server made no process for it (the pids limit): clear the sandbox and try again;
+            # nothing ran, so a retry cannot repeat a side effect
             if attempt == 3:
-                raise SandboxError(f"exec failed: {error or 'the command could not be started'}")
-            with self._lock:
-                alone = self._active == 1
-            if alone and self.kill_background:
-                self._slot.sweep()
+                raise SandboxError(f"exec failed: {r.not_started}")
+            self._sweep_if_alone()
             time.sleep(0.05 * attempt)
         if timed_out or flooded:
             self._kill_all()
         if not timed_out and not flooded and rc is None:
             if self._closed:
                 raise SandboxError("sandbox was closed while a command ran")
+            if r.error is not None:
+                raise SandboxError(f"exec failed: {r.error}")
             self._kill_all()  # the handler died (it never does on its own): report like a timeout
             timed_out = True
         rc = 124 if timed_out else 137 if flooded else rc
@@ -134,9 +129,7 @@ class DockerExecMixin:
                 res = docker(deadline, flood)
             out, err, truncated, timed_out, rc = res
         finally:
-            last = self._leave()
-            if last and not self._closed and self.kill_background:
-                self._slot.sweep()
+            self._leave_swept(self._slot.sweep if self.kill_background else None)
         if self._closed:
             raise SandboxError("sandbox was closed while a command ran")
         return ExecResult(rc=rc, stdout=out.decode("utf-8", errors="replace"),
@@ -152,10 +145,8 @@ class DockerExecMixin:
     def _sweep_if_alone(self) -> None:
         """The command exited but something it started holds its output: kill it (like bwrap), unless
         another exec of this sandbox runs at the same time."""
-        with self._lock:
-            alone = self._active == 1
-        if alone and self.kill_background:
-            self._slot.sweep()
+        if self.kill_background:
+            self._sweep_alone(self._slot.sweep)
 
     # -- fallback: docker exec ----------------------------------------------------------------
     def _exec_docker(self, argv, env, stdin, deadline, max_output, flood, user=f"{SANDBOX_UID}:{SANDBOX_GID}",
@@ -219,10 +210,7 @@ class DockerExecMixin:
                     if exited_at is None and time.monotonic() >= next_poll:
                         if not self._api.exec_inspect(eid).get("Running"):
                             exited_at = time.monotonic()
-                            with self._lock:
-                                alone = self._active == 1
-                            if alone and self.kill_background:
-                                self._slot.sweep()
+                            self._sweep_if_alone()
                         poll = min(poll * 2, 0.5)
                         next_poll = time.monotonic() + poll
                     elif exited_at is not None:

@@ -35,8 +35,13 @@ true) the raw stdin bytes until the host shuts down its write side.
                                                  /dev/shm and /dev/mqueue, then check they are empty
 Server -> host frames: 1 byte kind + 4-byte big-endian length + payload.
   kind 1 stdout, 2 stderr, 3 exit (payload: 4-byte signed rc; a signal death is 128+sig),
-  4 error (utf-8 message: the command could not be started; no exit frame follows),
-  5 started (empty: the command's process exists; before it, the host may safely retry).
+  4 error (utf-8 message: the request could not be served; no exit frame follows),
+  5 started (empty: the command's process exists),
+  6 not started (utf-8 reason: no process could be made for the command, e.g. the pids limit; nothing ran, so the
+    host may clear the sandbox and retry).
+A connection that ends with neither STARTED nor NOT_STARTED may have run the command (the handler was killed
+between the command's start and its STARTED frame, which the command itself can do on bwrap): the host never
+retries it.
 """
 
 import ctypes
@@ -51,7 +56,7 @@ import subprocess
 import sys
 import time
 
-OUT, ERR, EXIT, ERROR, STARTED = 1, 2, 3, 4, 5
+OUT, ERR, EXIT, ERROR, STARTED, NOT_STARTED = 1, 2, 3, 4, 5, 6
 _CHUNK = 1 << 16
 COMMAND_OOM_ADJ = 500  # every command outranks the server (<= 0) in the OOM killer's choice
 
@@ -167,8 +172,8 @@ def _run(conn: socket.socket, req: dict) -> None:
         in_r, in_w = os.pipe()
     try:
         pid, rc0, msg = _start(req, in_r, out_w, err_w)
-    except OSError as e:
-        _send(conn, ERROR, f"fork: {e.strerror}".encode())
+    except OSError as e:  # no process was made (EAGAIN / ENOMEM): nothing ran
+        _send(conn, NOT_STARTED, f"fork: {e.strerror}".encode())
         return
     for fd in (out_w, err_w, in_r):
         if fd is not None:
@@ -458,6 +463,22 @@ def _listen(path: str) -> socket.socket:
     return srv
 
 
+def _refuse(conn: socket.socket, reason: str) -> None:
+    """Tell the host its command was not started (the server could not fork a handler), then close. The request
+    is read first: closing a socket with the host's request unread would fail the host's send (EPIPE) before it
+    could read the reason."""
+    try:
+        conn.settimeout(0.5)  # the host sends its request right after connecting; never let it stall the server
+        n = struct.unpack(">I", _recv_exact(conn, 4))[0]
+        if n <= (16 << 20):
+            _recv_exact(conn, n)
+        _send(conn, NOT_STARTED, reason.encode())
+    except (OSError, EOFError):
+        pass
+    finally:
+        conn.close()
+
+
 def serve(path: str | None = None, fd: int | None = None) -> None:
     """Serve on a new socket at `path`, or on an inherited listening socket `fd` (bwrap: the host made
     it outside the sandbox, so nothing inside can reach or replace it)."""
@@ -481,8 +502,8 @@ def serve(path: str | None = None, fd: int | None = None) -> None:
             continue
         try:
             pid = os.fork()
-        except OSError:  # e.g. the pids limit is reached: the host sees EOF and copes
-            conn.close()
+        except OSError as e:  # e.g. the pids limit is reached: say so, nothing ran (the host may retry)
+            _refuse(conn, f"fork: {e.strerror}")
             time.sleep(0.01)
             continue
         if pid == 0:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from clawgym.sandbox.host.proc import cap_append
 
-OUT, ERR, EXIT, ERROR, STARTED = 1, 2, 3, 4, 5
+OUT, ERR, EXIT, ERROR, STARTED, NOT_STARTED = 1, 2, 3, 4, 5, 6
 
 # the uid/gid of harness services inside a sandbox (`service_exec` of the docker and bwrap backends: e.g. the
 # OpenClaw runtime's proxy forwarder): neither the sandbox user (1000) nor root, no capabilities, so the agent
@@ -100,8 +100,11 @@ class Pumped:
     timed_out: bool
     flooded: bool
     rc: int | None  # None: no exit frame (the handler died, the sandbox went away, or a timeout)
-    started: bool  # the command's process existed (before that, a retry cannot repeat a side effect)
-    error: str | None  # the server could not start the command
+    started: bool  # the command's process existed
+    error: str | None  # the server could not serve the request
+    # why the server made no process for the command (its NOT_STARTED frame): nothing ran, a retry cannot repeat a
+    # side effect. None otherwise; a connection that ended with neither frame may have run the command.
+    not_started: str | None = None
 
 
 def pump(sock: socket.socket, stdin: bytes | None, deadline: float, max_output: int, flood: int,
@@ -110,7 +113,7 @@ def pump(sock: socket.socket, stdin: bytes | None, deadline: float, max_output: 
     `sweep` is called (once) when the command exited but its output stays open (background jobs)."""
     bufs = {OUT: bytearray(), ERR: bytearray()}
     truncated = timed_out = flooded = started = False
-    rc = error = None
+    rc = error = not_started = None
     total = 0
     writer = None
     try:
@@ -163,6 +166,8 @@ def pump(sock: socket.socket, stdin: bytes | None, deadline: float, max_output: 
                     exited_at = time.monotonic()
                 elif kind == ERROR:
                     error = bytes(data).decode("utf-8", errors="replace")
+                elif kind == NOT_STARTED:
+                    not_started = bytes(data).decode("utf-8", errors="replace") or "not started"
             del pending[:pos]
             if flooded:
                 break
@@ -174,7 +179,8 @@ def pump(sock: socket.socket, stdin: bytes | None, deadline: float, max_output: 
         sock.close()
         if writer is not None:
             writer.join(timeout=1)
-    return Pumped(bytes(bufs[OUT]), bytes(bufs[ERR]), truncated, timed_out, flooded, rc, started, error)
+    return Pumped(bytes(bufs[OUT]), bytes(bufs[ERR]), truncated, timed_out, flooded, rc, started, error,
+                  not_started)
 
 
 def reset_until_ok(path: str, req: dict, sweep, attempts: int = 3, timeout: float = 10.0) -> tuple[int | None, bytes]:
@@ -217,6 +223,6 @@ def short_request(path: str, req: dict, timeout: float = 10.0) -> tuple[int | No
         pos += 5 + n
         if kind == EXIT and len(data) == 4:
             rc = struct.unpack(">i", data)[0]
-        elif kind in (ERR, ERROR, OUT):
+        elif kind in (ERR, ERROR, OUT, NOT_STARTED):
             err += data
     return rc, bytes(err)

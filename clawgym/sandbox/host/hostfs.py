@@ -37,6 +37,7 @@ from clawgym.sandbox.host.fstree import (
 
 if TYPE_CHECKING:
     import threading
+    from collections.abc import Callable
 
     from clawgym.sandbox.host.export import WorkspaceExport
 
@@ -600,13 +601,20 @@ class HostFileMixin:
 class CountedHostFileMixin(HostFileMixin):
     """HostFileMixin for sandboxes that are reused: execs and host file operations in flight are counted
     (`_active`, under `_lock`; `_idle` is notified at zero), so a reset can wait until the old handle is
-    quiet. The class sets `_lock`, `_idle = threading.Condition(_lock)`, `_active` and `_closed`."""
+    quiet. The class sets `_lock`, `_idle = threading.Condition(_lock)`, `_active` and `_closed`.
+
+    A sweep (every process of the sandbox but its exec server killed) runs alone: it starts only when one
+    activity or none is left, and no new one enters until it is done, so a sweep never kills a command another
+    thread has just started (which would then end as killed, for no fault of its own)."""
 
     _idle: threading.Condition
     _active: int
+    _sweeping: bool = False
 
     def _enter(self) -> None:
         with self._lock:
+            while self._sweeping and not self._closed:
+                self._idle.wait(0.05)
             if self._closed:
                 from clawgym.sandbox.base import SandboxError
 
@@ -620,6 +628,40 @@ class CountedHostFileMixin(HostFileMixin):
             if self._active == 0:
                 self._idle.notify_all()
             return self._active == 0
+
+    def _sweep_alone(self, sweep: Callable[[], object]) -> bool:
+        """Run `sweep` when the caller's own activity is the only one (an exec whose command exited but left
+        something holding its output), with new activities held off until it returns. -> whether it ran."""
+        with self._lock:
+            if self._active != 1 or self._sweeping:
+                return False
+            self._sweeping = True
+        self._swept(sweep)
+        return True
+
+    def _leave_swept(self, sweep: Callable[[], object] | None) -> bool:
+        """`_leave`, and when that was the last activity of an open sandbox, `sweep` (None: no sweep) before
+        any new activity may enter. -> whether it was the last activity."""
+        with self._lock:
+            self._active -= 1
+            last = self._active == 0
+            run = last and sweep is not None and not self._closed and not self._sweeping
+            if run:
+                self._sweeping = True
+            if last:
+                self._idle.notify_all()
+        if run:
+            assert sweep is not None
+            self._swept(sweep)
+        return last
+
+    def _swept(self, sweep: Callable[[], object]) -> None:
+        try:
+            sweep()
+        finally:
+            with self._lock:
+                self._sweeping = False
+                self._idle.notify_all()
 
     def wait_alone(self, timeout: float) -> bool:
         """Wait until the caller's own activity is the only one left (quiesce: the execs whose commands it
