@@ -207,3 +207,76 @@ def test_pump_reads_not_started():
         b.shutdown(socket.SHUT_WR)
         r = execd_client.pump(a, None, time.monotonic() + 5, 1000, 10_000)
     assert (r.not_started, r.started, r.rc) == ("why!", False, None)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_command_that_cannot_be_started_is_rc_126(backend, request):
+    """A NUL byte in argv, env or cwd cannot reach execve: rc 126 with the reason, like a shell's, not a dead
+    handler (which docker reported by killing every command of the container) or an infrastructure error; a command
+    of another thread goes on untouched."""
+    factory = request.getfixturevalue(backend)
+    with factory.open() as s:
+        out: dict = {}
+        t = threading.Thread(target=lambda: out.update(r=s.exec("sleep 1; echo ok", timeout=20)))
+        t.start()
+        time.sleep(0.3)
+        for bad in (dict(cmd="echo a\x00b"), dict(cmd=["echo"], env={"X": "a\x00b"}),
+                    dict(cmd=["echo"], env={"A=B": "c"})):
+            r = s.exec(**bad, timeout=10)
+            assert r.rc == 126 and not r.timed_out and "execd:" in r.stderr, (bad, r)
+        t.join(20)
+        assert (out["r"].rc, out["r"].stdout) == (0, "ok\n"), out["r"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_command_whose_time_is_gone_is_not_started(backend, request):
+    """A deadline already past when the command would be sent: rc 124 and the command never runs (it used to be
+    sent anyway, reported timed out, and run afterwards)."""
+    factory = request.getfixturevalue(backend)
+    with factory.open() as s:
+        for _ in range(5):
+            r = s.exec("echo run >> count", timeout=1e-6)
+            assert (r.rc, r.timed_out) == (124, True)
+        time.sleep(0.5)
+        assert "count" not in s.list_files()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_timeout_does_not_kill_another_threads_command(backend, request):
+    factory = request.getfixturevalue(backend)
+    with factory.open() as s:
+        out: dict = {}
+        t = threading.Thread(target=lambda: out.update(r=s.exec("sleep 1.5; echo ok", timeout=20)))
+        t.start()
+        time.sleep(0.3)
+        r = s.exec("sleep 30", timeout=0.5)
+        assert (r.rc, r.timed_out) == (124, True)
+        t.join(20)
+        assert (out["r"].rc, out["r"].stdout) == (0, "ok\n"), out["r"]
+        assert "sleep 30" not in s.exec("ps -eo args").stdout  # killed when the last exec ended
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_close_waits_for_the_end_of_exec_sweep(backend, request, monkeypatch):
+    """The end-of-exec sweep counts as the exec's activity until it is done: a close (the pool's reset after it)
+    cannot go ahead mid-sweep, when the sweep could still kill the next user's first command."""
+    factory = request.getfixturevalue(backend)
+    with factory.open() as s:
+        owner, name = (s, "_sweep") if backend == "bwrap_factory" else (s._slot, "sweep")
+        real = getattr(owner, name)
+        sweeping = threading.Event()
+
+        def slow_sweep(*a, **k):
+            if not sweeping.is_set():
+                sweeping.set()
+                time.sleep(0.5)
+            return real(*a, **k)
+
+        monkeypatch.setattr(owner, name, slow_sweep)
+        t = threading.Thread(target=s.exec, args=("true",))
+        t.start()
+        assert sweeping.wait(20)
+        assert not s.wait_quiet(0.2)
+        t.join(20)
+        assert s.wait_quiet(5)
+        monkeypatch.undo()

@@ -267,6 +267,9 @@ class BwrapSandbox(CountedHostFileMixin, Sandbox):
                                    "stdin": stdin is not None, "uid": SANDBOX_UID, "gid": SANDBOX_GID})
         with self._counted_exec():
             for attempt in (1, 2, 3):
+                if time.monotonic() >= deadline:  # its time went waiting (a sweep, a retry): never start it late
+                    return ExecResult(rc=124, stdout="", stderr="", timed_out=True,
+                                      duration_s=time.monotonic() - t0, truncated=False)
                 try:
                     sock = execd_client.connect(self._server_sock(), timeout=5.0)
                     sock.sendall(req)

@@ -54,6 +54,8 @@ class DockerExecMixin:
                         "cwd": wd or self.config.workspace, "stdin": stdin is not None,
                         "uid": uid, "gid": gid})
         for attempt in (1, 2, 3):
+            if time.monotonic() >= deadline:  # its time went waiting (a sweep, a retry): never start it late
+                return b"", b"", False, True, 124
             sock = None
             try:
                 sock = self._slot.connect()
@@ -80,16 +82,25 @@ class DockerExecMixin:
             self._sweep_if_alone()
             time.sleep(0.05 * attempt)
         if timed_out or flooded:
-            self._kill_all()
+            self._kill_own()
         if not timed_out and not flooded and rc is None:
             if self._closed:
                 raise SandboxError("sandbox was closed while a command ran")
             if r.error is not None:
                 raise SandboxError(f"exec failed: {r.error}")
-            self._kill_all()  # the handler died (it never does on its own): report like a timeout
-            timed_out = True
+            # the handler died before the exit status (as on bwrap): the command counts as killed, and what it
+            # may have left is killed now if no other exec runs, else when the sandbox's last exec ends
+            self._kill_own()
+            rc = 137
         rc = 124 if timed_out else 137 if flooded else rc
         return out, err, truncated, timed_out, rc
+
+    def _kill_own(self) -> None:
+        """Kill what a timed-out, flooding or orphaned command started: at once when no other exec of the sandbox
+        runs (a kill is container-wide, so it would hit theirs too), else at the end of the sandbox's last exec; at
+        once regardless where nothing sweeps at that end (`kill_background` off)."""
+        if not self._sweep_alone(self._kill_all) and not self.kill_background:
+            self._kill_all()
 
     # -- harness services: another uid than the sandbox user's ---------------------------------------
     def service_uid(self) -> int | None:

@@ -118,6 +118,8 @@ def _start(req: dict, stdin_r: int | None, out_w: int, err_w: int) -> tuple[int 
         return None, rc, f"{argv[0]}: {e.strerror}\n".encode()
     except subprocess.SubprocessError as e:  # the child failed before exec for another reason
         return None, 126, f"execd: {e}\n".encode()
+    except (ValueError, TypeError) as e:  # a NUL byte in argv, env or cwd, "=" in an env name: nothing started
+        return None, 126, f"execd: {e}\n".encode()
     except OSError as e:
         if e.errno in (errno.EAGAIN, errno.ENOMEM):
             raise

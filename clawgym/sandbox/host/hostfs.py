@@ -632,36 +632,39 @@ class CountedHostFileMixin(HostFileMixin):
     def _sweep_alone(self, sweep: Callable[[], object]) -> bool:
         """Run `sweep` when the caller's own activity is the only one (an exec whose command exited but left
         something holding its output), with new activities held off until it returns. -> whether it ran."""
-        with self._lock:
-            if self._active != 1 or self._sweeping:
-                return False
-            self._sweeping = True
-        self._swept(sweep)
-        return True
+        mine = False
+        try:
+            with self._lock:
+                if self._active != 1 or self._sweeping:
+                    return False
+                mine = self._sweeping = True
+            sweep()
+            return True
+        finally:
+            if mine:
+                with self._lock:
+                    self._sweeping = False
+                    self._idle.notify_all()
 
     def _leave_swept(self, sweep: Callable[[], object] | None) -> bool:
-        """`_leave`, and when that was the last activity of an open sandbox, `sweep` (None: no sweep) before
-        any new activity may enter. -> whether it was the last activity."""
-        with self._lock:
-            self._active -= 1
-            last = self._active == 0
-            run = last and sweep is not None and not self._closed and not self._sweeping
-            if run:
-                self._sweeping = True
-            if last:
-                self._idle.notify_all()
-        if run:
-            assert sweep is not None
-            self._swept(sweep)
-        return last
-
-    def _swept(self, sweep: Callable[[], object]) -> None:
+        """`_leave`; when it is the last activity of an open sandbox, `sweep` (None: no sweep) runs first, while
+        the activity still counts (a close waits for it) and no new one may enter. -> whether it was the last."""
+        mine = False
         try:
-            sweep()
+            with self._lock:
+                if self._active == 1 and sweep is not None and not self._closed and not self._sweeping:
+                    mine = self._sweeping = True
+            if mine:
+                assert sweep is not None
+                sweep()
         finally:
             with self._lock:
-                self._sweeping = False
+                if mine:
+                    self._sweeping = False
+                self._active -= 1
+                last = self._active == 0
                 self._idle.notify_all()
+        return last
 
     def wait_alone(self, timeout: float) -> bool:
         """Wait until the caller's own activity is the only one left (quiesce: the execs whose commands it
