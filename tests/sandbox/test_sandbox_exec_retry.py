@@ -12,6 +12,7 @@ ran, the host hears nothing); the pids limit and the sweeps are real.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import marshal
@@ -174,26 +175,33 @@ def test_pids_limit_names_its_reason(bwrap_factory):
         f.close()
 
 
+def _exec_into_a_slow_sweep(s, backend: str, monkeypatch) -> threading.Thread:
+    """Start `true` in sandbox s from another thread, its end-of-exec sweep (the real one) made to start 0.5 s
+    late; return once that sweep has begun."""
+    owner, name = (s, "_sweep") if backend == "bwrap_factory" else (s._slot, "sweep")
+    real = getattr(owner, name)
+    sweeping = threading.Event()
+
+    def slow_sweep(*a, **k):
+        if not sweeping.is_set():
+            sweeping.set()
+            time.sleep(0.5)
+        return real(*a, **k)
+
+    monkeypatch.setattr(owner, name, slow_sweep)
+    t = threading.Thread(target=s.exec, args=("true",))
+    t.start()
+    assert sweeping.wait(20)
+    return t
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_sweep_holds_off_a_new_command(backend, request, monkeypatch):
     """The sweep at the end of one exec (its background jobs killed) is slow; a command another thread starts
     meanwhile waits for it, and is not killed by it."""
     factory = request.getfixturevalue(backend)
     with factory.open() as s:
-        owner, name = (s, "_sweep") if backend == "bwrap_factory" else (s._slot, "sweep")
-        real = getattr(owner, name)
-        sweeping = threading.Event()
-
-        def slow_sweep(*a, **k):
-            if not sweeping.is_set():
-                sweeping.set()
-                time.sleep(0.5)
-            return real(*a, **k)
-
-        monkeypatch.setattr(owner, name, slow_sweep)
-        t = threading.Thread(target=s.exec, args=("true",))
-        t.start()
-        assert sweeping.wait(20)
+        t = _exec_into_a_slow_sweep(s, backend, monkeypatch)
         r = s.exec("sleep 1; echo ok", timeout=20)
         t.join(20)
         assert (r.rc, r.stdout) == (0, "ok\n"), r
@@ -209,6 +217,19 @@ def test_pump_reads_not_started():
     assert (r.not_started, r.started, r.rc) == ("why!", False, None)
 
 
+@contextlib.contextmanager
+def _beside_another_command(s, seconds: float):
+    """Around the block, `sleep <seconds>; echo ok` runs in sandbox s from another thread (started 0.3 s before);
+    it must end untouched: rc 0, "ok"."""
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.update(r=s.exec(f"sleep {seconds}; echo ok", timeout=20)))
+    t.start()
+    time.sleep(0.3)
+    yield
+    t.join(20)
+    assert (out["r"].rc, out["r"].stdout) == (0, "ok\n"), out["r"]
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_command_that_cannot_be_started_is_rc_126(backend, request):
     """A NUL byte in argv, env or cwd cannot reach execve: rc 126 with the reason, like a shell's, not a dead
@@ -216,16 +237,11 @@ def test_a_command_that_cannot_be_started_is_rc_126(backend, request):
     of another thread goes on untouched."""
     factory = request.getfixturevalue(backend)
     with factory.open() as s:
-        out: dict = {}
-        t = threading.Thread(target=lambda: out.update(r=s.exec("sleep 1; echo ok", timeout=20)))
-        t.start()
-        time.sleep(0.3)
-        for bad in (dict(cmd="echo a\x00b"), dict(cmd=["echo"], env={"X": "a\x00b"}),
-                    dict(cmd=["echo"], env={"A=B": "c"})):
-            r = s.exec(**bad, timeout=10)
-            assert r.rc == 126 and not r.timed_out and "execd:" in r.stderr, (bad, r)
-        t.join(20)
-        assert (out["r"].rc, out["r"].stdout) == (0, "ok\n"), out["r"]
+        with _beside_another_command(s, 1.0):
+            for bad in (dict(cmd="echo a\x00b"), dict(cmd=["echo"], env={"X": "a\x00b"}),
+                        dict(cmd=["echo"], env={"A=B": "c"})):
+                r = s.exec(**bad, timeout=10)
+                assert r.rc == 126 and not r.timed_out and "execd:" in r.stderr, (bad, r)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -245,14 +261,9 @@ def test_a_command_whose_time_is_gone_is_not_started(backend, request):
 def test_a_timeout_does_not_kill_another_threads_command(backend, request):
     factory = request.getfixturevalue(backend)
     with factory.open() as s:
-        out: dict = {}
-        t = threading.Thread(target=lambda: out.update(r=s.exec("sleep 1.5; echo ok", timeout=20)))
-        t.start()
-        time.sleep(0.3)
-        r = s.exec("sleep 30", timeout=0.5)
-        assert (r.rc, r.timed_out) == (124, True)
-        t.join(20)
-        assert (out["r"].rc, out["r"].stdout) == (0, "ok\n"), out["r"]
+        with _beside_another_command(s, 1.5):
+            r = s.exec("sleep 30", timeout=0.5)
+            assert (r.rc, r.timed_out) == (124, True)
         assert "sleep 30" not in s.exec("ps -eo args").stdout  # killed when the last exec ended
 
 
@@ -262,20 +273,7 @@ def test_a_close_waits_for_the_end_of_exec_sweep(backend, request, monkeypatch):
     cannot go ahead mid-sweep, when the sweep could still kill the next user's first command."""
     factory = request.getfixturevalue(backend)
     with factory.open() as s:
-        owner, name = (s, "_sweep") if backend == "bwrap_factory" else (s._slot, "sweep")
-        real = getattr(owner, name)
-        sweeping = threading.Event()
-
-        def slow_sweep(*a, **k):
-            if not sweeping.is_set():
-                sweeping.set()
-                time.sleep(0.5)
-            return real(*a, **k)
-
-        monkeypatch.setattr(owner, name, slow_sweep)
-        t = threading.Thread(target=s.exec, args=("true",))
-        t.start()
-        assert sweeping.wait(20)
+        t = _exec_into_a_slow_sweep(s, backend, monkeypatch)
         assert not s.wait_quiet(0.2)
         t.join(20)
         assert s.wait_quiet(5)
